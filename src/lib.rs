@@ -1,0 +1,11 @@
+//! lavik: a Redis-compatible key-value server whose key index lives in RAM and
+//! whose values live on SSD.
+//!
+//! Module map (dependency direction `commands → storage → device`, with
+//! `runtime` under all of them):
+//! - `config`: command line and Redis-style config file.
+//! - `resp`: RESP2/RESP3 request parser and reply encoder (sans-IO).
+//! - `storage`: the engine: compact index, log-structured values, recovery.
+//! - `server`: workers, connections, routing, command dispatch.
+//! - `commands`: one file per command family.
+pub mod storage;
