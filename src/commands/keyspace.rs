@@ -197,7 +197,7 @@ fn expire_generic(
     let cur = v.expire_at_ms;
     let ok = match cur {
         None => !(xx || gt),
-        Some(c) => !nx && !(gt && when <= c as i64) && !(lt && when >= c as i64),
+        Some(c) => !(nx || (gt && when <= c as i64) || (lt && when >= c as i64)),
     };
     if !ok {
         r.int(0);

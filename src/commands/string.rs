@@ -8,6 +8,9 @@ use crate::resp::encode::format_double;
 use crate::resp::ReplyBuf;
 use crate::storage::{Value, ValueKind};
 
+/// One LCS match: range in the first string, range in the second, length.
+type LcsMatch = ((usize, usize), (usize, usize), usize);
+
 const ERR_TOO_BIG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
 
 /// Reads a key that must hold a string (or be missing).
@@ -248,14 +251,13 @@ pub fn getex(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
                 .delete(db, a[1], now)
                 .map_err(storage_error)?;
         }
-        Some(t) => {
-            if t != v.expire_at_ms {
-                ctx.shards
-                    .for_key(a[1])
-                    .set_expiry(db, a[1], t, now)
-                    .map_err(storage_error)?;
-            }
+        Some(t) if t != v.expire_at_ms => {
+            ctx.shards
+                .for_key(a[1])
+                .set_expiry(db, a[1], t, now)
+                .map_err(storage_error)?;
         }
+        Some(_) => {}
     }
     r.bulk(&v.bytes);
     Ok(())
@@ -283,7 +285,7 @@ pub fn mget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn mset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    if a.len() % 2 == 0 {
+    if a.len().is_multiple_of(2) {
         return Err(wrong_args("mset"));
     }
     for pair in a[1..].chunks(2) {
@@ -294,7 +296,7 @@ pub fn mset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn msetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    if a.len() % 2 == 0 {
+    if a.len().is_multiple_of(2) {
         return Err(wrong_args("msetnx"));
     }
     let (db, now) = (ctx.db, ctx.now_ms);
@@ -511,7 +513,7 @@ pub fn lcs(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let mut out = vec![0u8; total];
     let mut idx = total;
     let (mut i, mut j) = (x.len(), y.len());
-    let mut matches: Vec<((usize, usize), (usize, usize), usize)> = Vec::new();
+    let mut matches: Vec<LcsMatch> = Vec::new();
     let mut cur: Option<((usize, usize), (usize, usize))> = None;
     while i > 0 && j > 0 {
         if x[i - 1] == y[j - 1] {

@@ -311,7 +311,9 @@ pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
 mod tests {
     use super::*;
 
-    fn args_of(buf: &[u8]) -> Result<Option<(usize, Vec<Vec<u8>>)>, ParseError> {
+    type Parsed = Option<(usize, Vec<Vec<u8>>)>;
+
+    fn args_of(buf: &[u8]) -> Result<Parsed, ParseError> {
         let mut pc = ParsedCommand::default();
         match parse_command(buf, &mut pc, BULK_MAX_BYTES)? {
             None => Ok(None),

@@ -134,7 +134,7 @@ impl Conn {
     }
 
     pub fn unparsed(&self) -> usize {
-        self.inbuf.len() - self.in_pos
+        self.inbuf.len().saturating_sub(self.in_pos)
     }
 
     /// Drops parsed bytes from the front of the input buffer.

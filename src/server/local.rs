@@ -746,7 +746,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 r.bulk_str(&v);
             }
         });
-    } else if eq_ic(sub, "set") && a.len() >= 4 && a.len() % 2 == 0 {
+    } else if eq_ic(sub, "set") && a.len() >= 4 && a.len().is_multiple_of(2) {
         let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();

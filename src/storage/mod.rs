@@ -96,6 +96,7 @@ pub fn open(cfg: &StoreConfig) -> Result<OpenedStore, StorageError> {
 
 pub struct Shard {
     id: u32,
+    #[allow(clippy::type_complexity)]
     dbs: Vec<HashMap<Vec<u8>, (Vec<u8>, Option<u64>)>>,
 }
 
