@@ -30,9 +30,13 @@ const IDLE_WAIT_MS: u64 = 100;
 
 pub enum Outcome {
     Done,
-    /// Could not run now (another coordinator holds the lock): retry later
-    /// without consuming the command.
+    /// Needs other workers' shards: not consumed; the connection is
+    /// deferred to this round's coordinated pass.
     Retry,
+    /// Must wait for this connection's replies from other workers first (so
+    /// a coordinated command cannot overtake an earlier remote one): not
+    /// consumed; the connection resumes when those replies arrive.
+    Blocked,
 }
 
 pub struct Worker {
@@ -50,6 +54,9 @@ pub struct Worker {
     mailbox: mpsc::Receiver<Msg>,
     wake_buf: Box<u64>,
     ready: Vec<u32>,
+    /// Connections stopped at a command that needs other workers' shards;
+    /// served together, once per round, while those shards are lent to us.
+    deferred: Vec<u32>,
     retry_pending: bool,
     outbox: Vec<Vec<Msg>>,
     parsed: ParsedCommand,
@@ -102,6 +109,7 @@ impl Worker {
             mailbox,
             wake_buf: Box::new(0),
             ready: Vec::new(),
+            deferred: Vec::new(),
             retry_pending: false,
             outbox: (0..workers).map(|_| Vec::new()).collect(),
             parsed: ParsedCommand::default(),
@@ -510,6 +518,38 @@ impl Worker {
         if self.ready.is_empty() {
             self.ready = ready;
         }
+        if self.deferred.is_empty() {
+            return;
+        }
+        // One lend of every worker's shards serves all connections that
+        // stopped at a multi-worker command this round; while we hold them
+        // every command runs locally, so each connection runs on in order.
+        let deferred = std::mem::take(&mut self.deferred);
+        let all: Vec<usize> = (0..self.shared.workers.len()).collect();
+        let done = self.with_workers(&all, |w| {
+            for &slot in &deferred {
+                let Some(mut conn) = w.conns[slot as usize].take() else { continue };
+                conn.in_ready = false;
+                w.process_conn(&mut conn, slot, now);
+                let close_now = conn.closing;
+                w.conns[slot as usize] = Some(conn);
+                if close_now {
+                    w.maybe_free(slot);
+                }
+            }
+        });
+        if done.is_none() {
+            self.retry_pending = true;
+            for slot in deferred {
+                self.mark_ready(slot);
+            }
+        }
+    }
+
+    /// True when we hold (own or have borrowed) the shards of worker `w`.
+    fn holds_worker(&self, w: usize) -> bool {
+        let n = self.shared.workers.len();
+        self.shards.slots.iter().enumerate().any(|(id, s)| id % n == w && s.is_some())
     }
 
     fn process_conn(&mut self, conn: &mut Conn, slot: u32, now: u64) {
@@ -552,10 +592,11 @@ impl Worker {
                     conn.inbuf = inbuf;
                     match outcome {
                         Outcome::Done => conn.in_pos += consumed,
+                        Outcome::Blocked => break,
                         Outcome::Retry => {
-                            self.retry_pending = true;
-                            conn.in_ready = true;
-                            self.ready.push(slot);
+                            if !self.deferred.contains(&slot) {
+                                self.deferred.push(slot);
+                            }
                             break;
                         }
                     }
@@ -593,12 +634,20 @@ impl Worker {
             return Outcome::Done;
         }
         let started = Instant::now();
+        let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
         let outcome = match spec.kind {
             Kind::Local => local::run(self, conn, slot, spec, args, now),
             Kind::Keyed => self.route_keyed(conn, slot, spec, args, now),
             Kind::AllShards => {
                 let all: Vec<usize> = (0..self.shared.workers.len()).collect();
-                self.run_coordinated(conn, spec, args, now, &all)
+                if all.iter().all(|&w| self.holds_worker(w)) {
+                    self.run_local(conn, spec, args, now);
+                    Outcome::Done
+                } else if waiting_remote {
+                    Outcome::Blocked
+                } else {
+                    Outcome::Retry
+                }
             }
         };
         if matches!(outcome, Outcome::Done) {
@@ -719,55 +768,60 @@ impl Worker {
         }
     }
 
-    fn route_keyed(
-        &mut self,
-        conn: &mut Conn,
-        _slot: u32,
-        spec: &CommandSpec,
-        args: &[&[u8]],
-        now: u64,
-    ) -> Outcome {
-        let mut target: Option<usize> = None;
-        let mut workers: Vec<usize> = Vec::new();
-        for pos in key_positions(spec, args.len()) {
-            let w = self.shared.worker_of_shard(self.shards.shard_id(args[pos]));
-            if target.is_none() {
-                target = Some(w);
-            }
-            if !workers.contains(&w) {
-                workers.push(w);
-            }
-        }
-        if workers.len() > 1 {
-            return self.run_coordinated(conn, spec, args, now, &workers);
-        }
-        let target = target.unwrap_or(self.id);
-        if target == self.id {
-            let (db, proto) = (conn.db, conn.proto);
-            if conn.pending.is_empty() {
-                let mut out = std::mem::take(&mut conn.out);
-                self.exec_handler(spec, args, db, proto, now, &mut out);
-                conn.out = out;
-            } else {
-                let mut out = Vec::new();
-                self.exec_handler(spec, args, db, proto, now, &mut out);
-                conn.pending.push_back(Slot::Ready(out));
-            }
+    fn run_local(&mut self, conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]], now: u64) {
+        let (db, proto) = (conn.db, conn.proto);
+        if conn.pending.is_empty() {
+            let mut out = std::mem::take(&mut conn.out);
+            self.exec_handler(spec, args, db, proto, now, &mut out);
+            conn.out = out;
         } else {
-            let seq = conn.reserve();
-            let token = ConnToken {
-                slot: _slot,
-                gen: conn.gen,
-            };
-            self.outbox[target].push(Msg::Request {
-                from: self.id,
-                token,
-                seq,
-                db: conn.db,
-                proto: conn.proto,
-                args: args.iter().map(|a| a.to_vec()).collect(),
-            });
+            let mut out = Vec::new();
+            self.exec_handler(spec, args, db, proto, now, &mut out);
+            conn.pending.push_back(Slot::Ready(out));
         }
+    }
+
+    /// Runs a keyed command here if we hold all its shards, sends it to the
+    /// one worker that owns them, or defers it (keys on several workers).
+    fn route_keyed(&mut self, conn: &mut Conn, slot: u32, spec: &CommandSpec, args: &[&[u8]], now: u64) -> Outcome {
+        let mut all_held = true;
+        let mut owner: Option<usize> = None;
+        let mut several = false;
+        for pos in key_positions(spec, args.len()) {
+            let shard = self.shards.shard_id(args[pos]);
+            if self.shards.slots[shard as usize].is_some() {
+                continue;
+            }
+            all_held = false;
+            let w = self.shared.worker_of_shard(shard);
+            match owner {
+                None => owner = Some(w),
+                Some(o) if o != w => several = true,
+                _ => {}
+            }
+        }
+        if all_held {
+            self.run_local(conn, spec, args, now);
+            return Outcome::Done;
+        }
+        // Keys partly here and partly elsewhere also need the lend path.
+        let partly_local = key_positions(spec, args.len())
+            .any(|pos| self.shards.slots[self.shards.shard_id(args[pos]) as usize].is_some());
+        if several || partly_local {
+            let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
+            return if waiting_remote { Outcome::Blocked } else { Outcome::Retry };
+        }
+        let target = owner.expect("a key not held has an owner");
+        let seq = conn.reserve();
+        let token = ConnToken { slot, gen: conn.gen };
+        self.outbox[target].push(Msg::Request {
+            from: self.id,
+            token,
+            seq,
+            db: conn.db,
+            proto: conn.proto,
+            args: args.iter().map(|a| a.to_vec()).collect(),
+        });
         Outcome::Done
     }
 
@@ -779,7 +833,7 @@ impl Worker {
         workers: &[usize],
         f: impl FnOnce(&mut Self) -> R,
     ) -> Option<R> {
-        let others: Vec<usize> = workers.iter().copied().filter(|&w| w != self.id).collect();
+        let others: Vec<usize> = workers.iter().copied().filter(|&w| w != self.id && !self.holds_worker(w)).collect();
         if others.is_empty() {
             return Some(f(self));
         }
@@ -841,30 +895,6 @@ impl Worker {
         }
         drop(guard);
         result
-    }
-
-    fn run_coordinated(
-        &mut self,
-        conn: &mut Conn,
-        spec: &CommandSpec,
-        args: &[&[u8]],
-        now: u64,
-        workers: &[usize],
-    ) -> Outcome {
-        let (db, proto) = (conn.db, conn.proto);
-        let mut out = Vec::new();
-        let done = self.with_workers(workers, |w| {
-            w.exec_handler(spec, args, db, proto, now, &mut out)
-        });
-        if done.is_none() {
-            return Outcome::Retry;
-        }
-        if conn.pending.is_empty() {
-            conn.out.extend_from_slice(&out);
-        } else {
-            conn.pending.push_back(Slot::Ready(out));
-        }
-        Outcome::Done
     }
 
     // ----- storage and sending ----------------------------------------------

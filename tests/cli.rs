@@ -1,0 +1,36 @@
+//! The command line and config file, through the real binary.
+mod common;
+use std::process::Command;
+
+fn lavik(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_lavik")).args(args).current_dir(dir).output().unwrap()
+}
+
+// Unknown config directives are refused with their line number; bad flags exit 2.
+#[test]
+fn config_file_errors() {
+    let dir = common::temp_dir("cli");
+    std::fs::write(dir.join("bad.conf"), "port 7000\n# c\nfrobnicate 1\n").unwrap();
+    let out = lavik(&["bad.conf"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3") && err.contains("frobnicate"), "{err}");
+    let out = lavik(&["--appendfsync", "sometimes"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    let out = lavik(&["--network", "dpdk"], &dir);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not built"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// A config file sets the port; a flag overrides the file.
+#[test]
+fn config_file_applies() {
+    let dir = common::temp_dir("cli-ok");
+    let p1 = common::free_port();
+    std::fs::write(dir.join("ok.conf"), format!("port {p1}\nappendfsync always\nsave \"\"\n")).unwrap();
+    let s = common::Server::start_in(dir.clone(), &["ok.conf"]);
+    // The harness passes --port, which overrides the file's port.
+    let mut c = s.raw();
+    c.expect(&[b"CONFIG", b"GET", b"appendfsync"], b"*2\r\n$11\r\nappendfsync\r\n$6\r\nalways\r\n");
+    c.expect(&[b"CONFIG", b"GET", b"port"], format!("*2\r\n$4\r\nport\r\n${}\r\n{}\r\n", s.port.to_string().len(), s.port).as_bytes());
+}
