@@ -3,7 +3,11 @@ mod common;
 use std::process::Command;
 
 fn lavik(args: &[&str], dir: &std::path::Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_lavik")).args(args).current_dir(dir).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_lavik"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
 }
 
 // Unknown config directives are refused with their line number; bad flags exit 2.
@@ -14,7 +18,10 @@ fn config_file_errors() {
     let out = lavik(&["bad.conf"], &dir);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("line 3") && err.contains("frobnicate"), "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("frobnicate"),
+        "{err}"
+    );
     let out = lavik(&["--appendfsync", "sometimes"], &dir);
     assert_eq!(out.status.code(), Some(2));
     let out = lavik(&["--network", "dpdk"], &dir);
@@ -27,10 +34,25 @@ fn config_file_errors() {
 fn config_file_applies() {
     let dir = common::temp_dir("cli-ok");
     let p1 = common::free_port();
-    std::fs::write(dir.join("ok.conf"), format!("port {p1}\nappendfsync always\nsave \"\"\n")).unwrap();
+    std::fs::write(
+        dir.join("ok.conf"),
+        format!("port {p1}\nappendfsync always\nsave \"\"\n"),
+    )
+    .unwrap();
     let s = common::Server::start_in(dir.clone(), &["ok.conf"]);
     // The harness passes --port, which overrides the file's port.
     let mut c = s.raw();
-    c.expect(&[b"CONFIG", b"GET", b"appendfsync"], b"*2\r\n$11\r\nappendfsync\r\n$6\r\nalways\r\n");
-    c.expect(&[b"CONFIG", b"GET", b"port"], format!("*2\r\n$4\r\nport\r\n${}\r\n{}\r\n", s.port.to_string().len(), s.port).as_bytes());
+    c.expect(
+        &[b"CONFIG", b"GET", b"appendfsync"],
+        b"*2\r\n$11\r\nappendfsync\r\n$6\r\nalways\r\n",
+    );
+    c.expect(
+        &[b"CONFIG", b"GET", b"port"],
+        format!(
+            "*2\r\n$4\r\nport\r\n${}\r\n{}\r\n",
+            s.port.to_string().len(),
+            s.port
+        )
+        .as_bytes(),
+    );
 }

@@ -13,7 +13,11 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
         .args(args)
         .output()
         .expect("redis-cli is installed (tools/test installs it)");
-    assert!(out.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -22,28 +26,59 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 fn redis_cli_modes() {
     let s = Server::start("tools-cli", &[]);
     assert_eq!(redis_cli(s.port, &["PING"]), "PONG\n");
-    assert_eq!(redis_cli(s.port, &["SET", "greeting", "hello world"]), "OK\n");
-    assert_eq!(redis_cli(s.port, &["--raw", "GET", "greeting"]), "hello world\n");
-    assert_eq!(redis_cli(s.port, &["--no-raw", "GET", "greeting"]), "\"hello world\"\n");
+    assert_eq!(
+        redis_cli(s.port, &["SET", "greeting", "hello world"]),
+        "OK\n"
+    );
+    assert_eq!(
+        redis_cli(s.port, &["--raw", "GET", "greeting"]),
+        "hello world\n"
+    );
+    assert_eq!(
+        redis_cli(s.port, &["--no-raw", "GET", "greeting"]),
+        "\"hello world\"\n"
+    );
     assert_eq!(redis_cli(s.port, &["--no-raw", "GET", "nosuch"]), "(nil)\n");
     assert_eq!(redis_cli(s.port, &["GET", "nosuch"]), "\n");
-    assert_eq!(redis_cli(s.port, &["--no-raw", "INCR", "n"]), "(integer) 1\n");
+    assert_eq!(
+        redis_cli(s.port, &["--no-raw", "INCR", "n"]),
+        "(integer) 1\n"
+    );
     assert_eq!(redis_cli(s.port, &["--raw", "INCR", "n"]), "2\n");
-    assert_eq!(redis_cli(s.port, &["--no-raw", "MSET", "a", "1", "b", "2"]), "OK\n");
-    assert_eq!(redis_cli(s.port, &["--raw", "MGET", "a", "b", "c"]), "1\n2\n\n");
+    assert_eq!(
+        redis_cli(s.port, &["--no-raw", "MSET", "a", "1", "b", "2"]),
+        "OK\n"
+    );
+    assert_eq!(
+        redis_cli(s.port, &["--raw", "MGET", "a", "b", "c"]),
+        "1\n2\n\n"
+    );
     assert!(redis_cli(s.port, &["INFO", "server"]).contains("redis_version:"));
     assert!(redis_cli(s.port, &["FOO"]).contains("ERR unknown command 'FOO'"));
     // -3 (RESP3) mode and commands piped on stdin.
-    assert_eq!(redis_cli(s.port, &["-3", "--no-raw", "GET", "nosuch"]), "(nil)\n");
+    assert_eq!(
+        redis_cli(s.port, &["-3", "--no-raw", "GET", "nosuch"]),
+        "(nil)\n"
+    );
     let mut child = Command::new("redis-cli")
         .args(["-p", &s.port.to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"SET piped 1\nGET piped\nDBSIZE\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SET piped 1\nGET piped\nDBSIZE\n")
+        .unwrap();
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     assert!(child.wait().unwrap().success());
     assert_eq!(out, "OK\n1\n5\n");
 }
@@ -52,15 +87,31 @@ fn redis_cli_modes() {
 #[test]
 fn redis_benchmark_mix() {
     for threads in ["1", "2"] {
-        let s = Server::start("tools-bench", &["--threads", threads, "--data-file-size", "2gb"]);
+        let s = Server::start(
+            "tools-bench",
+            &["--threads", threads, "--data-file-size", "2gb"],
+        );
         let out = Command::new("redis-benchmark")
-            .args(["-p", &s.port.to_string(), "-t", "set,get,incr,mset,ping", "-n", "200000", "-r", "1000000"])
+            .args([
+                "-p",
+                &s.port.to_string(),
+                "-t",
+                "set,get,incr,mset,ping",
+                "-n",
+                "200000",
+                "-r",
+                "1000000",
+            ])
             .args(["-d", "1024", "-P", "16", "-c", "50", "-q"])
             .output()
             .expect("redis-benchmark is installed (tools/test installs it)");
-        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n") + &String::from_utf8_lossy(&out.stderr);
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n")
+            + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "redis-benchmark failed: {text}");
-        assert!(!text.to_lowercase().contains("error"), "redis-benchmark reported errors: {text}");
+        assert!(
+            !text.to_lowercase().contains("error"),
+            "redis-benchmark reported errors: {text}"
+        );
         for t in ["SET:", "GET:", "INCR:", "MSET (10 keys):", "PING_MBULK:"] {
             assert!(text.contains(t), "no {t} result in: {text}");
         }
@@ -87,14 +138,24 @@ fn fill(port: u16, n: u64, value: &[u8], conns: u64) {
                     while got < expect {
                         let k = r.read(&mut buf).unwrap();
                         assert!(k > 0, "connection closed during fill");
-                        assert!(buf[..k].iter().all(|&b| b"+OK\r\n".contains(&b)), "unexpected reply during fill");
+                        assert!(
+                            buf[..k].iter().all(|&b| b"+OK\r\n".contains(&b)),
+                            "unexpected reply during fill"
+                        );
                         got += k;
                     }
                 });
                 let mut batch = Vec::with_capacity(1 << 20);
                 for i in lo..=hi {
                     let key = format!("memtier-{i}");
-                    batch.extend_from_slice(format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n", key.len(), value.len()).as_bytes());
+                    batch.extend_from_slice(
+                        format!(
+                            "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
+                            key.len(),
+                            value.len()
+                        )
+                        .as_bytes(),
+                    );
                     batch.extend_from_slice(&value);
                     batch.extend_from_slice(b"\r\n");
                     if batch.len() > 512 * 1024 {
@@ -119,14 +180,27 @@ fn memtier_style_fill_million() {
     let n: u64 = 1_000_000;
     let value = vec![b'v'; 1024];
     for threads in ["1", "2"] {
-        let s = Server::start("tools-fill", &["--threads", threads, "--data-file-size", "3gb"]);
+        let s = Server::start(
+            "tools-fill",
+            &["--threads", threads, "--data-file-size", "3gb"],
+        );
         let started = std::time::Instant::now();
         fill(s.port, n, &value, 8);
-        eprintln!("filled {n} keys with {threads} worker(s) in {:?}", started.elapsed());
+        eprintln!(
+            "filled {n} keys with {threads} worker(s) in {:?}",
+            started.elapsed()
+        );
         assert_eq!(redis_cli(s.port, &["DBSIZE"]), format!("{n}\n"));
         for i in [1, 2, 77_777, 500_000, 999_999, 1_000_000] {
-            assert_eq!(redis_cli(s.port, &["STRLEN", &format!("memtier-{i}")]), "1024\n", "key {i}");
+            assert_eq!(
+                redis_cli(s.port, &["STRLEN", &format!("memtier-{i}")]),
+                "1024\n",
+                "key {i}"
+            );
         }
-        assert_eq!(redis_cli(s.port, &["EXISTS", "memtier-0", "memtier-1000001"]), "0\n");
+        assert_eq!(
+            redis_cli(s.port, &["EXISTS", "memtier-0", "memtier-1000001"]),
+            "0\n"
+        );
     }
 }

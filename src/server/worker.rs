@@ -528,7 +528,9 @@ impl Worker {
         let all: Vec<usize> = (0..self.shared.workers.len()).collect();
         let done = self.with_workers(&all, |w| {
             for &slot in &deferred {
-                let Some(mut conn) = w.conns[slot as usize].take() else { continue };
+                let Some(mut conn) = w.conns[slot as usize].take() else {
+                    continue;
+                };
                 conn.in_ready = false;
                 w.process_conn(&mut conn, slot, now);
                 let close_now = conn.closing;
@@ -549,7 +551,11 @@ impl Worker {
     /// True when we hold (own or have borrowed) the shards of worker `w`.
     fn holds_worker(&self, w: usize) -> bool {
         let n = self.shared.workers.len();
-        self.shards.slots.iter().enumerate().any(|(id, s)| id % n == w && s.is_some())
+        self.shards
+            .slots
+            .iter()
+            .enumerate()
+            .any(|(id, s)| id % n == w && s.is_some())
     }
 
     fn process_conn(&mut self, conn: &mut Conn, slot: u32, now: u64) {
@@ -783,7 +789,14 @@ impl Worker {
 
     /// Runs a keyed command here if we hold all its shards, sends it to the
     /// one worker that owns them, or defers it (keys on several workers).
-    fn route_keyed(&mut self, conn: &mut Conn, slot: u32, spec: &CommandSpec, args: &[&[u8]], now: u64) -> Outcome {
+    fn route_keyed(
+        &mut self,
+        conn: &mut Conn,
+        slot: u32,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+    ) -> Outcome {
         let mut all_held = true;
         let mut owner: Option<usize> = None;
         let mut several = false;
@@ -809,11 +822,18 @@ impl Worker {
             .any(|pos| self.shards.slots[self.shards.shard_id(args[pos]) as usize].is_some());
         if several || partly_local {
             let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
-            return if waiting_remote { Outcome::Blocked } else { Outcome::Retry };
+            return if waiting_remote {
+                Outcome::Blocked
+            } else {
+                Outcome::Retry
+            };
         }
         let target = owner.expect("a key not held has an owner");
         let seq = conn.reserve();
-        let token = ConnToken { slot, gen: conn.gen };
+        let token = ConnToken {
+            slot,
+            gen: conn.gen,
+        };
         self.outbox[target].push(Msg::Request {
             from: self.id,
             token,
@@ -833,7 +853,11 @@ impl Worker {
         workers: &[usize],
         f: impl FnOnce(&mut Self) -> R,
     ) -> Option<R> {
-        let others: Vec<usize> = workers.iter().copied().filter(|&w| w != self.id && !self.holds_worker(w)).collect();
+        let others: Vec<usize> = workers
+            .iter()
+            .copied()
+            .filter(|&w| w != self.id && !self.holds_worker(w))
+            .collect();
         if others.is_empty() {
             return Some(f(self));
         }
