@@ -155,6 +155,29 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let metrics_port = shared.settings.cli.metrics_port;
+    if metrics_port != 0 {
+        let addr = shared
+            .settings
+            .binds
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "127.0.0.1".into());
+        match std::net::TcpListener::bind((addr.as_str(), metrics_port)) {
+            Ok(l) => {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name("lavik-metrics".into())
+                    .spawn(move || lavik::server::metrics::serve(shared, l))
+                    .expect("spawn metrics thread");
+            }
+            Err(e) => {
+                tracing::error!("cannot listen for metrics on {addr}:{metrics_port}: {e}");
+                eprintln!("lavik: cannot listen for metrics on {addr}:{metrics_port}: {e}");
+                shared.request_shutdown(false);
+            }
+        }
+    }
     let sets = distribute_shards(opened.shards, threads, shard_count);
     let mut handles = Vec::new();
     for (id, ((set, listeners), mailbox)) in

@@ -56,3 +56,25 @@ fn config_file_applies() {
         .as_bytes(),
     );
 }
+
+// --metrics-port serves Prometheus text with live counters.
+#[test]
+fn metrics_port() {
+    use std::io::{Read, Write};
+    let mp = common::free_port();
+    let s = common::Server::start("cli-metrics", &["--metrics-port", &mp.to_string()]);
+    let mut c = s.raw();
+    c.expect(&[b"SET", b"a", b"1"], b"+OK\r\n");
+    let mut h = std::net::TcpStream::connect(("127.0.0.1", mp)).unwrap();
+    h.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    h.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("lavik_commands_processed_total "))
+        .unwrap();
+    let n: u64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(n >= 2, "{line}");
+    assert!(body.contains("lavik_connected_clients 1"));
+}

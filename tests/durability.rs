@@ -8,25 +8,35 @@ use std::time::Duration;
 
 fn value_for(key: u64, round: u64) -> Vec<u8> {
     let len = 1 + (key * 7919 + round * 104729) % 3000;
-    (0..len).map(|i| b'a' + ((key + i + round) % 26) as u8).collect()
+    (0..len)
+        .map(|i| b'a' + ((key + i + round) % 26) as u8)
+        .collect()
 }
 
 /// Writes keys `round*1e9 + t*1e6 + i` from `threads` connections, one command at a
 /// time, until told to stop; returns the acknowledged (key, round) pairs.
-fn load_until_killed(port: u16, threads: u64, round: u64, stop: Arc<AtomicBool>) -> Arc<Mutex<Vec<u64>>> {
+fn load_until_killed(
+    port: u16,
+    threads: u64,
+    round: u64,
+    stop: Arc<AtomicBool>,
+) -> Arc<Mutex<Vec<u64>>> {
     let acked = Arc::new(Mutex::new(Vec::new()));
     let mut hs = Vec::new();
     for t in 0..threads {
         let (acked, stop) = (acked.clone(), stop.clone());
         hs.push(std::thread::spawn(move || {
-            let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return };
+            let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                return;
+            };
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             let mut i = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let key = round * 1_000_000_000 + t * 1_000_000 + i;
                 let v = value_for(key, round);
                 let k = format!("crash:{key}");
-                let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n", k.len(), v.len()).into_bytes();
+                let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n", k.len(), v.len())
+                    .into_bytes();
                 req.extend_from_slice(&v);
                 req.extend_from_slice(b"\r\n");
                 if s.write_all(&req).is_err() {
@@ -63,7 +73,10 @@ fn sigkill_mid_load_always_loses_nothing_acknowledged() {
         let snapshot: Vec<u64> = acked.lock().unwrap().clone();
         s.kill9();
         stop.store(true, Ordering::SeqCst);
-        assert!(!snapshot.is_empty(), "no write was acknowledged in round {round}");
+        assert!(
+            !snapshot.is_empty(),
+            "no write was acknowledged in round {round}"
+        );
         // Each round writes its own keys (a write acknowledged after the
         // snapshot may or may not survive, so no key is written twice).
         all_acked.extend(snapshot.iter().map(|&k| (k, round)));
@@ -75,7 +88,11 @@ fn sigkill_mid_load_always_loses_nothing_acknowledged() {
             let v = value_for(k, r);
             let head = format!("${}\r\n", v.len());
             let got = c.read_exact(head.len());
-            assert_eq!(String::from_utf8_lossy(&got), head, "key {key} (round {r}) after kill in round {round}");
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                head,
+                "key {key} (round {r}) after kill in round {round}"
+            );
             let body = c.read_exact(v.len() + 2);
             assert_eq!(&body[..v.len()], &v[..], "key {key} value differs");
         }
@@ -86,7 +103,10 @@ fn sigkill_mid_load_always_loses_nothing_acknowledged() {
 // back with a wrong value, and writes older than the window survive.
 #[test]
 fn sigkill_everysec_never_wrong() {
-    let mut s = Server::start("crash-everysec", &["--appendfsync", "everysec", "--flush-max-ms", "50"]);
+    let mut s = Server::start(
+        "crash-everysec",
+        &["--appendfsync", "everysec", "--flush-max-ms", "50"],
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let acked = load_until_killed(s.port, 4, 0, stop.clone());
     std::thread::sleep(Duration::from_millis(400));
@@ -107,14 +127,26 @@ fn sigkill_everysec_never_wrong() {
             while !head.ends_with(b"\r\n") {
                 head.extend(c.read_exact(1));
             }
-            let n: usize = String::from_utf8_lossy(&head[..head.len() - 2]).parse().unwrap();
+            let n: usize = String::from_utf8_lossy(&head[..head.len() - 2])
+                .parse()
+                .unwrap();
             let body = c.read_exact(n + 2);
-            assert_eq!(&body[..n], &value_for(k, 0)[..], "key {key} has a wrong value");
+            assert_eq!(
+                &body[..n],
+                &value_for(k, 0)[..],
+                "key {key} has a wrong value"
+            );
         } else {
             assert_eq!(c.read_exact(4), b"-1\r\n");
-            assert!(!early.contains(&k), "key {key}, acknowledged 500 ms before the kill, was lost");
+            assert!(
+                !early.contains(&k),
+                "key {key}, acknowledged 500 ms before the kill, was lost"
+            );
             lost += 1;
         }
     }
-    eprintln!("everysec: {} acknowledged, {lost} lost in the window", snapshot.len());
+    eprintln!(
+        "everysec: {} acknowledged, {lost} lost in the window",
+        snapshot.len()
+    );
 }

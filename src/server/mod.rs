@@ -30,6 +30,7 @@
 
 mod conn;
 pub mod local;
+pub mod metrics;
 mod worker;
 
 use crate::commands::ShardSet;
