@@ -6,6 +6,8 @@
 //! - `config`: command line and Redis-style config file.
 //! - `resp`: RESP2/RESP3 request parser and reply encoder (sans-IO).
 //! - `storage`: the engine: compact index, log-structured values, recovery.
+//! - `device`: block devices (files and raw devices, in-memory for tests).
 //! - `server`: workers, connections, routing, command dispatch.
 //! - `commands`: one file per command family.
+pub mod device;
 pub mod storage;

@@ -1,1 +1,193 @@
-//! Placeholder: replaced by the storage engine (issue 3).
+//! The storage engine: a compact key index in RAM, values in log-structured blocks on the
+//! devices, explicit durability, recovery.
+//!
+//! What it owns. A store is one or more devices sharing a label (store UUID, block size,
+//! shard count). Each device is cut into large blocks (1 MiB by default) handed out by one
+//! shared allocator (a mutex taken once per block, never per request). The keyspace is split
+//! into shards (`key_slot % shard_count`); a `Shard` is owned by exactly one worker thread and
+//! holds that slice's per-db indexes, its one open block (the staging buffer), its counters
+//! and its expiry wheel. Records are appended to the open block and written out in chunks,
+//! each closed by a commit marker carrying the chunk's CRC32C; `docs/storage-format.md`
+//! specifies every byte and the crash argument.
+//!
+//! Invariants.
+//! - The index never holds keys: each entry is (hash of db+key → record address) and every
+//!   lookup reads the record and compares db and key, so a hash collision can cost a read but
+//!   never returns, overwrites or deletes the wrong key.
+//! - Recovery trusts only chunks whose marker checks out, and newest sequence number wins.
+//! - Sequence numbers grow by one per write within a shard; a relocated record keeps its own.
+//! - A block is only reused after it was zeroed and the zeroing was made durable, and only
+//!   after whatever superseded its contents was made durable.
+//!
+//! Deliberately missing (see `docs/storage.md`): the io_uring asynchronous path, the index
+//! checkpoint, collection types, and a tomb raider sharper than "drop a tombstone once no
+//! older block is left".
+use crate::device::{BlockDevice, DeviceError, FileDevice};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+mod alloc;
+pub mod format;
+mod hash;
+pub mod index;
+mod recovery;
+mod shard;
+
+pub use hash::{key_hash, key_slot, shard_of_slot};
+pub use shard::{Shard, ShardStats};
+
+pub type Db = u8;
+
+/// Redis `appendfsync` vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    Always,
+    EverySec,
+    No,
+}
+
+impl FsyncPolicy {
+    /// The name `CONFIG GET appendfsync` reports.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FsyncPolicy::Always => "always",
+            FsyncPolicy::EverySec => "everysec",
+            FsyncPolicy::No => "no",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    String,
+}
+
+impl ValueKind {
+    fn to_u8(self) -> u8 {
+        match self {
+            ValueKind::String => 0,
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<ValueKind> {
+        match v {
+            0 => Some(ValueKind::String),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    pub data_files: Vec<PathBuf>,
+    /// Size given to a data file we create (default 1 GiB).
+    pub create_size_bytes: u64,
+    /// Used only when formatting a fresh store.
+    pub shard_count: u32,
+    pub fsync: FsyncPolicy,
+    /// Everysec window (default 100).
+    pub flush_max_ms: u64,
+    /// Per shard; flush early when reached. Capped at the block size.
+    pub staging_limit_bytes: u64,
+    pub direct_io: bool,
+    /// 0 = off.
+    pub tomb_raider_interval_ms: u64,
+    pub defrag_paused: bool,
+    /// Used only when formatting a fresh store: a power of two in 64 KiB..=16 MiB.
+    pub block_size_bytes: u32,
+    /// Defrag relocates blocks whose live bytes are below this percentage of their used bytes.
+    pub defrag_live_percent_max: u32,
+    /// Test hook: the index hash is ANDed with this (0 forces every key to collide).
+    #[doc(hidden)]
+    pub debug_hash_mask: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            data_files: vec![PathBuf::from("lavik.data")],
+            create_size_bytes: 1 << 30,
+            shard_count: 1,
+            fsync: FsyncPolicy::EverySec,
+            flush_max_ms: 100,
+            staging_limit_bytes: 1 << 20,
+            direct_io: true,
+            tomb_raider_interval_ms: 24 * 3600 * 1000,
+            defrag_paused: false,
+            block_size_bytes: 1 << 20,
+            defrag_live_percent_max: 50,
+            debug_hash_mask: u64::MAX,
+        }
+    }
+}
+
+pub struct OpenedStore {
+    pub shards: Vec<Shard>,
+    pub info: StoreInfo,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct StoreInfo {
+    pub shard_count: u32,
+    pub recovered_keys: u64,
+    pub recovery_ms: u64,
+    /// True when the devices were blank and have just been formatted.
+    pub formatted: bool,
+    /// What the metadata slot said about the previous shutdown.
+    pub last_shutdown_clean: bool,
+    pub block_size_bytes: u32,
+    pub blocks_total: u64,
+    pub blocks_free: u64,
+    pub devices: Vec<String>,
+    /// Chunks whose marker did not check out at the tail of a block (torn last writes).
+    pub torn_chunks: u64,
+    /// Damaged chunks skipped in the middle of a block (data after them was still used).
+    pub corrupt_chunks: u64,
+}
+
+/// A value as read back. `bytes` is a copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Value {
+    pub kind: ValueKind,
+    pub bytes: Vec<u8>,
+    pub expire_at_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("device error: {0}")]
+    Device(#[from] DeviceError),
+    #[error("device full: no free block left for new data")]
+    DeviceFull,
+    #[error("value too large: {len_bytes} bytes (maximum {max_bytes})")]
+    ValueTooLarge { len_bytes: u64, max_bytes: u64 },
+    #[error("key too large: {len_bytes} bytes (maximum {max_bytes})")]
+    KeyTooLarge { len_bytes: u64, max_bytes: u64 },
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    #[error("refusing to use {0}")]
+    ForeignLabel(String),
+    #[error("invalid storage configuration: {0}")]
+    Config(String),
+}
+
+/// Opens (or creates and formats) the store named by `cfg.data_files`.
+pub fn open(cfg: &StoreConfig) -> Result<OpenedStore, StorageError> {
+    if cfg.data_files.is_empty() {
+        return Err(StorageError::Config("no data file given".into()));
+    }
+    let mut devices: Vec<Arc<dyn BlockDevice>> = Vec::new();
+    for path in &cfg.data_files {
+        let dev = FileDevice::open(path, cfg.direct_io, Some(cfg.create_size_bytes))?;
+        devices.push(Arc::new(dev));
+    }
+    open_on(devices, cfg)
+}
+
+/// Opens (or formats, when every device is blank) a store on the given devices.
+pub fn open_on(
+    devices: Vec<Arc<dyn BlockDevice>>,
+    cfg: &StoreConfig,
+) -> Result<OpenedStore, StorageError> {
+    recovery::open_store(devices, cfg)
+}
