@@ -191,3 +191,6 @@ pub fn open_on(
 ) -> Result<OpenedStore, StorageError> {
     recovery::open_store(devices, cfg)
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,6 +19,9 @@ use std::time::Instant;
 const SHARD_COUNT_MAX: u32 = 1024;
 /// Blocks each shard may take beyond the free count seen by ordinary writes (deletes, defrag).
 const RESERVE_BLOCKS_PER_SHARD: usize = 2;
+/// A device counts as blank only if this much of its start is zero (this covers the
+/// superblocks of common filesystems and partition tables, e.g. btrfs at 64 KiB).
+const BLANK_CHECK_BYTES: u64 = 1 << 20;
 /// Recovery logs progress every this many blocks per shard.
 const PROGRESS_EVERY_BLOCKS: usize = 1024;
 
@@ -162,7 +165,8 @@ fn check_labels(
                 dev.describe()
             )));
         }
-        let mut buf = AlignedBuf::new_zeroed(BLOCK_SIZE_MIN_BYTES as usize);
+        let check_len = BLANK_CHECK_BYTES.min(dev.capacity_bytes());
+        let mut buf = AlignedBuf::new_zeroed(check_len as usize);
         dev.read_at(0, &mut buf)?;
         let bytes = buf.as_slice();
         let reserved_zero = bytes[CHUNK_ALIGN_BYTES as usize..].iter().all(|&b| b == 0);
@@ -173,10 +177,12 @@ fn check_labels(
     }
     for (dev, st) in devices.iter().zip(&states) {
         match st {
-            LabelState::Foreign => return Err(StorageError::ForeignLabel(format!(
+            LabelState::Foreign => {
+                return Err(StorageError::ForeignLabel(format!(
                 "{}: not a lavik data file (unknown data at offset 0); it will not be overwritten",
                 dev.describe()
-            ))),
+            )))
+            }
             LabelState::Damaged(why) => {
                 return Err(StorageError::ForeignLabel(format!(
                     "{}: damaged lavik label ({why}); it will not be overwritten",

@@ -233,11 +233,16 @@ impl Shard {
         (self.inline_record_max() - RECORD_HEADER_BYTES) & !7
     }
 
+    /// Longest key accepted: 64 KiB - 1, or a quarter of a block's payload if less.
+    pub fn key_len_max(&self) -> usize {
+        KEY_LEN_MAX_BYTES.min(self.inline_record_max() / 4)
+    }
+
     /// Largest value accepted: bounded by the root record fitting one block, and 512 MiB.
     pub fn value_len_max(&self) -> u64 {
         let max_entries = (self.inline_record_max()
             - RECORD_HEADER_BYTES
-            - KEY_LEN_MAX_BYTES
+            - self.key_len_max()
             - ROOT_HEADER_BYTES)
             / ROOT_ENTRY_BYTES;
         VALUE_LEN_MAX_BYTES.min((max_entries * self.fragment_payload_max()) as u64)
@@ -294,10 +299,10 @@ impl Shard {
     ) -> Result<(), StorageError> {
         check_db(db)?;
         self.last_now_ms = now_ms;
-        if key.len() > KEY_LEN_MAX_BYTES {
+        if key.len() > self.key_len_max() {
             return Err(StorageError::KeyTooLarge {
                 len_bytes: key.len() as u64,
-                max_bytes: KEY_LEN_MAX_BYTES as u64,
+                max_bytes: self.key_len_max() as u64,
             });
         }
         let max = self.value_len_max();
