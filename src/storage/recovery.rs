@@ -561,7 +561,7 @@ impl Shard {
                 continue;
             }
             let root = self.read_record(a)?;
-            for frag in parse_root(&root.value)?.1 {
+            for frag in parse_root(&root.value)?.2 {
                 live_extents.insert(self.shared.layout.split(frag).0, db);
             }
         }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 const READ_WINDOW_BYTES: usize = 8192;
 /// Bytes per root-record fragment address entry and root payload header.
 const ROOT_ENTRY_BYTES: usize = 8;
-const ROOT_HEADER_BYTES: usize = 16;
+const ROOT_HEADER_BYTES: usize = 24;
 /// Expiry wheel granularity.
 const WHEEL_SLOT_MS: u64 = 1000;
 /// Rough cost of one unit of background work, used to turn a time budget into a work count.
@@ -670,12 +670,11 @@ impl Shard {
         if rec.header.flags & FLAG_LARGE == 0 {
             return Ok(rec.value);
         }
-        let (total, addrs) = parse_root(&rec.value)?;
+        let (total, frag_seq, addrs) = parse_root(&rec.value)?;
         let mut out = Vec::with_capacity(total as usize);
         for a in addrs {
             let frag = self.read_record(a)?;
-            if frag.header.record_type != RecordType::Fragment || frag.header.seq != rec.header.seq
-            {
+            if frag.header.record_type != RecordType::Fragment || frag.header.seq != frag_seq {
                 return Err(StorageError::Corrupt(format!(
                     "fragment {a:?} does not belong to its root"
                 )));
@@ -736,7 +735,7 @@ impl Shard {
     }
 
     fn retire_extents_of(&mut self, root: &OwnedRecord) {
-        if let Ok((_, addrs)) = parse_root(&root.value) {
+        if let Ok((_, _, addrs)) = parse_root(&root.value) {
             for a in addrs {
                 let (b, _) = self.shared.layout.split(a);
                 if self
@@ -1046,6 +1045,7 @@ impl Shard {
         root.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         root.extend_from_slice(&(frags.len() as u32).to_le_bytes());
         root.extend_from_slice(&0u32.to_le_bytes());
+        root.extend_from_slice(&seq.to_le_bytes());
         for (_, a) in &frags {
             root.extend_from_slice(&a.0.to_le_bytes());
         }
@@ -1330,14 +1330,15 @@ fn header_record(record_type: RecordType, db: Db, seq: u64, value_len: usize) ->
     }
 }
 
-/// Parses a large value's root payload: (total length, fragment addresses).
-pub(crate) fn parse_root(payload: &[u8]) -> Result<(u64, Vec<Address>), StorageError> {
+/// Parses a large value's root payload: (total length, fragments' seq, fragment addresses).
+pub(crate) fn parse_root(payload: &[u8]) -> Result<(u64, u64, Vec<Address>), StorageError> {
     let bad = || StorageError::Corrupt("malformed large-value root".into());
     if payload.len() < ROOT_HEADER_BYTES {
         return Err(bad());
     }
     let total = u64::from_le_bytes(payload[0..8].try_into().map_err(|_| bad())?);
     let count = u32::from_le_bytes(payload[8..12].try_into().map_err(|_| bad())?) as usize;
+    let frag_seq = u64::from_le_bytes(payload[16..24].try_into().map_err(|_| bad())?);
     if payload.len() != ROOT_HEADER_BYTES + count * ROOT_ENTRY_BYTES {
         return Err(bad());
     }
@@ -1345,5 +1346,5 @@ pub(crate) fn parse_root(payload: &[u8]) -> Result<(u64, Vec<Address>), StorageE
         .chunks_exact(ROOT_ENTRY_BYTES)
         .map(|c| Address(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
         .collect();
-    Ok((total, addrs))
+    Ok((total, frag_seq, addrs))
 }
