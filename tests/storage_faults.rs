@@ -42,7 +42,15 @@ fn corrupt_chunk_is_skipped_and_the_rest_served() {
     let dev = Arc::new(MemDevice::new("c", 8 * MIB));
     let (mut s, _) = open(&dev);
     for i in 0..600u32 {
-        s.put(0, format!("k{i}").as_bytes(), ValueKind::String, &value(i, 400), None, 0).unwrap();
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &value(i, 400),
+            None,
+            0,
+        )
+        .unwrap();
         if i % 5 == 4 {
             s.flush().unwrap();
         }
@@ -52,7 +60,10 @@ fn corrupt_chunk_is_skipped_and_the_rest_served() {
     // Damage 64 bytes a few sectors into block 1 (a sealed block holding many chunks).
     dev.flip_bits(block_offset(1) + 3 * 4096 + 100, 64);
     let (mut s, info) = open(&dev);
-    assert!(info.corrupt_chunks >= 1, "corruption not reported: {info:?}");
+    assert!(
+        info.corrupt_chunks >= 1,
+        "corruption not reported: {info:?}"
+    );
     let mut missing = 0;
     for i in 0..600u32 {
         match s.get(0, format!("k{i}").as_bytes(), 0).unwrap() {
@@ -69,11 +80,20 @@ fn corrupt_chunk_is_skipped_and_the_rest_served() {
 fn corrupt_record_read_is_an_error_not_a_wrong_value() {
     let dev = Arc::new(MemDevice::new("c", 4 * MIB));
     let (mut s, _) = open(&dev);
-    s.put(0, b"victim", ValueKind::String, &[5u8; 1000], None, 0).unwrap();
+    s.put(0, b"victim", ValueKind::String, &[5u8; 1000], None, 0)
+        .unwrap();
     s.flush().unwrap();
     // Seal the block so the next read goes to the device, not the staging buffer.
     for i in 0..200u32 {
-        s.put(0, format!("fill{i}").as_bytes(), ValueKind::String, &[1u8; 500], None, 0).unwrap();
+        s.put(
+            0,
+            format!("fill{i}").as_bytes(),
+            ValueKind::String,
+            &[1u8; 500],
+            None,
+            0,
+        )
+        .unwrap();
     }
     s.flush().unwrap();
     dev.flip_bits(block_offset(0) + 600, 4);
@@ -89,7 +109,14 @@ fn device_full_then_space_returns() {
     let (mut s, _) = open(&dev);
     let mut written = 0u32;
     let err = loop {
-        match s.put(0, format!("k{written}").as_bytes(), ValueKind::String, &value(written, 1000), None, 0) {
+        match s.put(
+            0,
+            format!("k{written}").as_bytes(),
+            ValueKind::String,
+            &value(written, 1000),
+            None,
+            0,
+        ) {
             Ok(()) => written += 1,
             Err(e) => break e,
         }
@@ -99,7 +126,13 @@ fn device_full_then_space_returns() {
     assert!(written > 500);
     s.flush().unwrap();
     for i in (0..written).step_by(7) {
-        assert_eq!(s.get(0, format!("k{i}").as_bytes(), 0).unwrap().unwrap().bytes, value(i, 1000));
+        assert_eq!(
+            s.get(0, format!("k{i}").as_bytes(), 0)
+                .unwrap()
+                .unwrap()
+                .bytes,
+            value(i, 1000)
+        );
     }
     let free_before = s.stats().blocks_free;
     for i in 0..written {
@@ -113,15 +146,32 @@ fn device_full_then_space_returns() {
         s.flush().unwrap();
     }
     let st = s.stats();
-    assert!(st.blocks_free > free_before + 5, "space did not return: {st:?}");
+    assert!(
+        st.blocks_free > free_before + 5,
+        "space did not return: {st:?}"
+    );
     for j in 0..300u32 {
-        s.put(0, format!("new{j}").as_bytes(), ValueKind::String, &value(j, 1000), None, 0).unwrap();
+        s.put(
+            0,
+            format!("new{j}").as_bytes(),
+            ValueKind::String,
+            &value(j, 1000),
+            None,
+            0,
+        )
+        .unwrap();
     }
     s.flush().unwrap();
     drop(s);
     let (mut s, _) = open(&dev);
     for i in (0..written).step_by(4) {
-        assert_eq!(s.get(0, format!("k{i}").as_bytes(), 0).unwrap().unwrap().bytes, value(i, 1000));
+        assert_eq!(
+            s.get(0, format!("k{i}").as_bytes(), 0)
+                .unwrap()
+                .unwrap()
+                .bytes,
+            value(i, 1000)
+        );
     }
     assert_eq!(s.get(0, b"k1", 0).unwrap(), None);
     assert_eq!(s.key_count(0), u64::from(written.div_ceil(4)) + 300);
@@ -134,7 +184,15 @@ fn failed_write_is_reported_and_retry_succeeds() {
     let dev = Arc::new(MemDevice::new("w", 4 * MIB));
     let (mut s, _) = open(&dev);
     for i in 0..10u32 {
-        s.put(0, format!("k{i}").as_bytes(), ValueKind::String, &value(i, 100), None, 0).unwrap();
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &value(i, 100),
+            None,
+            0,
+        )
+        .unwrap();
     }
     dev.fail_next_writes(1);
     assert!(matches!(s.flush(), Err(StorageError::Device(_))));
@@ -146,7 +204,13 @@ fn failed_write_is_reported_and_retry_succeeds() {
     let (mut s, _) = open(&dev);
     assert_eq!(s.key_count(0), 10);
     for i in 0..10u32 {
-        assert_eq!(s.get(0, format!("k{i}").as_bytes(), 0).unwrap().unwrap().bytes, value(i, 100));
+        assert_eq!(
+            s.get(0, format!("k{i}").as_bytes(), 0)
+                .unwrap()
+                .unwrap()
+                .bytes,
+            value(i, 100)
+        );
     }
 }
 
@@ -166,7 +230,15 @@ fn overwrite_load_with_defrag_keeps_space_bounded() {
         rng ^= rng << 17;
         let k = (rng % u64::from(keys)) as u32;
         latest[k as usize] = Some(round);
-        s.put(0, format!("k{k}").as_bytes(), ValueKind::String, &value(round, 1000), None, 0).unwrap();
+        s.put(
+            0,
+            format!("k{k}").as_bytes(),
+            ValueKind::String,
+            &value(round, 1000),
+            None,
+            0,
+        )
+        .unwrap();
         if round % 16 == 15 {
             s.flush().unwrap();
             s.background(0, 2_000).unwrap();
@@ -177,7 +249,11 @@ fn overwrite_load_with_defrag_keeps_space_bounded() {
             let slack = 4 * u64::from(BLOCK);
             let ratio = used.saturating_sub(slack) as f64 / st.live_bytes.max(1) as f64;
             worst_ratio = worst_ratio.max(ratio);
-            assert!(used <= 2 * st.live_bytes + slack, "space {used} vs live {} at round {round}", st.live_bytes);
+            assert!(
+                used <= 2 * st.live_bytes + slack,
+                "space {used} vs live {} at round {round}",
+                st.live_bytes
+            );
         }
     }
     s.flush().unwrap();
@@ -185,9 +261,15 @@ fn overwrite_load_with_defrag_keeps_space_bounded() {
     drop(s);
     let (mut s, _) = open(&dev);
     for (k, r) in latest.iter().enumerate() {
-        let got = s.get(0, format!("k{k}").as_bytes(), 0).unwrap().map(|v| v.bytes);
+        let got = s
+            .get(0, format!("k{k}").as_bytes(), 0)
+            .unwrap()
+            .map(|v| v.bytes);
         assert_eq!(got, r.map(|r| value(r, 1000)), "k{k}");
     }
     assert_eq!(s.key_count(0), latest.iter().flatten().count() as u64);
-    eprintln!("worst used/live ratio (minus slack): {worst_ratio:.2}; device total {} KiB", 16 * MIB / KIB);
+    eprintln!(
+        "worst used/live ratio (minus slack): {worst_ratio:.2}; device total {} KiB",
+        16 * MIB / KIB
+    );
 }

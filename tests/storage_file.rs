@@ -1,7 +1,7 @@
 //! The storage engine on real files through `storage::open`: creation and sizing, reopen,
 //! refusal of foreign files, and the write/recovery rates printed for `docs/storage.md`.
 use lavik::storage::{self, FsyncPolicy, StorageError, StoreConfig, ValueKind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn temp_path(name: &str) -> PathBuf {
@@ -9,9 +9,9 @@ fn temp_path(name: &str) -> PathBuf {
     dir.join(format!("lavik-storage-{}-{name}.data", std::process::id()))
 }
 
-fn cfg(path: &PathBuf, fsync: FsyncPolicy) -> StoreConfig {
+fn cfg(path: &Path, fsync: FsyncPolicy) -> StoreConfig {
     StoreConfig {
-        data_files: vec![path.clone()],
+        data_files: vec![path.to_path_buf()],
         create_size_bytes: 64 << 20,
         shard_count: 2,
         fsync,
@@ -33,7 +33,16 @@ fn create_write_reopen_on_a_file() {
     for i in 0..1000u32 {
         let key = format!("key:{i}");
         let sh = storage::shard_of_slot(storage::key_slot(key.as_bytes()), 2) as usize;
-        shards[sh].put(0, key.as_bytes(), ValueKind::String, &i.to_le_bytes(), None, 0).unwrap();
+        shards[sh]
+            .put(
+                0,
+                key.as_bytes(),
+                ValueKind::String,
+                &i.to_le_bytes(),
+                None,
+                0,
+            )
+            .unwrap();
     }
     for s in shards {
         s.shutdown(false).unwrap();
@@ -46,7 +55,10 @@ fn create_write_reopen_on_a_file() {
     for i in (0..1000u32).step_by(37) {
         let key = format!("key:{i}");
         let sh = storage::shard_of_slot(storage::key_slot(key.as_bytes()), 2) as usize;
-        assert_eq!(shards[sh].get(0, key.as_bytes(), 0).unwrap().unwrap().bytes, i.to_le_bytes());
+        assert_eq!(
+            shards[sh].get(0, key.as_bytes(), 0).unwrap().unwrap().bytes,
+            i.to_le_bytes()
+        );
     }
     drop(shards);
     std::fs::remove_file(&path).unwrap();
@@ -59,8 +71,13 @@ fn foreign_file_is_refused_untouched() {
     let path = temp_path("foreign");
     let content: Vec<u8> = (0..(2 << 20)).map(|i: u32| (i % 256) as u8).collect();
     std::fs::write(&path, &content).unwrap();
-    let err = storage::open(&cfg(&path, FsyncPolicy::Always)).err().expect("must refuse");
-    assert!(matches!(err, StorageError::ForeignLabel(ref m) if m.contains("not a lavik")), "{err}");
+    let err = storage::open(&cfg(&path, FsyncPolicy::Always))
+        .err()
+        .expect("must refuse");
+    assert!(
+        matches!(err, StorageError::ForeignLabel(ref m) if m.contains("not a lavik")),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&path).unwrap(), content);
     std::fs::remove_file(&path).unwrap();
 }
@@ -70,7 +87,10 @@ fn foreign_file_is_refused_untouched() {
 #[test]
 #[ignore]
 fn measure_write_and_recovery_rates() {
-    for (policy, batch) in [(FsyncPolicy::Always, 64usize), (FsyncPolicy::EverySec, 4096)] {
+    for (policy, batch) in [
+        (FsyncPolicy::Always, 64usize),
+        (FsyncPolicy::EverySec, 4096),
+    ] {
         let path = temp_path("measure");
         let _ = std::fs::remove_file(&path);
         let mut c = cfg(&path, policy);
@@ -81,8 +101,16 @@ fn measure_write_and_recovery_rates() {
         let v = vec![7u8; 1024];
         let t = Instant::now();
         for i in 0..n {
-            s.put(0, format!("key:{i:012}").as_bytes(), ValueKind::String, &v, None, 0).unwrap();
-            if (i as usize + 1) % batch == 0 {
+            s.put(
+                0,
+                format!("key:{i:012}").as_bytes(),
+                ValueKind::String,
+                &v,
+                None,
+                0,
+            )
+            .unwrap();
+            if (i as usize + 1).is_multiple_of(batch) {
                 s.flush().unwrap();
             }
         }
@@ -99,7 +127,11 @@ fn measure_write_and_recovery_rates() {
         drop(s);
         let t = Instant::now();
         let st = storage::open(&c).unwrap();
-        println!("  recovery: {} keys in {:.2}s", st.info.recovered_keys, t.elapsed().as_secs_f64());
+        println!(
+            "  recovery: {} keys in {:.2}s",
+            st.info.recovered_keys,
+            t.elapsed().as_secs_f64()
+        );
         drop(st);
         std::fs::remove_file(&path).unwrap();
     }

@@ -103,7 +103,7 @@ fn value_bytes(k: u8, len: usize, fill: u8) -> Vec<u8> {
 }
 
 fn visible(e: Option<&Entry>, now: u64) -> Option<Vec<u8>> {
-    e.filter(|(_, exp)| exp.map_or(true, |t| t > now))
+    e.filter(|(_, exp)| exp.is_none_or(|t| t > now))
         .map(|(v, _)| v.clone())
 }
 

@@ -128,7 +128,7 @@ pub(crate) fn check_access(
 ) -> Result<(), DeviceError> {
     let len_bytes = len_bytes as u64;
     let align_bytes = IO_ALIGN_BYTES as u64;
-    if offset_bytes % align_bytes != 0 || len_bytes % align_bytes != 0 {
+    if !offset_bytes.is_multiple_of(align_bytes) || !len_bytes.is_multiple_of(align_bytes) {
         return Err(DeviceError::Misaligned {
             offset_bytes,
             len_bytes,
@@ -137,7 +137,7 @@ pub(crate) fn check_access(
     }
     if offset_bytes
         .checked_add(len_bytes)
-        .map_or(true, |end| end > capacity_bytes)
+        .is_none_or(|end| end > capacity_bytes)
     {
         return Err(DeviceError::OutOfRange {
             offset_bytes,

@@ -30,8 +30,8 @@ pub const ADDRESS_BITS: u32 = 40;
 /// Largest value accepted (the same as Redis's default `proto-max-bulk-len`).
 pub const VALUE_LEN_MAX_BYTES: u64 = 512 * 1024 * 1024;
 
-const _: () = assert!(MARKER_RECORD_BYTES % RECORD_ALIGN_BYTES == 0);
-const _: () = assert!(BLOCK_SIZE_MIN_BYTES as u64 % CHUNK_ALIGN_BYTES == 0);
+const _: () = assert!(MARKER_RECORD_BYTES.is_multiple_of(RECORD_ALIGN_BYTES));
+const _: () = assert!((BLOCK_SIZE_MIN_BYTES as u64).is_multiple_of(CHUNK_ALIGN_BYTES));
 const _: () =
     assert!(META_SLOT_OFFSETS_BYTES[1] + CHUNK_ALIGN_BYTES <= BLOCK_SIZE_MIN_BYTES as u64);
 

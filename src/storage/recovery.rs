@@ -151,12 +151,15 @@ fn format_store(
     Ok(labels)
 }
 
+/// Devices in store order, their labels, and whether they were just formatted.
+type CheckedDevices = (Vec<Arc<dyn BlockDevice>>, Vec<Label>, bool);
+
 /// Reads and classifies every label; formats when all devices are blank. Returns the devices
 /// ordered by their index in the store, their labels, and whether we formatted.
 fn check_labels(
     devices: Vec<Arc<dyn BlockDevice>>,
     cfg: &StoreConfig,
-) -> Result<(Vec<Arc<dyn BlockDevice>>, Vec<Label>, bool), StorageError> {
+) -> Result<CheckedDevices, StorageError> {
     let mut states = Vec::new();
     for dev in &devices {
         if dev.capacity_bytes() < u64::from(BLOCK_SIZE_MIN_BYTES) {
@@ -246,7 +249,7 @@ fn read_meta(dev: &dyn BlockDevice, uuid: [u8; 16]) -> Result<Option<MetaSlot>, 
         let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
         dev.read_at(off, &mut buf)?;
         if let Some(m) = MetaSlot::decode(buf.as_slice()) {
-            if m.store_uuid == uuid && best.map_or(true, |b| m.generation > b.generation) {
+            if m.store_uuid == uuid && best.is_none_or(|b| m.generation > b.generation) {
                 best = Some(m);
             }
         }
@@ -436,7 +439,7 @@ impl Shard {
                     && chunk
                         .records
                         .first()
-                        .map_or(true, |r| r.1.record_type != RecordType::BlockHeader)
+                        .is_none_or(|r| r.1.record_type != RecordType::BlockHeader)
                 {
                     break;
                 }

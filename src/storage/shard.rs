@@ -1161,7 +1161,7 @@ impl Shard {
         now_ms: u64,
     ) -> Result<(), StorageError> {
         let (block, _) = self.shared.layout.split(addr);
-        if self.blocks.get(&block).map_or(true, |i| i.retiring) {
+        if self.blocks.get(&block).is_none_or(|i| i.retiring) {
             return Ok(());
         }
         let rec = match self.read_record(addr) {
