@@ -32,9 +32,11 @@ mod hash;
 pub mod index;
 mod recovery;
 mod shard;
+mod tombraider;
 
 pub use hash::{key_hash, key_slot, shard_of_slot};
-pub use shard::{Shard, ShardStats};
+pub use shard::{DefragStatus, Shard, ShardStats};
+pub use tombraider::{TombRaiderPhase, TombRaiderStatus};
 
 pub type Db = u8;
 
@@ -95,6 +97,8 @@ pub struct StoreConfig {
     pub defrag_paused: bool,
     /// Used only when formatting a fresh store: a power of two in 64 KiB..=16 MiB.
     pub block_size_bytes: u32,
+    /// Least time between two defrag steps of a shard (`--defrag-sleep-ms`), 0 = every round.
+    pub defrag_sleep_ms: u64,
     /// Defrag relocates blocks whose live bytes are below this percentage of their used bytes.
     pub defrag_live_percent_max: u32,
     /// Test hook: the index hash is ANDed with this (0 forces every key to collide).
@@ -116,6 +120,7 @@ impl Default for StoreConfig {
             defrag_paused: false,
             block_size_bytes: 1 << 20,
             defrag_live_percent_max: 50,
+            defrag_sleep_ms: 0,
             debug_hash_mask: u64::MAX,
         }
     }

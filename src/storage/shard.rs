@@ -10,6 +10,7 @@ use super::format::{
 };
 use super::hash::key_hash;
 use super::index::{Address, Index};
+use super::tombraider::TombRaider;
 use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
 use crate::device::AlignedBuf;
 use std::collections::{BTreeMap, HashMap};
@@ -96,6 +97,18 @@ pub(crate) struct Counters {
     pub corrupt_chunks: u64,
 }
 
+/// What `DEFRAG STATUS` reports for one shard.
+#[derive(Clone, Debug)]
+pub struct DefragStatus {
+    pub paused: bool,
+    pub live_percent_max: u32,
+    pub sleep_ms: u64,
+    /// Sealed log blocks currently below the live threshold.
+    pub candidate_blocks: u64,
+    pub relocated_records: u64,
+    pub freed_blocks: u64,
+}
+
 /// A snapshot of one shard's counters and memory use.
 #[derive(Clone, Debug, Default)]
 pub struct ShardStats {
@@ -108,6 +121,8 @@ pub struct ShardStats {
     pub staging_bytes: u64,
     /// Per-key expiry state (the expiry wheel), counted separately from the index.
     pub expiry_bytes: u64,
+    /// The tomb raider's droppable set and any sweep in progress.
+    pub tomb_raider_bytes: u64,
     /// The per-block table.
     pub block_table_bytes: u64,
     pub volatile_entries: u64,
@@ -159,6 +174,9 @@ pub struct Shard {
     pub(crate) rng: u64,
     pub(crate) counters: Counters,
     pub(crate) last_now_ms: u64,
+    pub(crate) raider: TombRaider,
+    pub(crate) defrag_sleep_ms: u64,
+    pub(crate) last_defrag_ms: Option<u64>,
 }
 
 fn is_expired(h: &RecordHeader, now_ms: u64) -> bool {
@@ -207,6 +225,9 @@ impl Shard {
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
             last_now_ms: 0,
+            raider: TombRaider::new(cfg.tomb_raider_interval_ms),
+            defrag_sleep_ms: cfg.defrag_sleep_ms,
+            last_defrag_ms: None,
             shared,
         }
     }
@@ -499,15 +520,51 @@ impl Shard {
         Ok(())
     }
 
-    /// Bounded background work: active expiry, then one defrag step.
+    /// Bounded background work: active expiry, one tomb-raider step (at most one block
+    /// read), then one defrag step (at most one block read and its live records rewritten).
     pub fn background(&mut self, now_ms: u64, budget_us: u64) -> Result<(), StorageError> {
         self.last_now_ms = now_ms;
         let mut work = (budget_us / BACKGROUND_UNIT_US).max(1);
         self.active_expiry(now_ms, &mut work)?;
-        if !self.defrag_paused && work > 0 {
+        self.tomb_raider_step(now_ms)?;
+        let rested = self
+            .last_defrag_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= self.defrag_sleep_ms);
+        if !self.defrag_paused && work > 0 && rested {
+            self.last_defrag_ms = Some(now_ms);
             self.defrag_step()?;
         }
         Ok(())
+    }
+
+    /// What `DEFRAG STATUS` reports for this shard.
+    pub fn defrag_status(&self) -> DefragStatus {
+        let pct = u64::from(self.defrag_live_percent_max);
+        let open_block = self.open.as_ref().map(|o| o.block);
+        DefragStatus {
+            paused: self.defrag_paused,
+            live_percent_max: self.defrag_live_percent_max,
+            sleep_ms: self.defrag_sleep_ms,
+            candidate_blocks: self
+                .blocks
+                .iter()
+                .filter(|(b, i)| Some(**b) != open_block && Self::defrag_candidate(i, pct))
+                .count() as u64,
+            relocated_records: self.counters.defrag_relocated_records,
+            freed_blocks: self.counters.defrag_freed_blocks,
+        }
+    }
+
+    pub fn set_defrag_sleep_ms(&mut self, sleep_ms: u64) {
+        self.defrag_sleep_ms = sleep_ms;
+    }
+
+    fn defrag_candidate(i: &BlockInfo, pct: u64) -> bool {
+        i.kind == BLOCK_KIND_LOG
+            && i.sealed
+            && !i.retiring
+            && !i.no_defrag
+            && i.live_total() * 100 < u64::from(i.used_bytes) * pct
     }
 
     pub fn set_defrag_paused(&mut self, paused: bool) {
@@ -531,6 +588,7 @@ impl Shard {
             index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
             staging_bytes: self.staging.len() as u64,
             expiry_bytes: (self.wheel.len() * 64 + self.wheel_entries * 16) as u64,
+            tomb_raider_bytes: self.raider.memory_bytes() as u64,
             block_table_bytes: (self.blocks.capacity() * (std::mem::size_of::<BlockInfo>() + 8))
                 as u64,
             volatile_entries: self.wheel_entries as u64,
@@ -1003,6 +1061,12 @@ impl Shard {
             self.pending_frees.extend_from_slice(&frees);
             return Err(e);
         }
+        if !self.raider.droppable.is_empty() {
+            let layout = &self.shared.layout;
+            self.raider
+                .droppable
+                .retain(|a| !frees.contains(&layout.split(*a).0));
+        }
         let mut alloc = self.shared.lock_alloc();
         for b in frees {
             let (dev, _) = self.shared.layout.locate(b);
@@ -1190,14 +1254,7 @@ impl Shard {
         let pick = self
             .blocks
             .iter()
-            .filter(|(b, i)| {
-                Some(**b) != open_block
-                    && i.kind == BLOCK_KIND_LOG
-                    && i.sealed
-                    && !i.retiring
-                    && !i.no_defrag
-                    && i.live_total() * 100 < u64::from(i.used_bytes) * pct
-            })
+            .filter(|(b, i)| Some(**b) != open_block && Self::defrag_candidate(i, pct))
             .min_by_key(|(b, i)| {
                 (
                     i.live_total() * 1000 / u64::from(i.used_bytes.max(1)),
@@ -1276,7 +1333,12 @@ impl Shard {
                         }
                         self.counters.defrag_relocated_records += 1;
                     }
-                    RecordType::Tombstone if older_log_block_exists => {
+                    RecordType::Tombstone
+                        if !older_log_block_exists || self.raider.droppable.remove(&addr) =>
+                    {
+                        self.raider.tombstones_dropped += 1;
+                    }
+                    RecordType::Tombstone => {
                         let (new, _) = self.append(
                             RecordType::Tombstone,
                             0,

@@ -377,3 +377,92 @@ fn two_devices_share_one_store() {
         .unwrap();
     assert!(matches!(err, StorageError::ForeignLabel(_)), "{err}");
 }
+
+/// Builds: block 0 = live anchors; block 1 (sealed) = 20 puts and their 20 tombstones plus
+/// dead filler. Returns the shard.
+fn tomb_scenario(dev: &Arc<MemDevice>, c: &StoreConfig) -> Shard {
+    let mut s = one_shard(dev, c);
+    for i in 0..60u32 {
+        s.put(
+            0,
+            format!("anchor{i}").as_bytes(),
+            ValueKind::String,
+            &[1u8; 1000],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.put(0, b"seal", ValueKind::String, &[2u8; 10_000], None, 0)
+        .unwrap();
+    for i in 0..20u32 {
+        s.put(
+            0,
+            format!("d{i}").as_bytes(),
+            ValueKind::String,
+            &[3u8; 100],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..20u32 {
+        assert!(s.delete(0, format!("d{i}").as_bytes(), 0).unwrap());
+    }
+    for _ in 0..6 {
+        s.put(0, b"filler", ValueKind::String, &[4u8; 20_000], None, 0)
+            .unwrap();
+    }
+    s.flush().unwrap();
+    s
+}
+
+// Proves that without the tomb raider, defrag copies tombstones forward while an older block
+// exists (they might shadow something), and never drops them.
+#[test]
+fn defrag_keeps_tombstones_without_the_raider() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.tomb_raider_interval_ms = 0;
+    let mut s = tomb_scenario(&dev, &c);
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    assert_eq!(s.tomb_raider_status().tombstones_dropped, 0);
+    assert!(s.stats().defrag_relocated_records >= 20);
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.get(0, b"d3", 0).unwrap(), None);
+    assert_eq!(s.key_count(0), 62);
+}
+
+// Proves the tomb raider marks tombstones that shadow nothing, defrag then drops them, and
+// the deleted keys stay deleted after a reopen.
+#[test]
+fn tomb_raider_lets_defrag_drop_dead_tombstones() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.tomb_raider_interval_ms = 0;
+    c.defrag_paused = true;
+    let mut s = tomb_scenario(&dev, &c);
+    s.tomb_raider_start_now();
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+    }
+    let st = s.tomb_raider_status();
+    assert_eq!(st.runs_completed, 1, "{st:?}");
+    assert_eq!(st.droppable_tombstones, 20, "{st:?}");
+    s.set_defrag_paused(false);
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    assert_eq!(s.tomb_raider_status().tombstones_dropped, 20);
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    for i in 0..20u32 {
+        assert_eq!(s.get(0, format!("d{i}").as_bytes(), 0).unwrap(), None);
+    }
+    assert_eq!(s.key_count(0), 62);
+}
