@@ -3,8 +3,9 @@
 //! Transfers use `pread`/`pwrite` for now; the io_uring path will replace them behind the same
 //! trait. When the filesystem refuses `O_DIRECT` (tmpfs, some overlay setups) the file is
 //! reopened buffered and a warning is logged: durability still comes from `fdatasync`.
-use super::{check_access, AlignedBuf, BlockDevice, DeviceError};
+use super::{check_access, check_range, AlignedBuf, BlockDevice, DeviceError};
 use std::fs::{File, OpenOptions};
+use std::ops::Range;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -126,6 +127,32 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    fn write_range_at(
+        &self,
+        offset_bytes: u64,
+        buf: &AlignedBuf,
+        range: Range<usize>,
+    ) -> Result<(), DeviceError> {
+        check_range(&range, buf.len())?;
+        check_access(offset_bytes, range.len(), self.capacity_bytes)?;
+        self.file
+            .write_all_at(&buf.as_slice()[range], offset_bytes)?;
+        Ok(())
+    }
+
+    fn read_range_at(
+        &self,
+        offset_bytes: u64,
+        buf: &mut AlignedBuf,
+        range: Range<usize>,
+    ) -> Result<(), DeviceError> {
+        check_range(&range, buf.len())?;
+        check_access(offset_bytes, range.len(), self.capacity_bytes)?;
+        self.file
+            .read_exact_at(&mut buf.as_mut_slice()[range], offset_bytes)?;
+        Ok(())
+    }
+
     fn sync(&self) -> Result<(), DeviceError> {
         self.file.sync_data()?;
         Ok(())
@@ -160,6 +187,12 @@ mod tests {
         dev.read_at(65536, &mut r).unwrap();
         assert_eq!(r.as_slice(), w.as_slice());
         assert!(dev.read_at(1 << 20, &mut r).is_err());
+        let mut part = AlignedBuf::new_zeroed(12288);
+        dev.read_range_at(65536, &mut part, 4096..12288).unwrap();
+        assert_eq!(&part.as_slice()[4096..], w.as_slice());
+        dev.write_range_at(0, &part, 8192..12288).unwrap();
+        dev.read_at(0, &mut r).unwrap();
+        assert_eq!(&r.as_slice()[..4096], &w.as_slice()[4096..]);
         drop(dev);
         std::fs::remove_file(&path).unwrap();
     }

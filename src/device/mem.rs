@@ -4,7 +4,8 @@
 //! (the state as of the last successful `sync()`). A simulated power loss (`crash*`) resets
 //! `visible` to `durable`, optionally letting some unsynced writes (or the first sectors of
 //! the last one) survive, which is what a real disk without ordering guarantees may do.
-use super::{check_access, AlignedBuf, BlockDevice, DeviceError, IO_ALIGN_BYTES};
+use super::{check_access, check_range, AlignedBuf, BlockDevice, DeviceError, IO_ALIGN_BYTES};
+use std::ops::Range;
 use std::sync::Mutex;
 
 /// How much of the last unsynced write survives a crash: its first `keep_sectors` 4096-byte
@@ -150,15 +151,26 @@ impl BlockDevice for MemDevice {
     }
 
     fn write_at(&self, offset_bytes: u64, buf: &AlignedBuf) -> Result<(), DeviceError> {
-        check_access(offset_bytes, buf.len(), self.capacity_bytes)?;
+        self.write_range_at(offset_bytes, buf, 0..buf.len())
+    }
+
+    fn write_range_at(
+        &self,
+        offset_bytes: u64,
+        buf: &AlignedBuf,
+        range: Range<usize>,
+    ) -> Result<(), DeviceError> {
+        check_range(&range, buf.len())?;
+        check_access(offset_bytes, range.len(), self.capacity_bytes)?;
+        let data = &buf.as_slice()[range];
         let mut st = self.lock();
         if st.fail_next_writes > 0 {
             st.fail_next_writes -= 1;
             return Err(DeviceError::Injected("write failed".into()));
         }
         let start = offset_bytes as usize;
-        st.visible[start..start + buf.len()].copy_from_slice(buf.as_slice());
-        st.unsynced.push((offset_bytes, buf.as_slice().to_vec()));
+        st.visible[start..start + data.len()].copy_from_slice(data);
+        st.unsynced.push((offset_bytes, data.to_vec()));
         Ok(())
     }
 

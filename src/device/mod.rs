@@ -12,6 +12,7 @@
 //! Deliberately missing: the io_uring asynchronous path (registered buffers and files) and the
 //! userspace NVMe backend; both will implement this same trait.
 use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ops::Range;
 use std::ptr::NonNull;
 
 mod file;
@@ -118,6 +119,56 @@ pub trait BlockDevice: Send + Sync {
     fn sync(&self) -> Result<(), DeviceError>;
     /// For logs: the path or `spdk://BDF/NSID`.
     fn describe(&self) -> String;
+
+    /// Writes `buf[range]` at `offset_bytes`; the range must start and end on 4096-byte
+    /// boundaries (so the slice is as aligned as the buffer). The default copies into a
+    /// temporary buffer; backends override it to write straight from `buf`.
+    fn write_range_at(
+        &self,
+        offset_bytes: u64,
+        buf: &AlignedBuf,
+        range: Range<usize>,
+    ) -> Result<(), DeviceError> {
+        check_range(&range, buf.len())?;
+        let mut tmp = AlignedBuf::new_zeroed(range.len());
+        tmp.as_mut_slice().copy_from_slice(&buf.as_slice()[range]);
+        self.write_at(offset_bytes, &tmp)
+    }
+
+    /// Reads `range.len()` bytes at `offset_bytes` into `buf[range]` (same rules as
+    /// `write_range_at`).
+    fn read_range_at(
+        &self,
+        offset_bytes: u64,
+        buf: &mut AlignedBuf,
+        range: Range<usize>,
+    ) -> Result<(), DeviceError> {
+        check_range(&range, buf.len())?;
+        let mut tmp = AlignedBuf::new_zeroed(range.len());
+        self.read_at(offset_bytes, &mut tmp)?;
+        buf.as_mut_slice()[range].copy_from_slice(tmp.as_slice());
+        Ok(())
+    }
+}
+
+/// A sub-range of an `AlignedBuf` usable for a transfer: non-empty, 4096-aligned, inside.
+pub(crate) fn check_range(range: &Range<usize>, buf_len: usize) -> Result<(), DeviceError> {
+    let align = IO_ALIGN_BYTES;
+    if range.start >= range.end || range.start % align != 0 || range.end % align != 0 {
+        return Err(DeviceError::Misaligned {
+            offset_bytes: range.start as u64,
+            len_bytes: range.len() as u64,
+            align_bytes: align as u64,
+        });
+    }
+    if range.end > buf_len {
+        return Err(DeviceError::OutOfRange {
+            offset_bytes: range.start as u64,
+            len_bytes: range.len() as u64,
+            capacity_bytes: buf_len as u64,
+        });
+    }
+    Ok(())
 }
 
 /// Shared argument check for the backends: aligned and inside the device.

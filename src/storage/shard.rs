@@ -173,6 +173,8 @@ pub struct Shard {
     pub(crate) wheel_entries: usize,
     pub(crate) rng: u64,
     pub(crate) counters: Counters,
+    /// Reused for the first read of every record (one read window).
+    pub(crate) read_buf: AlignedBuf,
     pub(crate) last_now_ms: u64,
     pub(crate) raider: TombRaider,
     pub(crate) defrag_sleep_ms: u64,
@@ -224,6 +226,7 @@ impl Shard {
             wheel_entries: 0,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
+            read_buf: AlignedBuf::new_zeroed(READ_WINDOW_BYTES),
             last_now_ms: 0,
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
             defrag_sleep_ms: cfg.defrag_sleep_ms,
@@ -692,12 +695,17 @@ impl Shard {
         let aligned = off & !(CHUNK_ALIGN_BYTES as usize - 1);
         let rel = off - aligned;
         let mut len = READ_WINDOW_BYTES.min(bs - aligned);
+        let device = &self.shared.layout.devices[dev];
+        let mut big: Option<AlignedBuf> = None;
         for _ in 0..2 {
-            let mut buf = AlignedBuf::new_zeroed(len);
-            self.shared.layout.devices[dev].read_at(base + aligned as u64, &mut buf)?;
+            let buf = match big.as_mut() {
+                Some(b) => b,
+                None => &mut self.read_buf,
+            };
+            device.read_range_at(base + aligned as u64, buf, 0..len)?;
             self.counters.device_reads += 1;
             self.counters.device_read_bytes += len as u64;
-            let bytes = buf.as_slice();
+            let bytes = &buf.as_slice()[..len];
             let hdr = RecordHeader::decode(&bytes[rel..])
                 .ok_or_else(|| StorageError::Corrupt(format!("no record header at {addr:?}")))?;
             let need = rel + hdr.record_len();
@@ -717,6 +725,7 @@ impl Shard {
                 });
             }
             len = align_up(need);
+            big = Some(AlignedBuf::new_zeroed(len));
         }
         Err(StorageError::Corrupt(format!(
             "record at {addr:?} changed size between reads"
@@ -1001,13 +1010,14 @@ impl Shard {
         let mlen = encode_record(&mut staging[marker_pos..], ob.block_seq, hdr, &[], &payload);
         let end = align_up(marker_pos + mlen);
         debug_assert!(end <= bs);
-        let mut wbuf = AlignedBuf::new_zeroed(end - ob.chunk_start);
-        wbuf.as_mut_slice()
-            .copy_from_slice(&staging[ob.chunk_start..end]);
         let (dev, base) = self.shared.layout.locate(ob.block);
-        self.shared.layout.devices[dev].write_at(base + ob.chunk_start as u64, &wbuf)?;
+        self.shared.layout.devices[dev].write_range_at(
+            base + ob.chunk_start as u64,
+            &self.staging,
+            ob.chunk_start..end,
+        )?;
         self.counters.device_writes += 1;
-        self.counters.device_write_bytes += wbuf.len() as u64;
+        self.counters.device_write_bytes += (end - ob.chunk_start) as u64;
         self.dirty_devices[dev] = true;
         ob.chunk_start = end;
         ob.write_pos = end;
