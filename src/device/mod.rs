@@ -154,7 +154,10 @@ pub trait BlockDevice: Send + Sync {
 /// A sub-range of an `AlignedBuf` usable for a transfer: non-empty, 4096-aligned, inside.
 pub(crate) fn check_range(range: &Range<usize>, buf_len: usize) -> Result<(), DeviceError> {
     let align = IO_ALIGN_BYTES;
-    if range.start >= range.end || range.start % align != 0 || range.end % align != 0 {
+    if range.start >= range.end
+        || !range.start.is_multiple_of(align)
+        || !range.end.is_multiple_of(align)
+    {
         return Err(DeviceError::Misaligned {
             offset_bytes: range.start as u64,
             len_bytes: range.len() as u64,
