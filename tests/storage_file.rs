@@ -132,7 +132,26 @@ fn measure_write_and_recovery_rates() {
             st.info.recovered_keys,
             t.elapsed().as_secs_f64()
         );
-        drop(st);
+        let mut s = st.shards.into_iter().next().unwrap();
+        let gets = 50_000u32;
+        let before = s.stats().device_reads;
+        let t = Instant::now();
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..gets {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let key = format!("key:{:012}", x % n);
+            let v = s.get(0, key.as_bytes(), 0).unwrap().unwrap();
+            assert_eq!(v.bytes.len(), 1024);
+        }
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "  random GETs (one thread, synchronous O_DIRECT pread): {:.0}/s, {:.2} device reads per GET",
+            f64::from(gets) / secs,
+            (s.stats().device_reads - before) as f64 / f64::from(gets)
+        );
+        drop(s);
         std::fs::remove_file(&path).unwrap();
     }
 }
