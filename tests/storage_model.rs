@@ -64,13 +64,19 @@ enum Op {
     Background,
     Crash(Crash),
     Reopen,
+    /// A full tomb-raider sweep, then defrag rounds that may drop the tombstones it marked.
+    TombRaid,
 }
 
-fn op_strategy() -> impl Strategy<Value = Op> {
+/// `value_lens` sets put sizes; `background_weight` how often defrag and expiry run.
+fn op_strategy(
+    value_lens: std::ops::Range<usize>,
+    background_weight: u32,
+) -> impl Strategy<Value = Op> {
     let key = (0..DBS, 0..KEYS);
     let ttl = prop_oneof![3 => Just(None), 1 => (1u64..5000).prop_map(Some)];
     prop_oneof![
-        30 => (key.clone(), 0usize..3000, any::<u8>(), ttl.clone())
+        30 => (key.clone(), value_lens, any::<u8>(), ttl.clone())
             .prop_map(|((db, k), len, fill, ttl)| Op::Put { db, k, len, fill, ttl }),
         1 => (key.clone(), any::<u8>()).prop_map(|((db, k), fill)| Op::PutLarge { db, k, fill }),
         8 => key.clone().prop_map(|(db, k)| Op::Del { db, k }),
@@ -79,7 +85,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         8 => Just(Op::Flush),
         1 => (0..DBS).prop_map(|db| Op::FlushDb { db }),
         4 => (0u64..3000).prop_map(|ms| Op::Tick { ms }),
-        4 => Just(Op::Background),
+        background_weight => Just(Op::Background),
         3 => prop_oneof![
             Just(Crash::DropUnsynced),
             (0u32..20).prop_map(Crash::TearLast),
@@ -87,6 +93,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         ]
         .prop_map(Op::Crash),
         1 => Just(Op::Reopen),
+        2 => Just(Op::TombRaid),
     ]
 }
 
@@ -244,6 +251,22 @@ impl Harness {
                     s.background(now, 1000).unwrap();
                 }
             }
+            Op::TombRaid => {
+                for s in &mut self.shards {
+                    s.tomb_raider_start_now();
+                    for _ in 0..200 {
+                        s.background(now, 1000).unwrap();
+                        if s.tomb_raider_status().runs_completed > 0
+                            && s.tomb_raider_status().phase == storage::TombRaiderPhase::Idle
+                        {
+                            break;
+                        }
+                    }
+                    for _ in 0..10 {
+                        s.background(now, 1000).unwrap();
+                    }
+                }
+            }
             Op::Reopen => {
                 for s in std::mem::take(&mut self.shards) {
                     s.shutdown(false).unwrap();
@@ -337,6 +360,24 @@ impl Harness {
 
     fn finish(&mut self) -> Result<(), TestCaseError> {
         let now = self.now;
+        if std::env::var_os("LAVIK_MODEL_STATS").is_some() {
+            let freed: u64 = self
+                .shards
+                .iter()
+                .map(|s| s.stats().defrag_freed_blocks)
+                .sum();
+            let moved: u64 = self
+                .shards
+                .iter()
+                .map(|s| s.stats().defrag_relocated_records)
+                .sum();
+            let dropped: u64 = self
+                .shards
+                .iter()
+                .map(|s| s.tomb_raider_status().tombstones_dropped)
+                .sum();
+            eprintln!("model stats: freed {freed} blocks, relocated {moved} records, dropped {dropped} tombstones");
+        }
         for db in 0..DBS {
             for k in 0..KEYS {
                 let got = self
@@ -375,13 +416,20 @@ proptest! {
     // Proves, in Always mode, that nothing flushed is lost, nothing deleted comes back and no
     // value is ever wrong across random crashes and reopens.
     #[test]
-    fn model_always(ops in proptest::collection::vec(op_strategy(), 1..120)) {
+    fn model_always(ops in proptest::collection::vec(op_strategy(0..3000, 4), 1..120)) {
         run(FsyncPolicy::Always, &ops)?;
     }
 
     // Proves the same contract in EverySec mode (writes after the last flush may be lost).
     #[test]
-    fn model_everysec(ops in proptest::collection::vec(op_strategy(), 1..120)) {
+    fn model_everysec(ops in proptest::collection::vec(op_strategy(0..3000, 4), 1..120)) {
         run(FsyncPolicy::EverySec, &ops)?;
+    }
+
+    // Proves the contract under heavy defrag: large values fill blocks fast and background
+    // rounds are frequent, so records and tombstones are relocated and blocks freed often.
+    #[test]
+    fn model_defrag_heavy(ops in proptest::collection::vec(op_strategy(2000..20_000, 20), 1..150)) {
+        run(FsyncPolicy::Always, &ops)?;
     }
 }

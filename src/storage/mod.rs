@@ -6,7 +6,7 @@
 //! shared allocator (a mutex taken once per block, never per request). The keyspace is split
 //! into shards (`key_slot % shard_count`); a `Shard` is owned by exactly one worker thread and
 //! holds that slice's per-db indexes, its one open block (the staging buffer), its counters
-//! and its expiry wheel. Records are appended to the open block and written out in chunks,
+//! and its per-db expiry sets. Records are appended to the open block and written out in chunks,
 //! each closed by a commit marker carrying the chunk's CRC32C; `docs/storage-format.md`
 //! specifies every byte and the crash argument.
 //!

@@ -496,6 +496,7 @@ impl Shard {
             if w > self.watermarks[d] {
                 self.watermarks[d] = w;
                 self.indexes[d] = Index::new();
+                self.expiry[d] = std::collections::BTreeSet::new();
                 for info in self.blocks.values_mut() {
                     info.live_bytes[d] = 0;
                 }
@@ -523,6 +524,7 @@ impl Shard {
                     self.indexes[db as usize].replace(h, f.addr, addr);
                     if f.rec.header.record_type == RecordType::Put {
                         self.unaccount(db, f.addr, f.rec.header.record_len());
+                        self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
                     }
                 }
                 None => self.indexes[db as usize].insert(h, addr),
@@ -530,13 +532,7 @@ impl Shard {
             let info = self.blocks.get_mut(&block).expect("block registered");
             if is_put {
                 info.live_bytes[db as usize] += hdr.record_len() as u32;
-                if hdr.expire_at_ms != 0 {
-                    self.wheel
-                        .entry(hdr.expire_at_ms / 1000)
-                        .or_default()
-                        .push((db, addr));
-                    self.wheel_entries += 1;
-                }
+                self.expiry_add(db, hdr.expire_at_ms, addr);
                 if hdr.flags & FLAG_LARGE != 0 {
                     pending.roots.push((db, h, addr));
                 }

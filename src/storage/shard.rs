@@ -1,5 +1,5 @@
 //! One shard: a slice of the keyspace with its own per-db indexes, one open (staging) block,
-//! counters and expiry wheel. Owned by exactly one worker thread; no locks except the shared
+//! counters and expiry sets. Owned by exactly one worker thread; no locks except the shared
 //! block allocator, taken once per block.
 use super::alloc::{BlockId, StoreShared};
 use super::format::{
@@ -13,7 +13,7 @@ use super::index::{Address, Index};
 use super::tombraider::TombRaider;
 use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
 use crate::device::AlignedBuf;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Bytes a device read fetches first: enough for a record of up to ~4 KiB at any offset.
@@ -21,8 +21,9 @@ const READ_WINDOW_BYTES: usize = 8192;
 /// Bytes per root-record fragment address entry and root payload header.
 const ROOT_ENTRY_BYTES: usize = 8;
 const ROOT_HEADER_BYTES: usize = 24;
-/// Expiry wheel granularity.
-const WHEEL_SLOT_MS: u64 = 1000;
+/// Estimated bytes per entry of an expiry set: a 16-byte (expiry, address) pair in BTree
+/// leaves of 11 entries, about two-thirds full, plus node headers.
+const EXPIRY_ENTRY_BYTES_ESTIMATE: u64 = 26;
 /// Rough cost of one unit of background work, used to turn a time budget into a work count.
 const BACKGROUND_UNIT_US: u64 = 10;
 
@@ -119,7 +120,7 @@ pub struct ShardStats {
     pub index_bytes: u64,
     /// Staging buffer (one block).
     pub staging_bytes: u64,
-    /// Per-key expiry state (the expiry wheel), counted separately from the index.
+    /// Per-key expiry state (the per-db expiry sets), counted separately from the index.
     pub expiry_bytes: u64,
     /// The tomb raider's droppable set and any sweep in progress.
     pub tomb_raider_bytes: u64,
@@ -169,8 +170,9 @@ pub struct Shard {
     pub(crate) first_unflushed_ms: Option<u64>,
     pub(crate) dirty_devices: Vec<bool>,
     pub(crate) pending_frees: Vec<BlockId>,
-    pub(crate) wheel: BTreeMap<u64, Vec<(Db, Address)>>,
-    pub(crate) wheel_entries: usize,
+    /// Per db: (expire_at_ms, address) of every current record that has an expiry.
+    pub(crate) expiry: Vec<BTreeSet<(u64, Address)>>,
+    pub(crate) expiry_cursor_db: usize,
     pub(crate) rng: u64,
     pub(crate) counters: Counters,
     /// Reused for the first read of every record (one read window).
@@ -222,8 +224,8 @@ impl Shard {
             first_unflushed_ms: None,
             dirty_devices: vec![false; device_count],
             pending_frees: Vec::new(),
-            wheel: BTreeMap::new(),
-            wheel_entries: 0,
+            expiry: (0..DB_COUNT).map(|_| BTreeSet::new()).collect(),
+            expiry_cursor_db: 0,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
             read_buf: AlignedBuf::new_zeroed(READ_WINDOW_BYTES),
@@ -428,6 +430,7 @@ impl Shard {
         self.watermarks_dirty = true;
         self.mark_unflushed();
         self.indexes[d] = Index::new();
+        self.expiry[d] = BTreeSet::new();
         let mut dead_extents = Vec::new();
         for (b, info) in self.blocks.iter_mut() {
             info.live_bytes[d] = 0;
@@ -590,11 +593,11 @@ impl Shard {
             keys_per_db,
             index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
             staging_bytes: self.staging.len() as u64,
-            expiry_bytes: (self.wheel.len() * 64 + self.wheel_entries * 16) as u64,
+            expiry_bytes: self.volatile_count() * EXPIRY_ENTRY_BYTES_ESTIMATE,
             tomb_raider_bytes: self.raider.memory_bytes() as u64,
             block_table_bytes: (self.blocks.capacity() * (std::mem::size_of::<BlockInfo>() + 8))
                 as u64,
-            volatile_entries: self.wheel_entries as u64,
+            volatile_entries: self.volatile_count(),
             device_reads: c.device_reads,
             device_read_bytes: c.device_read_bytes,
             device_writes: c.device_writes,
@@ -773,6 +776,7 @@ impl Shard {
             Some(f) => {
                 let replaced = self.indexes[d].replace(h, f.addr, addr);
                 assert!(replaced, "index lost an entry it just returned");
+                self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
                 self.unaccount(db, f.addr, f.rec.header.record_len());
                 if retire_old_extents && f.rec.header.flags & FLAG_LARGE != 0 {
                     self.retire_extents_of(&f.rec);
@@ -784,13 +788,23 @@ impl Shard {
         if let Some(info) = self.blocks.get_mut(&block) {
             info.live_bytes[d] += len as u32;
         }
-        if expire != 0 {
-            self.wheel
-                .entry(expire / WHEEL_SLOT_MS)
-                .or_default()
-                .push((db, addr));
-            self.wheel_entries += 1;
+        self.expiry_add(db, expire, addr);
+    }
+
+    pub(crate) fn expiry_add(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
+        if expire_at_ms != 0 {
+            self.expiry[db as usize].insert((expire_at_ms, addr));
         }
+    }
+
+    pub(crate) fn expiry_remove(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
+        if expire_at_ms != 0 {
+            self.expiry[db as usize].remove(&(expire_at_ms, addr));
+        }
+    }
+
+    fn volatile_count(&self) -> u64 {
+        self.expiry.iter().map(|e| e.len() as u64).sum()
     }
 
     pub(crate) fn unaccount(&mut self, db: Db, addr: Address, len: usize) {
@@ -841,6 +855,7 @@ impl Shard {
         self.counters.tombstones_written += 1;
         let removed = self.indexes[db as usize].remove(h, found.addr);
         assert!(removed, "index lost an entry it just returned");
+        self.expiry_remove(db, found.rec.header.expire_at_ms, found.addr);
         self.unaccount(db, found.addr, found.rec.header.record_len());
         if found.rec.header.flags & FLAG_LARGE != 0 {
             self.retire_extents_of(&found.rec);
@@ -1207,21 +1222,21 @@ impl Shard {
     // ---- background: expiry and defrag -------------------------------------------------
 
     fn active_expiry(&mut self, now_ms: u64, work: &mut u64) -> Result<(), StorageError> {
-        while *work > 0 {
-            let Some(mut slot) = self.wheel.first_entry() else {
-                break;
-            };
-            // A slot is reaped once it is entirely in the past.
-            if (*slot.key() + 1) * WHEEL_SLOT_MS > now_ms {
-                break;
+        let mut idle_dbs = 0;
+        while *work > 0 && idle_dbs < DB_COUNT {
+            let d = self.expiry_cursor_db;
+            match self.expiry[d].first() {
+                Some(&(expire_at_ms, addr)) if expire_at_ms <= now_ms => {
+                    self.expiry[d].pop_first();
+                    *work -= 1;
+                    idle_dbs = 0;
+                    self.expire_if_current(d as Db, addr, now_ms)?;
+                }
+                _ => {
+                    idle_dbs += 1;
+                    self.expiry_cursor_db = (d + 1) % DB_COUNT;
+                }
             }
-            let Some((db, addr)) = slot.get_mut().pop() else {
-                slot.remove();
-                continue;
-            };
-            self.wheel_entries -= 1;
-            *work -= 1;
-            self.expire_if_current(db, addr, now_ms)?;
         }
         Ok(())
     }
@@ -1334,13 +1349,8 @@ impl Shard {
                             i.live_bytes[hdr.db as usize] += len;
                         }
                         self.unaccount(hdr.db, addr, len as usize);
-                        if hdr.expire_at_ms != 0 {
-                            self.wheel
-                                .entry(hdr.expire_at_ms / WHEEL_SLOT_MS)
-                                .or_default()
-                                .push((hdr.db, new));
-                            self.wheel_entries += 1;
-                        }
+                        self.expiry_remove(hdr.db, hdr.expire_at_ms, addr);
+                        self.expiry_add(hdr.db, hdr.expire_at_ms, new);
                         self.counters.defrag_relocated_records += 1;
                     }
                     RecordType::Tombstone

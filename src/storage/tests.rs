@@ -466,3 +466,39 @@ fn tomb_raider_lets_defrag_drop_dead_tombstones() {
     }
     assert_eq!(s.key_count(0), 62);
 }
+
+// Proves per-key expiry state stays one entry per volatile key across overwrites, EXPIRE,
+// PERSIST, delete and FLUSHDB (no stale entries pile up), including after recovery.
+#[test]
+fn expiry_state_does_not_accumulate() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    for i in 0..100u64 {
+        s.put(0, b"v", ValueKind::String, b"x", Some(10_000 + i), 0)
+            .unwrap();
+        s.put(
+            1,
+            format!("w{i}").as_bytes(),
+            ValueKind::String,
+            b"x",
+            Some(10_000),
+            0,
+        )
+        .unwrap();
+    }
+    assert_eq!(s.stats().volatile_entries, 101);
+    assert!(s.set_expiry(0, b"v", Some(20_000), 0).unwrap());
+    assert_eq!(s.stats().volatile_entries, 101);
+    s.flush().unwrap();
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.stats().volatile_entries, 101);
+    assert!(s.set_expiry(0, b"v", None, 0).unwrap());
+    assert_eq!(s.stats().volatile_entries, 100);
+    s.flush_db(1).unwrap();
+    assert_eq!(s.stats().volatile_entries, 0);
+    s.put(0, b"v", ValueKind::String, b"x", Some(5), 0).unwrap();
+    assert!(s.delete(0, b"v", 0).unwrap());
+    assert_eq!(s.stats().volatile_entries, 0);
+}
