@@ -537,7 +537,7 @@ impl Shard {
                     pending.roots.push((db, h, addr));
                 }
             } else {
-                info.has_tombs = true;
+                info.note_tomb(hdr.record_len());
                 pending.tombs.push((db, h, addr));
             }
         }

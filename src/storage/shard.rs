@@ -37,6 +37,11 @@ pub(crate) struct BlockInfo {
     /// Bytes of live (indexed) records, per db.
     pub live_bytes: [u32; DB_COUNT],
     pub has_tombs: bool,
+    /// Bytes of tombstones written here that were current when written (an upper bound of
+    /// what defrag would copy forward).
+    pub tomb_bytes: u32,
+    /// Bytes of those tombstones the tomb raider found droppable.
+    pub droppable_bytes: u32,
     pub sealed: bool,
     pub retiring: bool,
     /// Defrag found data it could not parse here; never pick it again.
@@ -51,6 +56,8 @@ impl BlockInfo {
             used_bytes: 0,
             live_bytes: [0; DB_COUNT],
             has_tombs: false,
+            tomb_bytes: 0,
+            droppable_bytes: 0,
             sealed,
             retiring: false,
             no_defrag: false,
@@ -59,6 +66,18 @@ impl BlockInfo {
 
     pub(crate) fn live_total(&self) -> u64 {
         self.live_bytes.iter().map(|&b| u64::from(b)).sum()
+    }
+
+    /// What defrag would have to keep: live records plus tombstones not known droppable.
+    /// Counting tombstones keeps a block full of needed tombstones from being rewritten
+    /// forever.
+    pub(crate) fn kept_bytes(&self) -> u64 {
+        self.live_total() + u64::from(self.tomb_bytes.saturating_sub(self.droppable_bytes))
+    }
+
+    pub(crate) fn note_tomb(&mut self, len: usize) {
+        self.has_tombs = true;
+        self.tomb_bytes += len as u32;
     }
 }
 
@@ -570,7 +589,7 @@ impl Shard {
             && i.sealed
             && !i.retiring
             && !i.no_defrag
-            && i.live_total() * 100 < u64::from(i.used_bytes) * pct
+            && i.kept_bytes() * 100 < u64::from(i.used_bytes) * pct
     }
 
     pub fn set_defrag_paused(&mut self, paused: bool) {
@@ -850,7 +869,7 @@ impl Shard {
         )?;
         let (tblock, _) = self.shared.layout.split(taddr);
         if let Some(info) = self.blocks.get_mut(&tblock) {
-            info.has_tombs = true;
+            info.note_tomb(record_len(found.rec.key.len(), 0));
         }
         self.counters.tombstones_written += 1;
         let removed = self.indexes[db as usize].remove(h, found.addr);
@@ -1282,7 +1301,7 @@ impl Shard {
             .filter(|(b, i)| Some(**b) != open_block && Self::defrag_candidate(i, pct))
             .min_by_key(|(b, i)| {
                 (
-                    i.live_total() * 1000 / u64::from(i.used_bytes.max(1)),
+                    i.kept_bytes() * 1000 / u64::from(i.used_bytes.max(1)),
                     i.block_seq,
                     b.0,
                 )
@@ -1354,8 +1373,13 @@ impl Shard {
                         self.counters.defrag_relocated_records += 1;
                     }
                     RecordType::Tombstone
-                        if !older_log_block_exists || self.raider.droppable.remove(&addr) =>
+                        if !older_log_block_exists
+                            || self.raider.droppable.remove(&addr)
+                            || self
+                                .find(hdr.db, rec.key, self.hash(hdr.db, rec.key))?
+                                .is_some() =>
                     {
+                        // Nothing older to shadow, or a newer record of the key exists.
                         self.raider.tombstones_dropped += 1;
                     }
                     RecordType::Tombstone => {
@@ -1372,7 +1396,7 @@ impl Shard {
                         )?;
                         let (nb, _) = self.shared.layout.split(new);
                         if let Some(i) = self.blocks.get_mut(&nb) {
-                            i.has_tombs = true;
+                            i.note_tomb(hdr.record_len());
                         }
                         self.counters.defrag_relocated_records += 1;
                     }

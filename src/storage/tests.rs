@@ -502,3 +502,54 @@ fn expiry_state_does_not_accumulate() {
     assert!(s.delete(0, b"v", 0).unwrap());
     assert_eq!(s.stats().volatile_entries, 0);
 }
+
+// Proves a mass delete does not make defrag rewrite the same needed tombstones forever:
+// blocks made of tombstones that must be kept are not defrag candidates.
+#[test]
+fn needed_tombstones_do_not_cause_endless_defrag() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.tomb_raider_interval_ms = 0;
+    let mut s = one_shard(&dev, &c);
+    for i in 0..60u32 {
+        s.put(
+            0,
+            format!("anchor{i}").as_bytes(),
+            ValueKind::String,
+            &[1u8; 1000],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..3000u32 {
+        s.put(
+            0,
+            format!("d{i}").as_bytes(),
+            ValueKind::String,
+            &[3u8; 100],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..3000u32 {
+        assert!(s.delete(0, format!("d{i}").as_bytes(), 0).unwrap());
+    }
+    s.put(0, b"last", ValueKind::String, &[5u8; 30_000], None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    for _ in 0..300 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    let moved = s.stats().defrag_relocated_records;
+    assert!(
+        moved < 6000,
+        "defrag relocated {moved} records for 3000 tombstones"
+    );
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.get(0, b"d1234", 0).unwrap(), None);
+    assert_eq!(s.key_count(0), 61);
+}

@@ -168,6 +168,9 @@ impl Shard {
             .collect();
         blocks.sort();
         self.raider.droppable.clear();
+        for info in self.blocks.values_mut() {
+            info.droppable_bytes = 0;
+        }
         self.raider.sweep = Some(Sweep {
             blocks: blocks.into_iter().map(|(_, b)| b).collect(),
             pos: 0,
@@ -225,8 +228,12 @@ impl Shard {
                             .dead
                             .get(&(hdr.db, h))
                             .is_some_and(|v| v.iter().any(|&(s, b)| s < hdr.seq && b != block));
-                        if !shadows {
+                        // A tombstone whose key has a newer record is superseded as well.
+                        if !shadows || self.find(hdr.db, rec.key, h)?.is_some() {
                             self.raider.droppable.insert(addr);
+                            if let Some(i) = self.blocks.get_mut(&block) {
+                                i.droppable_bytes += hdr.record_len() as u32;
+                            }
                         }
                     }
                     _ => {}
