@@ -7,10 +7,12 @@
 //! - `resp`: RESP2/RESP3 request parser and reply encoder (sans-IO).
 //! - `runtime`: io_uring ring code, provided buffers, wake-ups, pinning.
 //! - `storage`: the engine: compact index, log-structured values, recovery.
+//! - `device`: block devices (files and raw devices, in-memory for tests).
 //! - `server`: workers, connections, routing, command dispatch.
 //! - `commands`: the command table and one file per command family.
 pub mod commands;
 pub mod config;
+pub mod device;
 pub mod resp;
 pub mod runtime;
 pub mod server;

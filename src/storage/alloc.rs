@@ -1,0 +1,173 @@
+//! Where blocks live and who may use them: the store layout (global block number → device and
+//! byte offset, record address encoding) and the shared block allocator.
+use super::format::{Label, MetaSlot, ADDRESS_BITS, META_SLOT_OFFSETS_BYTES, RECORD_ALIGN_BYTES};
+use super::index::Address;
+use super::StorageError;
+use crate::device::{AlignedBuf, BlockDevice};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// A block number unique across all devices of the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(pub u32);
+
+pub struct Layout {
+    pub devices: Vec<Arc<dyn BlockDevice>>,
+    pub block_size_bytes: u32,
+    /// log2(block_size / RECORD_ALIGN_BYTES): low bits of an address.
+    pub offset_bits: u32,
+    /// First global block number of each device, plus a final entry = total blocks.
+    pub device_first_block: Vec<u32>,
+    pub store_uuid: [u8; 16],
+    pub shard_count: u32,
+}
+
+impl Layout {
+    pub fn new(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        labels: &[Label],
+    ) -> Result<Layout, StorageError> {
+        let block_size_bytes = labels[0].block_size_bytes;
+        let offset_bits = (block_size_bytes as usize / RECORD_ALIGN_BYTES).trailing_zeros();
+        let mut device_first_block = vec![0u32];
+        let mut total: u64 = 0;
+        for l in labels {
+            total += l.block_count;
+            if total >= 1 << (ADDRESS_BITS - offset_bits) {
+                return Err(StorageError::Config(format!(
+                    "store too large: {total} blocks of {block_size_bytes} bytes exceed the {ADDRESS_BITS}-bit address space"
+                )));
+            }
+            device_first_block.push(total as u32);
+        }
+        Ok(Layout {
+            devices,
+            block_size_bytes,
+            offset_bits,
+            device_first_block,
+            store_uuid: labels[0].store_uuid,
+            shard_count: labels[0].shard_count,
+        })
+    }
+
+    pub fn total_blocks(&self) -> u32 {
+        *self.device_first_block.last().expect("non-empty")
+    }
+
+    /// Device index and byte offset of the start of a block. Block `i` of a device starts at
+    /// `(i + 1) * block_size` (the first block-sized region holds the label and metadata).
+    pub fn locate(&self, block: BlockId) -> (usize, u64) {
+        let dev = self
+            .device_first_block
+            .partition_point(|&first| first <= block.0)
+            - 1;
+        debug_assert!(dev < self.devices.len(), "block {block:?} out of range");
+        let local = u64::from(block.0 - self.device_first_block[dev]);
+        (dev, (local + 1) * u64::from(self.block_size_bytes))
+    }
+
+    pub fn address(&self, block: BlockId, offset_in_block: usize) -> Address {
+        debug_assert_eq!(offset_in_block % RECORD_ALIGN_BYTES, 0);
+        debug_assert!(offset_in_block < self.block_size_bytes as usize);
+        Address(
+            (u64::from(block.0) << self.offset_bits)
+                | (offset_in_block / RECORD_ALIGN_BYTES) as u64,
+        )
+    }
+
+    pub fn split(&self, addr: Address) -> (BlockId, usize) {
+        let block = BlockId((addr.0 >> self.offset_bits) as u32);
+        let offset = ((addr.0 & ((1 << self.offset_bits) - 1)) as usize) * RECORD_ALIGN_BYTES;
+        (block, offset)
+    }
+}
+
+/// Free blocks per device, handed out round-robin across devices.
+pub struct Allocator {
+    free: Vec<VecDeque<BlockId>>,
+    next_device: usize,
+    next_block_seq: u64,
+    /// Blocks kept back for deletes and defrag, so space can always be recovered.
+    reserve_blocks: usize,
+}
+
+impl Allocator {
+    pub fn new(device_count: usize, next_block_seq: u64, reserve_blocks: usize) -> Allocator {
+        Allocator {
+            free: vec![VecDeque::new(); device_count],
+            next_device: 0,
+            next_block_seq,
+            reserve_blocks,
+        }
+    }
+
+    pub fn free_count(&self) -> usize {
+        self.free.iter().map(|f| f.len()).sum()
+    }
+
+    /// A free block and a fresh block sequence number. Without `use_reserve`, fails while only
+    /// the reserve is left.
+    pub fn alloc(&mut self, use_reserve: bool) -> Option<(BlockId, u64)> {
+        let free = self.free_count();
+        if free == 0 || (!use_reserve && free <= self.reserve_blocks) {
+            return None;
+        }
+        let n = self.free.len();
+        for i in 0..n {
+            let dev = (self.next_device + i) % n;
+            if let Some(b) = self.free[dev].pop_front() {
+                self.next_device = (dev + 1) % n;
+                let seq = self.next_block_seq;
+                self.next_block_seq += 1;
+                return Some((b, seq));
+            }
+        }
+        None
+    }
+
+    /// Returns a block (already zeroed durably) to the back of its device's free list.
+    pub fn release(&mut self, device: usize, block: BlockId) {
+        self.free[device].push_back(block);
+    }
+}
+
+/// What every shard of one store shares.
+pub struct StoreShared {
+    pub layout: Layout,
+    pub allocator: Mutex<Allocator>,
+    pub meta: Mutex<MetaState>,
+}
+
+pub struct MetaState {
+    pub generation: u64,
+    pub open_shards: u32,
+}
+
+impl StoreShared {
+    pub fn lock_alloc(&self) -> std::sync::MutexGuard<'_, Allocator> {
+        self.allocator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the next metadata generation into the slot not holding the current one.
+    pub fn write_meta(&self, clean_shutdown: bool) -> Result<(), StorageError> {
+        let mut meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
+        meta.generation += 1;
+        let slot = MetaSlot {
+            generation: meta.generation,
+            store_uuid: self.layout.store_uuid,
+            clean_shutdown,
+        };
+        write_meta_slot(&*self.layout.devices[0], &slot)
+    }
+}
+
+pub fn write_meta_slot(dev: &dyn BlockDevice, slot: &MetaSlot) -> Result<(), StorageError> {
+    let mut buf = AlignedBuf::new_zeroed(4096);
+    buf.as_mut_slice()[..128].copy_from_slice(&slot.encode());
+    dev.write_at(
+        META_SLOT_OFFSETS_BYTES[(slot.generation % 2) as usize],
+        &buf,
+    )?;
+    dev.sync()?;
+    Ok(())
+}

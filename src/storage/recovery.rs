@@ -1,0 +1,585 @@
+//! Opening a store: label checks or formatting, metadata slots, and recovery — a scan of
+//! every committed chunk, per shard in parallel, newest sequence number winning.
+use super::alloc::{write_meta_slot, Allocator, BlockId, Layout, MetaState, StoreShared};
+use super::format::{
+    decode_record, BlockHeaderPayload, Label, LabelState, MarkerPayload, MetaSlot, RecordHeader,
+    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_SIZE_MAX_BYTES,
+    BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE, LABEL_OFFSET_BYTES,
+    META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
+};
+use super::index::{Address, Index};
+use super::shard::{parse_root, BlockInfo, Shard};
+use super::{Db, OpenedStore, StorageError, StoreConfig, StoreInfo};
+use crate::device::{AlignedBuf, BlockDevice};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Most shards a store may be formatted with.
+const SHARD_COUNT_MAX: u32 = 1024;
+/// Blocks each shard may take beyond the free count seen by ordinary writes (deletes, defrag).
+const RESERVE_BLOCKS_PER_SHARD: usize = 2;
+/// A device counts as blank only if this much of its start is zero (this covers the
+/// superblocks of common filesystems and partition tables, e.g. btrfs at 64 KiB).
+const BLANK_CHECK_BYTES: u64 = 1 << 20;
+/// Recovery logs progress every this many blocks per shard.
+const PROGRESS_EVERY_BLOCKS: usize = 1024;
+
+/// A chunk that checked out: its records (offset, header), marker and end offset.
+pub(crate) struct ParsedChunk {
+    pub records: Vec<(usize, RecordHeader)>,
+    pub marker: MarkerPayload,
+    pub marker_seq: u64,
+    pub end: usize,
+}
+
+/// Parses the chunk starting at `start` of a block image; `None` unless every record checks
+/// out and a marker with this chunk's start, block sequence number and CRC closes it.
+pub(crate) fn parse_chunk(block: &[u8], start: usize, block_seq: u64) -> Option<ParsedChunk> {
+    let mut p = start;
+    let mut records = Vec::new();
+    loop {
+        if p + RECORD_HEADER_BYTES > block.len() {
+            return None;
+        }
+        let r = decode_record(&block[p..], block_seq)?;
+        let len = r.header.record_len();
+        match r.header.record_type {
+            RecordType::Marker => {
+                let m = MarkerPayload::decode(r.value)?;
+                let crc_ok = crc32c::crc32c(&block[start..p]) == m.chunk_crc;
+                if m.block_seq != block_seq || m.chunk_start as usize != start || !crc_ok {
+                    return None;
+                }
+                return Some(ParsedChunk {
+                    records,
+                    marker: m,
+                    marker_seq: r.header.seq,
+                    end: p + len,
+                });
+            }
+            RecordType::BlockHeader if p != 0 => return None,
+            _ => records.push((p, r.header)),
+        }
+        p += len;
+    }
+}
+
+/// Reads and checks the BlockHeader record at the start of a block image.
+fn parse_block_header(bytes: &[u8]) -> Option<BlockHeaderPayload> {
+    let hdr = RecordHeader::decode(bytes)?;
+    if hdr.record_type != RecordType::BlockHeader
+        || hdr.value_len as usize != BLOCK_HEADER_PAYLOAD_BYTES
+    {
+        return None;
+    }
+    let payload =
+        bytes.get(RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + BLOCK_HEADER_PAYLOAD_BYTES)?;
+    let p = BlockHeaderPayload::decode(payload)?;
+    decode_record(bytes, p.block_seq)?;
+    Some(p)
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut out = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut out).is_ok() {
+            return out;
+        }
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    out.copy_from_slice(&(nanos ^ (u128::from(std::process::id()) << 64)).to_le_bytes());
+    out
+}
+
+fn format_store(
+    devices: &[Arc<dyn BlockDevice>],
+    cfg: &StoreConfig,
+) -> Result<Vec<Label>, StorageError> {
+    let bs = cfg.block_size_bytes;
+    if !bs.is_power_of_two() || !(BLOCK_SIZE_MIN_BYTES..=BLOCK_SIZE_MAX_BYTES).contains(&bs) {
+        return Err(StorageError::Config(format!(
+            "block size {bs} must be a power of two in {BLOCK_SIZE_MIN_BYTES}..={BLOCK_SIZE_MAX_BYTES}"
+        )));
+    }
+    if cfg.shard_count == 0 || cfg.shard_count > SHARD_COUNT_MAX {
+        return Err(StorageError::Config(format!(
+            "shard count must be 1..={SHARD_COUNT_MAX}"
+        )));
+    }
+    let store_uuid = random_uuid();
+    let mut labels = Vec::new();
+    for (i, dev) in devices.iter().enumerate() {
+        let capacity_bytes = dev.capacity_bytes();
+        let block_count = (capacity_bytes / u64::from(bs)).saturating_sub(1);
+        if block_count < 2 {
+            return Err(StorageError::Config(format!(
+                "{}: {capacity_bytes} bytes is too small for blocks of {bs} bytes",
+                dev.describe()
+            )));
+        }
+        let label = Label {
+            store_uuid,
+            device_index: i as u32,
+            device_count: devices.len() as u32,
+            shard_count: cfg.shard_count,
+            block_size_bytes: bs,
+            capacity_bytes,
+            block_count,
+        };
+        let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+        buf.as_mut_slice()[..128].copy_from_slice(&label.encode());
+        dev.write_at(LABEL_OFFSET_BYTES, &buf)?;
+        dev.sync()?;
+        labels.push(label);
+    }
+    let meta = MetaSlot {
+        generation: 1,
+        store_uuid,
+        clean_shutdown: true,
+    };
+    write_meta_slot(&*devices[0], &meta)?;
+    tracing::info!(
+        devices = devices.len(),
+        block_size = bs,
+        shards = cfg.shard_count,
+        "formatted a new store"
+    );
+    Ok(labels)
+}
+
+/// Devices in store order, their labels, and whether they were just formatted.
+type CheckedDevices = (Vec<Arc<dyn BlockDevice>>, Vec<Label>, bool);
+
+/// Reads and classifies every label; formats when all devices are blank. Returns the devices
+/// ordered by their index in the store, their labels, and whether we formatted.
+fn check_labels(
+    devices: Vec<Arc<dyn BlockDevice>>,
+    cfg: &StoreConfig,
+) -> Result<CheckedDevices, StorageError> {
+    let mut states = Vec::new();
+    for dev in &devices {
+        if dev.capacity_bytes() < u64::from(BLOCK_SIZE_MIN_BYTES) {
+            return Err(StorageError::Config(format!(
+                "{}: device too small",
+                dev.describe()
+            )));
+        }
+        let check_len = BLANK_CHECK_BYTES.min(dev.capacity_bytes());
+        let mut buf = AlignedBuf::new_zeroed(check_len as usize);
+        dev.read_at(0, &mut buf)?;
+        let bytes = buf.as_slice();
+        let reserved_zero = bytes[CHUNK_ALIGN_BYTES as usize..].iter().all(|&b| b == 0);
+        states.push(Label::classify(
+            &bytes[..CHUNK_ALIGN_BYTES as usize],
+            reserved_zero,
+        ));
+    }
+    for (dev, st) in devices.iter().zip(&states) {
+        match st {
+            LabelState::Foreign => {
+                return Err(StorageError::ForeignLabel(format!(
+                "{}: not a lavik data file (unknown data at offset 0); it will not be overwritten",
+                dev.describe()
+            )))
+            }
+            LabelState::Damaged(why) => {
+                return Err(StorageError::ForeignLabel(format!(
+                    "{}: damaged lavik label ({why}); it will not be overwritten",
+                    dev.describe()
+                )))
+            }
+            _ => {}
+        }
+    }
+    if states.iter().all(|s| *s == LabelState::Blank) {
+        let labels = format_store(&devices, cfg)?;
+        return Ok((devices, labels, true));
+    }
+    let mut slots: Vec<Option<(Arc<dyn BlockDevice>, Label)>> = vec![None; devices.len()];
+    let mut first: Option<Label> = None;
+    for (dev, st) in devices.into_iter().zip(states) {
+        let LabelState::Valid(l) = st else {
+            return Err(StorageError::ForeignLabel(format!(
+                "{}: blank, but the other data files belong to a store; adding devices is not supported",
+                dev.describe()
+            )));
+        };
+        let f = *first.get_or_insert(l);
+        let mismatch = l.store_uuid != f.store_uuid
+            || l.device_count as usize != slots.len()
+            || l.block_size_bytes != f.block_size_bytes
+            || l.shard_count != f.shard_count;
+        if mismatch {
+            return Err(StorageError::ForeignLabel(format!(
+                "{}: belongs to a different store or set of data files ({} files labelled, {} given)",
+                dev.describe(),
+                l.device_count,
+                slots.len()
+            )));
+        }
+        if dev.capacity_bytes() < l.capacity_bytes {
+            return Err(StorageError::Corrupt(format!(
+                "{}: smaller than when it was formatted",
+                dev.describe()
+            )));
+        }
+        let slot = &mut slots[l.device_index as usize];
+        if slot.is_some() {
+            return Err(StorageError::ForeignLabel(format!(
+                "{}: device index given twice",
+                dev.describe()
+            )));
+        }
+        *slot = Some((dev, l));
+    }
+    let (devs, labels) = slots
+        .into_iter()
+        .map(|s| s.expect("every index present"))
+        .unzip();
+    Ok((devs, labels, false))
+}
+
+fn read_meta(dev: &dyn BlockDevice, uuid: [u8; 16]) -> Result<Option<MetaSlot>, StorageError> {
+    let mut best: Option<MetaSlot> = None;
+    for off in META_SLOT_OFFSETS_BYTES {
+        let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+        dev.read_at(off, &mut buf)?;
+        if let Some(m) = MetaSlot::decode(buf.as_slice()) {
+            if m.store_uuid == uuid && best.is_none_or(|b| m.generation > b.generation) {
+                best = Some(m);
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// Opens (or formats) a store and recovers every shard.
+pub(crate) fn open_store(
+    devices: Vec<Arc<dyn BlockDevice>>,
+    cfg: &StoreConfig,
+) -> Result<OpenedStore, StorageError> {
+    if devices.is_empty() {
+        return Err(StorageError::Config("no data file given".into()));
+    }
+    let started = Instant::now();
+    let (devices, labels, formatted) = check_labels(devices, cfg)?;
+    let layout = Layout::new(devices, &labels)?;
+    let meta = read_meta(&*layout.devices[0], layout.store_uuid)?;
+    if meta.is_none() {
+        tracing::warn!("no valid metadata slot; continuing with a full scan");
+    }
+    let last_shutdown_clean = meta.is_some_and(|m| m.clean_shutdown);
+    let shard_count = layout.shard_count;
+    let device_count = layout.devices.len();
+    let shared = Arc::new(StoreShared {
+        layout,
+        allocator: Mutex::new(Allocator::new(device_count, 1, 0)),
+        meta: Mutex::new(MetaState {
+            generation: meta.map_or(0, |m| m.generation),
+            open_shards: shard_count,
+        }),
+    });
+    shared.write_meta(false)?;
+
+    let (per_shard, max_block_seq) = scan_block_headers(&shared)?;
+    let mut shards: Vec<Shard> = (0..shard_count)
+        .map(|i| Shard::new(i, shared.clone(), cfg))
+        .collect();
+    let results: Vec<Result<Vec<BlockId>, StorageError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shards
+            .iter_mut()
+            .zip(per_shard)
+            .map(|(shard, blocks)| s.spawn(move || shard.recover(blocks)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("recovery thread panicked"))
+            .collect()
+    });
+    let mut used: HashSet<BlockId> = HashSet::new();
+    for r in results {
+        used.extend(r?);
+    }
+    let total = shared.layout.total_blocks();
+    {
+        let mut alloc = shared.lock_alloc();
+        *alloc = Allocator::new(
+            device_count,
+            max_block_seq + 1,
+            RESERVE_BLOCKS_PER_SHARD * shard_count as usize,
+        );
+        for b in (0..total).map(BlockId) {
+            if !used.contains(&b) {
+                alloc.release(shared.layout.locate(b).0, b);
+            }
+        }
+    }
+    let recovered_keys: u64 = shards.iter().map(|s| s.stats().keys).sum();
+    let info = StoreInfo {
+        shard_count,
+        recovered_keys,
+        recovery_ms: started.elapsed().as_millis() as u64,
+        formatted,
+        last_shutdown_clean,
+        block_size_bytes: shared.layout.block_size_bytes,
+        blocks_total: u64::from(total),
+        blocks_free: shared.lock_alloc().free_count() as u64,
+        devices: shared.layout.devices.iter().map(|d| d.describe()).collect(),
+        torn_chunks: shards.iter().map(|s| s.counters.torn_chunks).sum(),
+        corrupt_chunks: shards.iter().map(|s| s.counters.corrupt_chunks).sum(),
+    };
+    tracing::info!(
+        keys = info.recovered_keys,
+        ms = info.recovery_ms,
+        torn = info.torn_chunks,
+        corrupt = info.corrupt_chunks,
+        clean = last_shutdown_clean,
+        "store open"
+    );
+    Ok(OpenedStore { shards, info })
+}
+
+/// Pass 1: the first sector of every block says whether it is in use and by which shard.
+#[allow(clippy::type_complexity)]
+fn scan_block_headers(
+    shared: &StoreShared,
+) -> Result<(Vec<Vec<(BlockId, u64, u32)>>, u64), StorageError> {
+    let layout = &shared.layout;
+    let mut per_shard = vec![Vec::new(); layout.shard_count as usize];
+    let mut max_block_seq = 0;
+    let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+    for b in (0..layout.total_blocks()).map(BlockId) {
+        let (dev, base) = layout.locate(b);
+        layout.devices[dev].read_at(base, &mut buf)?;
+        let Some(p) = parse_block_header(buf.as_slice()) else {
+            continue;
+        };
+        if p.store_uuid != layout.store_uuid || p.global_block != b.0 {
+            continue;
+        }
+        max_block_seq = max_block_seq.max(p.block_seq);
+        match per_shard.get_mut(p.shard_id as usize) {
+            Some(list) => list.push((b, p.block_seq, p.block_kind)),
+            None => tracing::warn!(
+                block = b.0,
+                shard = p.shard_id,
+                "block names a shard this store does not have"
+            ),
+        }
+    }
+    Ok((per_shard, max_block_seq))
+}
+
+/// Recovery-time bookkeeping of one shard.
+#[derive(Default)]
+struct Pending {
+    tombs: Vec<(Db, u64, Address)>,
+    roots: Vec<(Db, u64, Address)>,
+    max_seq: u64,
+}
+
+impl Shard {
+    /// Pass 2 for this shard: applies every committed chunk of its blocks in block order.
+    /// Returns the blocks that hold committed data (the rest are free).
+    pub(crate) fn recover(
+        &mut self,
+        mut blocks: Vec<(BlockId, u64, u32)>,
+    ) -> Result<Vec<BlockId>, StorageError> {
+        blocks.sort_by_key(|b| b.1);
+        let bs = self.shared.layout.block_size_bytes as usize;
+        let mut buf = AlignedBuf::new_zeroed(bs);
+        let mut pending = Pending::default();
+        let mut kept = Vec::new();
+        for (n, &(block, block_seq, kind)) in blocks.iter().enumerate() {
+            let (dev, base) = self.shared.layout.locate(block);
+            self.shared.layout.devices[dev].read_at(base, &mut buf)?;
+            self.counters.device_reads += 1;
+            self.counters.device_read_bytes += bs as u64;
+            self.blocks
+                .insert(block, BlockInfo::new(block_seq, kind, true));
+            let used = self.recover_block(block, block_seq, buf.as_slice(), &mut pending)?;
+            if used == 0 {
+                self.blocks.remove(&block);
+            } else {
+                self.blocks.get_mut(&block).expect("inserted").used_bytes = used as u32;
+                kept.push(block);
+            }
+            if (n + 1) % PROGRESS_EVERY_BLOCKS == 0 {
+                tracing::info!(
+                    shard = self.id,
+                    blocks_done = n + 1,
+                    blocks_total = blocks.len(),
+                    "recovery progress"
+                );
+            }
+        }
+        self.finish_recovery(pending, &mut kept)?;
+        Ok(kept)
+    }
+
+    /// Applies the committed chunks of one block; returns the committed length (0 = none).
+    fn recover_block(
+        &mut self,
+        block: BlockId,
+        block_seq: u64,
+        bytes: &[u8],
+        pending: &mut Pending,
+    ) -> Result<usize, StorageError> {
+        let bs = bytes.len();
+        let align = CHUNK_ALIGN_BYTES as usize;
+        let mut pos = 0;
+        let mut used = 0;
+        while pos + RECORD_HEADER_BYTES <= bs {
+            if let Some(chunk) = parse_chunk(bytes, pos, block_seq) {
+                if pos == 0
+                    && chunk
+                        .records
+                        .first()
+                        .is_none_or(|r| r.1.record_type != RecordType::BlockHeader)
+                {
+                    break;
+                }
+                self.apply_chunk(block, block_seq, bytes, &chunk, pending)?;
+                pos = chunk.end.next_multiple_of(align);
+                used = pos;
+                continue;
+            }
+            if used == 0 {
+                break;
+            }
+            let looks_ours = decode_record(&bytes[pos..], block_seq).is_some();
+            let resync = (pos + align..bs)
+                .step_by(align)
+                .find(|&s| parse_chunk(bytes, s, block_seq).is_some());
+            match resync {
+                Some(s) => {
+                    self.counters.corrupt_chunks += 1;
+                    tracing::warn!(
+                        shard = self.id,
+                        block = block.0,
+                        offset = pos,
+                        "damaged chunk skipped"
+                    );
+                    pos = s;
+                }
+                None => {
+                    if looks_ours {
+                        self.counters.torn_chunks += 1;
+                        tracing::warn!(
+                            shard = self.id,
+                            block = block.0,
+                            offset = pos,
+                            "torn tail chunk ignored"
+                        );
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(used)
+    }
+
+    fn apply_chunk(
+        &mut self,
+        block: BlockId,
+        block_seq: u64,
+        bytes: &[u8],
+        chunk: &ParsedChunk,
+        pending: &mut Pending,
+    ) -> Result<(), StorageError> {
+        for d in 0..DB_COUNT {
+            let w = chunk.marker.flush_watermarks[d];
+            if w > self.watermarks[d] {
+                self.watermarks[d] = w;
+                self.indexes[d] = Index::new();
+                self.expiry[d] = std::collections::BTreeSet::new();
+                for info in self.blocks.values_mut() {
+                    info.live_bytes[d] = 0;
+                }
+            }
+        }
+        pending.max_seq = pending.max_seq.max(chunk.marker_seq);
+        for &(off, hdr) in &chunk.records {
+            pending.max_seq = pending.max_seq.max(hdr.seq);
+            let is_put = match hdr.record_type {
+                RecordType::Put => true,
+                RecordType::Tombstone => false,
+                _ => continue,
+            };
+            let db = hdr.db;
+            if hdr.seq < self.watermarks[db as usize] {
+                continue;
+            }
+            let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
+            let addr = self.shared.layout.address(block, off);
+            let h = self.hash(db, rec.key);
+            let existing = self.find(db, rec.key, h)?;
+            match existing {
+                Some(f) if f.rec.header.seq >= hdr.seq => continue,
+                Some(f) => {
+                    self.indexes[db as usize].replace(h, f.addr, addr);
+                    if f.rec.header.record_type == RecordType::Put {
+                        self.unaccount(db, f.addr, f.rec.header.record_len());
+                        self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
+                    }
+                }
+                None => self.indexes[db as usize].insert(h, addr),
+            }
+            let info = self.blocks.get_mut(&block).expect("block registered");
+            if is_put {
+                info.live_bytes[db as usize] += hdr.record_len() as u32;
+                self.expiry_add(db, hdr.expire_at_ms, addr);
+                if hdr.flags & FLAG_LARGE != 0 {
+                    pending.roots.push((db, h, addr));
+                }
+            } else {
+                info.note_tomb(hdr.record_len());
+                pending.tombs.push((db, h, addr));
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops tombstones from the index, settles which extents are live, and sets the next
+    /// sequence number.
+    fn finish_recovery(
+        &mut self,
+        pending: Pending,
+        kept: &mut Vec<BlockId>,
+    ) -> Result<(), StorageError> {
+        for (db, h, a) in pending.tombs {
+            self.indexes[db as usize].remove(h, a);
+        }
+        let mut live_extents: HashMap<BlockId, Db> = HashMap::new();
+        for (db, h, a) in pending.roots {
+            if !self.indexes[db as usize].candidates(h).any(|x| x == a) {
+                continue;
+            }
+            let root = self.read_record(a)?;
+            for frag in parse_root(&root.value)?.2 {
+                live_extents.insert(self.shared.layout.split(frag).0, db);
+            }
+        }
+        let mut dead = Vec::new();
+        for (b, info) in self.blocks.iter_mut() {
+            if info.kind != BLOCK_KIND_EXTENT {
+                continue;
+            }
+            match live_extents.get(b) {
+                Some(&db) => info.live_bytes[db as usize] = info.used_bytes,
+                None => dead.push(*b),
+            }
+        }
+        for b in &dead {
+            self.blocks.remove(b);
+        }
+        kept.retain(|b| !dead.contains(b));
+        let max_watermark = self.watermarks.iter().copied().max().unwrap_or(0);
+        self.next_seq = pending.max_seq.max(max_watermark) + 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,1456 @@
+//! One shard: a slice of the keyspace with its own per-db indexes, one open (staging) block,
+//! counters and expiry sets. Owned by exactly one worker thread; no locks except the shared
+//! block allocator, taken once per block.
+use super::alloc::{BlockId, StoreShared};
+use super::format::{
+    decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
+    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES,
+    DB_COUNT, FLAG_LARGE, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES, RECORD_HEADER_BYTES,
+    VALUE_LEN_MAX_BYTES,
+};
+use super::hash::key_hash;
+use super::index::{Address, Index};
+use super::tombraider::TombRaider;
+use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
+use crate::device::AlignedBuf;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Bytes a device read fetches first: enough for a record of up to ~4 KiB at any offset.
+const READ_WINDOW_BYTES: usize = 8192;
+/// Bytes per root-record fragment address entry and root payload header.
+const ROOT_ENTRY_BYTES: usize = 8;
+const ROOT_HEADER_BYTES: usize = 24;
+/// Estimated bytes per entry of an expiry set: a 16-byte (expiry, address) pair in BTree
+/// leaves of 11 entries, about two-thirds full, plus node headers.
+const EXPIRY_ENTRY_BYTES_ESTIMATE: u64 = 26;
+/// Rough cost of one unit of background work, used to turn a time budget into a work count.
+const BACKGROUND_UNIT_US: u64 = 10;
+
+/// What the shard knows about one of its blocks (a few dozen bytes per MiB of device).
+#[derive(Clone, Debug)]
+pub(crate) struct BlockInfo {
+    pub block_seq: u64,
+    pub kind: u32,
+    /// Bytes written so far (committed end for sealed blocks).
+    pub used_bytes: u32,
+    /// Bytes of live (indexed) records, per db.
+    pub live_bytes: [u32; DB_COUNT],
+    pub has_tombs: bool,
+    /// Bytes of tombstones written here that were current when written (an upper bound of
+    /// what defrag would copy forward).
+    pub tomb_bytes: u32,
+    /// Bytes of those tombstones the tomb raider found droppable.
+    pub droppable_bytes: u32,
+    pub sealed: bool,
+    pub retiring: bool,
+    /// Defrag found data it could not parse here; never pick it again.
+    pub no_defrag: bool,
+}
+
+impl BlockInfo {
+    pub(crate) fn new(block_seq: u64, kind: u32, sealed: bool) -> BlockInfo {
+        BlockInfo {
+            block_seq,
+            kind,
+            used_bytes: 0,
+            live_bytes: [0; DB_COUNT],
+            has_tombs: false,
+            tomb_bytes: 0,
+            droppable_bytes: 0,
+            sealed,
+            retiring: false,
+            no_defrag: false,
+        }
+    }
+
+    pub(crate) fn live_total(&self) -> u64 {
+        self.live_bytes.iter().map(|&b| u64::from(b)).sum()
+    }
+
+    /// What defrag would have to keep: live records plus tombstones not known droppable.
+    /// Counting tombstones keeps a block full of needed tombstones from being rewritten
+    /// forever.
+    pub(crate) fn kept_bytes(&self) -> u64 {
+        self.live_total() + u64::from(self.tomb_bytes.saturating_sub(self.droppable_bytes))
+    }
+
+    pub(crate) fn note_tomb(&mut self, len: usize) {
+        self.has_tombs = true;
+        self.tomb_bytes += len as u32;
+    }
+}
+
+pub(crate) struct OpenBlock {
+    pub block: BlockId,
+    pub block_seq: u64,
+    pub write_pos: usize,
+    pub chunk_start: usize,
+}
+
+/// A record copied out of a block.
+#[derive(Clone, Debug)]
+pub(crate) struct OwnedRecord {
+    pub header: RecordHeader,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+pub(crate) struct Found {
+    pub addr: Address,
+    pub rec: OwnedRecord,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Counters {
+    pub device_reads: u64,
+    pub device_read_bytes: u64,
+    pub device_writes: u64,
+    pub device_write_bytes: u64,
+    pub flushes: u64,
+    pub fsyncs: u64,
+    pub expired_keys: u64,
+    pub tombstones_written: u64,
+    pub defrag_relocated_records: u64,
+    pub defrag_freed_blocks: u64,
+    pub torn_chunks: u64,
+    pub corrupt_chunks: u64,
+}
+
+/// What `DEFRAG STATUS` reports for one shard.
+#[derive(Clone, Debug)]
+pub struct DefragStatus {
+    pub paused: bool,
+    pub live_percent_max: u32,
+    pub sleep_ms: u64,
+    /// Sealed log blocks currently below the live threshold.
+    pub candidate_blocks: u64,
+    pub relocated_records: u64,
+    pub freed_blocks: u64,
+}
+
+/// A snapshot of one shard's counters and memory use.
+#[derive(Clone, Debug, Default)]
+pub struct ShardStats {
+    pub shard_id: u32,
+    pub keys: u64,
+    pub keys_per_db: [u64; DB_COUNT],
+    /// Every allocation of the indexes.
+    pub index_bytes: u64,
+    /// Staging buffer (one block).
+    pub staging_bytes: u64,
+    /// Per-key expiry state (the per-db expiry sets), counted separately from the index.
+    pub expiry_bytes: u64,
+    /// The tomb raider's droppable set and any sweep in progress.
+    pub tomb_raider_bytes: u64,
+    /// The per-block table.
+    pub block_table_bytes: u64,
+    pub volatile_entries: u64,
+    pub device_reads: u64,
+    pub device_read_bytes: u64,
+    pub device_writes: u64,
+    pub device_write_bytes: u64,
+    pub flushes: u64,
+    pub fsyncs: u64,
+    pub blocks_used: u64,
+    /// Free blocks of the whole store (shared allocator).
+    pub blocks_free: u64,
+    pub live_bytes: u64,
+    pub used_bytes: u64,
+    pub expired_keys: u64,
+    pub tombstones_written: u64,
+    pub defrag_relocated_records: u64,
+    pub defrag_freed_blocks: u64,
+    pub torn_chunks: u64,
+    pub corrupt_chunks: u64,
+    pub fsync_policy: Option<FsyncPolicy>,
+    pub defrag_paused: bool,
+}
+
+/// One slice of the keyspace (slot % shard_count == shard id), with its own index, append
+/// stream and counters. `Send`, not shared: exactly one worker thread owns it.
+pub struct Shard {
+    pub(crate) id: u32,
+    pub(crate) shared: Arc<StoreShared>,
+    pub(crate) fsync: FsyncPolicy,
+    pub(crate) flush_max_ms: u64,
+    pub(crate) staging_limit_bytes: usize,
+    pub(crate) hash_mask: u64,
+    pub(crate) defrag_paused: bool,
+    pub(crate) defrag_live_percent_max: u32,
+    pub(crate) indexes: Vec<Index>,
+    pub(crate) blocks: HashMap<BlockId, BlockInfo>,
+    pub(crate) open: Option<OpenBlock>,
+    pub(crate) staging: AlignedBuf,
+    pub(crate) next_seq: u64,
+    pub(crate) watermarks: [u64; DB_COUNT],
+    pub(crate) watermarks_dirty: bool,
+    pub(crate) unflushed: bool,
+    pub(crate) first_unflushed_ms: Option<u64>,
+    pub(crate) dirty_devices: Vec<bool>,
+    pub(crate) pending_frees: Vec<BlockId>,
+    /// Per db: (expire_at_ms, address) of every current record that has an expiry.
+    pub(crate) expiry: Vec<BTreeSet<(u64, Address)>>,
+    pub(crate) expiry_cursor_db: usize,
+    pub(crate) rng: u64,
+    pub(crate) counters: Counters,
+    /// Reused for the first read of every record (one read window).
+    pub(crate) read_buf: AlignedBuf,
+    pub(crate) last_now_ms: u64,
+    pub(crate) raider: TombRaider,
+    pub(crate) defrag_sleep_ms: u64,
+    pub(crate) last_defrag_ms: Option<u64>,
+}
+
+fn is_expired(h: &RecordHeader, now_ms: u64) -> bool {
+    h.expire_at_ms != 0 && h.expire_at_ms <= now_ms
+}
+
+fn check_db(db: Db) -> Result<usize, StorageError> {
+    if (db as usize) < DB_COUNT {
+        Ok(db as usize)
+    } else {
+        Err(StorageError::Config(format!(
+            "db {db} out of range 0..{DB_COUNT}"
+        )))
+    }
+}
+
+fn align_up(v: usize) -> usize {
+    v.next_multiple_of(CHUNK_ALIGN_BYTES as usize)
+}
+
+impl Shard {
+    pub(crate) fn new(id: u32, shared: Arc<StoreShared>, cfg: &StoreConfig) -> Shard {
+        let block_size = shared.layout.block_size_bytes as usize;
+        let device_count = shared.layout.devices.len();
+        Shard {
+            id,
+            fsync: cfg.fsync,
+            flush_max_ms: cfg.flush_max_ms,
+            staging_limit_bytes: (cfg.staging_limit_bytes as usize).clamp(4096, block_size),
+            hash_mask: cfg.debug_hash_mask,
+            defrag_paused: cfg.defrag_paused,
+            defrag_live_percent_max: cfg.defrag_live_percent_max.min(100),
+            indexes: (0..DB_COUNT).map(|_| Index::new()).collect(),
+            blocks: HashMap::new(),
+            open: None,
+            staging: AlignedBuf::new_zeroed(block_size),
+            next_seq: 1,
+            watermarks: [0; DB_COUNT],
+            watermarks_dirty: false,
+            unflushed: false,
+            first_unflushed_ms: None,
+            dirty_devices: vec![false; device_count],
+            pending_frees: Vec::new(),
+            expiry: (0..DB_COUNT).map(|_| BTreeSet::new()).collect(),
+            expiry_cursor_db: 0,
+            rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
+            counters: Counters::default(),
+            read_buf: AlignedBuf::new_zeroed(READ_WINDOW_BYTES),
+            last_now_ms: 0,
+            raider: TombRaider::new(cfg.tomb_raider_interval_ms),
+            defrag_sleep_ms: cfg.defrag_sleep_ms,
+            last_defrag_ms: None,
+            shared,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub(crate) fn hash(&self, db: Db, key: &[u8]) -> u64 {
+        key_hash(db, key) & self.hash_mask
+    }
+
+    fn block_size(&self) -> usize {
+        self.shared.layout.block_size_bytes as usize
+    }
+
+    /// Largest record that fits a fresh log block next to its header and a marker.
+    fn inline_record_max(&self) -> usize {
+        self.block_size() - record_len(0, BLOCK_HEADER_PAYLOAD_BYTES) - MARKER_RECORD_BYTES
+    }
+
+    /// Largest fragment payload one extent block holds.
+    fn fragment_payload_max(&self) -> usize {
+        (self.inline_record_max() - RECORD_HEADER_BYTES) & !7
+    }
+
+    /// Longest key accepted: 64 KiB - 1, or a quarter of a block's payload if less.
+    pub fn key_len_max(&self) -> usize {
+        KEY_LEN_MAX_BYTES.min(self.inline_record_max() / 4)
+    }
+
+    /// Largest value accepted: bounded by the root record fitting one block, and 512 MiB.
+    pub fn value_len_max(&self) -> u64 {
+        let max_entries = (self.inline_record_max()
+            - RECORD_HEADER_BYTES
+            - self.key_len_max()
+            - ROOT_HEADER_BYTES)
+            / ROOT_ENTRY_BYTES;
+        VALUE_LEN_MAX_BYTES.min((max_entries * self.fragment_payload_max()) as u64)
+    }
+
+    // ---- public operations -------------------------------------------------------------
+
+    pub fn get(&mut self, db: Db, key: &[u8], now_ms: u64) -> Result<Option<Value>, StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(None);
+        };
+        if is_expired(&found.rec.header, now_ms) {
+            self.expire_lazily(db, h, found)?;
+            return Ok(None);
+        }
+        let header = found.rec.header;
+        let kind = ValueKind::from_u8(header.value_kind).ok_or_else(|| {
+            StorageError::Corrupt(format!("unknown value kind {}", header.value_kind))
+        })?;
+        let bytes = self.materialize(found.rec)?;
+        Ok(Some(Value {
+            kind,
+            bytes,
+            expire_at_ms: (header.expire_at_ms != 0).then_some(header.expire_at_ms),
+        }))
+    }
+
+    pub fn exists(&mut self, db: Db, key: &[u8], now_ms: u64) -> Result<bool, StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(false);
+        };
+        if is_expired(&found.rec.header, now_ms) {
+            self.expire_lazily(db, h, found)?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Insert or overwrite.
+    pub fn put(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        if key.len() > self.key_len_max() {
+            return Err(StorageError::KeyTooLarge {
+                len_bytes: key.len() as u64,
+                max_bytes: self.key_len_max() as u64,
+            });
+        }
+        let max = self.value_len_max();
+        if bytes.len() as u64 > max {
+            return Err(StorageError::ValueTooLarge {
+                len_bytes: bytes.len() as u64,
+                max_bytes: max,
+            });
+        }
+        let expire = expire_at_ms.unwrap_or(0);
+        let h = self.hash(db, key);
+        let old = self.find(db, key, h)?;
+        let (addr, len) = if record_len(key.len(), bytes.len()) <= self.inline_record_max() {
+            let (addr, _) = self.append(
+                RecordType::Put,
+                0,
+                kind.to_u8(),
+                db,
+                key,
+                bytes,
+                expire,
+                None,
+                false,
+            )?;
+            (addr, record_len(key.len(), bytes.len()))
+        } else {
+            self.put_large(db, key, kind, bytes, expire)?
+        };
+        self.install(db, h, old, addr, len, expire, true);
+        Ok(())
+    }
+
+    /// True if the key existed (and was not expired).
+    pub fn delete(&mut self, db: Db, key: &[u8], now_ms: u64) -> Result<bool, StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(false);
+        };
+        let expired = is_expired(&found.rec.header, now_ms);
+        self.remove_found(db, h, found)?;
+        if expired {
+            self.counters.expired_keys += 1;
+        }
+        Ok(!expired)
+    }
+
+    /// Sets or clears the expiry; false if the key is missing (or already expired).
+    pub fn set_expiry(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<bool, StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(false);
+        };
+        if is_expired(&found.rec.header, now_ms) {
+            self.expire_lazily(db, h, found)?;
+            return Ok(false);
+        }
+        let hdr = found.rec.header;
+        let expire = expire_at_ms.unwrap_or(0);
+        // The payload is rewritten as is; for a large value that is the fragment list, so the
+        // new root shares the old root's extents and they must not be retired.
+        let (addr, _) = self.append(
+            RecordType::Put,
+            hdr.flags,
+            hdr.value_kind,
+            db,
+            key,
+            &found.rec.value,
+            expire,
+            None,
+            false,
+        )?;
+        let len = hdr.record_len();
+        self.install(db, h, Some(found), addr, len, expire, false);
+        Ok(true)
+    }
+
+    /// Exact (may include expired keys not yet reaped, as Redis DBSIZE does).
+    pub fn key_count(&self, db: Db) -> u64 {
+        self.indexes
+            .get(db as usize)
+            .map_or(0, |ix| ix.len() as u64)
+    }
+
+    /// Drops every key of `db`: a new watermark (durable at the next flush) and a fresh index.
+    pub fn flush_db(&mut self, db: Db) -> Result<(), StorageError> {
+        let d = check_db(db)?;
+        self.watermarks[d] = self.next_seq;
+        self.next_seq += 1;
+        self.watermarks_dirty = true;
+        self.mark_unflushed();
+        self.indexes[d] = Index::new();
+        self.expiry[d] = BTreeSet::new();
+        let mut dead_extents = Vec::new();
+        for (b, info) in self.blocks.iter_mut() {
+            info.live_bytes[d] = 0;
+            if info.kind == BLOCK_KIND_EXTENT && info.live_total() == 0 && !info.retiring {
+                dead_extents.push(*b);
+            }
+        }
+        for b in dead_extents {
+            self.retire(b);
+        }
+        Ok(())
+    }
+
+    /// Redis SCAN over one db: returns (next cursor, keys); cursor 0 starts and ends.
+    pub fn scan(
+        &mut self,
+        db: Db,
+        cursor: u64,
+        count: usize,
+        now_ms: u64,
+    ) -> Result<(u64, Vec<Vec<u8>>), StorageError> {
+        let d = check_db(db)?;
+        let mut addrs = Vec::new();
+        let next = self.indexes[d].scan(cursor, count.max(1), |_, a| addrs.push(a));
+        let mut keys = Vec::with_capacity(addrs.len());
+        for a in addrs {
+            let rec = self.read_record(a)?;
+            if !is_expired(&rec.header, now_ms) {
+                keys.push(rec.key);
+            }
+        }
+        Ok((next, keys))
+    }
+
+    pub fn random_key(&mut self, db: Db, now_ms: u64) -> Result<Option<Vec<u8>>, StorageError> {
+        let d = check_db(db)?;
+        for _ in 0..16 {
+            let seed = self.next_random();
+            let Some(a) = self.indexes[d].random_entry(seed) else {
+                return Ok(None);
+            };
+            let rec = self.read_record(a)?;
+            if !is_expired(&rec.header, now_ms) {
+                return Ok(Some(rec.key));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn has_unflushed(&self) -> bool {
+        self.unflushed || !self.pending_frees.is_empty()
+    }
+
+    fn staged_bytes(&self) -> usize {
+        self.open
+            .as_ref()
+            .map_or(0, |o| o.write_pos - o.chunk_start)
+    }
+
+    /// Whether the policy says flush now.
+    pub fn flush_due(&self, now_ms: u64) -> bool {
+        let staging_full = self.staged_bytes() >= self.staging_limit_bytes;
+        match self.fsync {
+            FsyncPolicy::Always => self.has_unflushed(),
+            FsyncPolicy::EverySec => {
+                staging_full
+                    || !self.pending_frees.is_empty()
+                    || self
+                        .first_unflushed_ms
+                        .is_some_and(|t| now_ms.saturating_sub(t) >= self.flush_max_ms)
+            }
+            FsyncPolicy::No => staging_full || !self.pending_frees.is_empty(),
+        }
+    }
+
+    /// Writes staged records and a commit marker; syncs unless the policy is No. After `Ok`,
+    /// everything put or deleted before is durable (Always/EverySec).
+    pub fn flush(&mut self) -> Result<(), StorageError> {
+        let frees = !self.pending_frees.is_empty();
+        if !self.unflushed && !frees {
+            return Ok(());
+        }
+        self.write_chunk(self.watermarks_dirty || frees)?;
+        if self.fsync != FsyncPolicy::No || frees {
+            self.sync_dirty()?;
+        }
+        self.counters.flushes += 1;
+        self.unflushed = false;
+        self.first_unflushed_ms = None;
+        if frees {
+            self.free_retired()?;
+        }
+        Ok(())
+    }
+
+    /// Bounded background work: active expiry, one tomb-raider step (at most one block
+    /// read), then one defrag step (at most one block read and its live records rewritten).
+    pub fn background(&mut self, now_ms: u64, budget_us: u64) -> Result<(), StorageError> {
+        self.last_now_ms = now_ms;
+        let mut work = (budget_us / BACKGROUND_UNIT_US).max(1);
+        self.active_expiry(now_ms, &mut work)?;
+        self.tomb_raider_step(now_ms)?;
+        let rested = self
+            .last_defrag_ms
+            .is_none_or(|t| now_ms.saturating_sub(t) >= self.defrag_sleep_ms);
+        if !self.defrag_paused && work > 0 && rested {
+            self.last_defrag_ms = Some(now_ms);
+            self.defrag_step()?;
+        }
+        Ok(())
+    }
+
+    /// What `DEFRAG STATUS` reports for this shard.
+    pub fn defrag_status(&self) -> DefragStatus {
+        let pct = u64::from(self.defrag_live_percent_max);
+        let open_block = self.open.as_ref().map(|o| o.block);
+        DefragStatus {
+            paused: self.defrag_paused,
+            live_percent_max: self.defrag_live_percent_max,
+            sleep_ms: self.defrag_sleep_ms,
+            candidate_blocks: self
+                .blocks
+                .iter()
+                .filter(|(b, i)| Some(**b) != open_block && Self::defrag_candidate(i, pct))
+                .count() as u64,
+            relocated_records: self.counters.defrag_relocated_records,
+            freed_blocks: self.counters.defrag_freed_blocks,
+        }
+    }
+
+    pub fn set_defrag_sleep_ms(&mut self, sleep_ms: u64) {
+        self.defrag_sleep_ms = sleep_ms;
+    }
+
+    fn defrag_candidate(i: &BlockInfo, pct: u64) -> bool {
+        i.kind == BLOCK_KIND_LOG
+            && i.sealed
+            && !i.retiring
+            && !i.no_defrag
+            && i.kept_bytes() * 100 < u64::from(i.used_bytes) * pct
+    }
+
+    pub fn set_defrag_paused(&mut self, paused: bool) {
+        self.defrag_paused = paused;
+    }
+
+    pub fn set_fsync_policy(&mut self, policy: FsyncPolicy) {
+        self.fsync = policy;
+    }
+
+    pub fn stats(&self) -> ShardStats {
+        let mut keys_per_db = [0u64; DB_COUNT];
+        for (i, ix) in self.indexes.iter().enumerate() {
+            keys_per_db[i] = ix.len() as u64;
+        }
+        let c = &self.counters;
+        ShardStats {
+            shard_id: self.id,
+            keys: keys_per_db.iter().sum(),
+            keys_per_db,
+            index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
+            staging_bytes: self.staging.len() as u64,
+            expiry_bytes: self.volatile_count() * EXPIRY_ENTRY_BYTES_ESTIMATE,
+            tomb_raider_bytes: self.raider.memory_bytes() as u64,
+            block_table_bytes: (self.blocks.capacity() * (std::mem::size_of::<BlockInfo>() + 8))
+                as u64,
+            volatile_entries: self.volatile_count(),
+            device_reads: c.device_reads,
+            device_read_bytes: c.device_read_bytes,
+            device_writes: c.device_writes,
+            device_write_bytes: c.device_write_bytes,
+            flushes: c.flushes,
+            fsyncs: c.fsyncs,
+            blocks_used: self.blocks.len() as u64,
+            blocks_free: self.shared.lock_alloc().free_count() as u64,
+            live_bytes: self.blocks.values().map(|b| b.live_total()).sum(),
+            used_bytes: self.blocks.values().map(|b| u64::from(b.used_bytes)).sum(),
+            expired_keys: c.expired_keys,
+            tombstones_written: c.tombstones_written,
+            defrag_relocated_records: c.defrag_relocated_records,
+            defrag_freed_blocks: c.defrag_freed_blocks,
+            torn_chunks: c.torn_chunks,
+            corrupt_chunks: c.corrupt_chunks,
+            fsync_policy: Some(self.fsync),
+            defrag_paused: self.defrag_paused,
+        }
+    }
+
+    /// Flushes and syncs everything. The index checkpoint is not implemented yet: with
+    /// `write_checkpoint` a warning is logged and the next start scans.
+    pub fn shutdown(mut self, write_checkpoint: bool) -> Result<(), StorageError> {
+        self.flush()?;
+        self.sync_dirty()?;
+        if write_checkpoint {
+            tracing::warn!(
+                shard = self.id,
+                "index checkpoint not implemented yet; the next start will scan"
+            );
+        }
+        let last = {
+            let mut meta = self.shared.meta.lock().unwrap_or_else(|e| e.into_inner());
+            meta.open_shards -= 1;
+            meta.open_shards == 0
+        };
+        if last {
+            self.shared.write_meta(true)?;
+        }
+        Ok(())
+    }
+
+    // ---- lookups and reads -------------------------------------------------------------
+
+    fn next_random(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+
+    /// The current record of (db, key), verified by reading it: never another key's record.
+    pub(crate) fn find(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        h: u64,
+    ) -> Result<Option<Found>, StorageError> {
+        let candidates: Vec<Address> = self.indexes[db as usize].candidates(h).collect();
+        for addr in candidates {
+            let rec = self.read_record(addr)?;
+            if rec.header.db == db && rec.key == key {
+                return Ok(Some(Found { addr, rec }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads and verifies the record at `addr`: from the staging buffer if it is in the open
+    /// block, otherwise with one device read (two for records over ~4 KiB).
+    pub(crate) fn read_record(&mut self, addr: Address) -> Result<OwnedRecord, StorageError> {
+        let (block, off) = self.shared.layout.split(addr);
+        if let Some(ob) = &self.open {
+            if ob.block == block && off < ob.write_pos {
+                let r = decode_record(&self.staging.as_slice()[off..ob.write_pos], ob.block_seq)
+                    .ok_or_else(|| {
+                        StorageError::Corrupt(format!("staged record at {addr:?} fails its check"))
+                    })?;
+                return Ok(OwnedRecord {
+                    header: r.header,
+                    key: r.key.to_vec(),
+                    value: r.value.to_vec(),
+                });
+            }
+        }
+        let block_seq = self
+            .blocks
+            .get(&block)
+            .ok_or_else(|| {
+                StorageError::Corrupt(format!(
+                    "address {addr:?} in a block this shard does not own"
+                ))
+            })?
+            .block_seq;
+        let bs = self.block_size();
+        let (dev, base) = self.shared.layout.locate(block);
+        let aligned = off & !(CHUNK_ALIGN_BYTES as usize - 1);
+        let rel = off - aligned;
+        let mut len = READ_WINDOW_BYTES.min(bs - aligned);
+        let device = &self.shared.layout.devices[dev];
+        let mut big: Option<AlignedBuf> = None;
+        for _ in 0..2 {
+            let buf = match big.as_mut() {
+                Some(b) => b,
+                None => &mut self.read_buf,
+            };
+            device.read_range_at(base + aligned as u64, buf, 0..len)?;
+            self.counters.device_reads += 1;
+            self.counters.device_read_bytes += len as u64;
+            let bytes = &buf.as_slice()[..len];
+            let hdr = RecordHeader::decode(&bytes[rel..])
+                .ok_or_else(|| StorageError::Corrupt(format!("no record header at {addr:?}")))?;
+            let need = rel + hdr.record_len();
+            if need > bs - aligned {
+                return Err(StorageError::Corrupt(format!(
+                    "record at {addr:?} overruns its block"
+                )));
+            }
+            if need <= len {
+                let r = decode_record(&bytes[rel..need], block_seq).ok_or_else(|| {
+                    StorageError::Corrupt(format!("record at {addr:?} fails its checksum"))
+                })?;
+                return Ok(OwnedRecord {
+                    header: r.header,
+                    key: r.key.to_vec(),
+                    value: r.value.to_vec(),
+                });
+            }
+            len = align_up(need);
+            big = Some(AlignedBuf::new_zeroed(len));
+        }
+        Err(StorageError::Corrupt(format!(
+            "record at {addr:?} changed size between reads"
+        )))
+    }
+
+    /// The value bytes of a Put record: inline, or gathered from its extents.
+    fn materialize(&mut self, rec: OwnedRecord) -> Result<Vec<u8>, StorageError> {
+        if rec.header.flags & FLAG_LARGE == 0 {
+            return Ok(rec.value);
+        }
+        let (total, frag_seq, addrs) = parse_root(&rec.value)?;
+        let mut out = Vec::with_capacity(total as usize);
+        for a in addrs {
+            let frag = self.read_record(a)?;
+            if frag.header.record_type != RecordType::Fragment || frag.header.seq != frag_seq {
+                return Err(StorageError::Corrupt(format!(
+                    "fragment {a:?} does not belong to its root"
+                )));
+            }
+            out.extend_from_slice(&frag.value);
+        }
+        if out.len() as u64 != total {
+            return Err(StorageError::Corrupt("large value length mismatch".into()));
+        }
+        Ok(out)
+    }
+
+    // ---- index maintenance -------------------------------------------------------------
+
+    /// Points (db, key) at a freshly appended Put and moves the live-byte accounting.
+    #[allow(clippy::too_many_arguments)]
+    fn install(
+        &mut self,
+        db: Db,
+        h: u64,
+        old: Option<Found>,
+        addr: Address,
+        len: usize,
+        expire: u64,
+        retire_old_extents: bool,
+    ) {
+        let d = db as usize;
+        match old {
+            Some(f) => {
+                let replaced = self.indexes[d].replace(h, f.addr, addr);
+                assert!(replaced, "index lost an entry it just returned");
+                self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
+                self.unaccount(db, f.addr, f.rec.header.record_len());
+                if retire_old_extents && f.rec.header.flags & FLAG_LARGE != 0 {
+                    self.retire_extents_of(&f.rec);
+                }
+            }
+            None => self.indexes[d].insert(h, addr),
+        }
+        let (block, _) = self.shared.layout.split(addr);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.live_bytes[d] += len as u32;
+        }
+        self.expiry_add(db, expire, addr);
+    }
+
+    pub(crate) fn expiry_add(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
+        if expire_at_ms != 0 {
+            self.expiry[db as usize].insert((expire_at_ms, addr));
+        }
+    }
+
+    pub(crate) fn expiry_remove(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
+        if expire_at_ms != 0 {
+            self.expiry[db as usize].remove(&(expire_at_ms, addr));
+        }
+    }
+
+    fn volatile_count(&self) -> u64 {
+        self.expiry.iter().map(|e| e.len() as u64).sum()
+    }
+
+    pub(crate) fn unaccount(&mut self, db: Db, addr: Address, len: usize) {
+        let (block, _) = self.shared.layout.split(addr);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            let live = &mut info.live_bytes[db as usize];
+            *live = live.saturating_sub(len as u32);
+        }
+    }
+
+    fn retire_extents_of(&mut self, root: &OwnedRecord) {
+        if let Ok((_, _, addrs)) = parse_root(&root.value) {
+            for a in addrs {
+                let (b, _) = self.shared.layout.split(a);
+                if self
+                    .blocks
+                    .get(&b)
+                    .is_some_and(|i| i.kind == BLOCK_KIND_EXTENT)
+                {
+                    self.retire(b);
+                }
+            }
+        }
+    }
+
+    /// Deletes a found record with a tombstone (may use the allocator's reserve).
+    pub(crate) fn remove_found(
+        &mut self,
+        db: Db,
+        h: u64,
+        found: Found,
+    ) -> Result<(), StorageError> {
+        let (taddr, _) = self.append(
+            RecordType::Tombstone,
+            0,
+            0,
+            db,
+            &found.rec.key,
+            &[],
+            0,
+            None,
+            true,
+        )?;
+        let (tblock, _) = self.shared.layout.split(taddr);
+        if let Some(info) = self.blocks.get_mut(&tblock) {
+            info.note_tomb(record_len(found.rec.key.len(), 0));
+        }
+        self.counters.tombstones_written += 1;
+        let removed = self.indexes[db as usize].remove(h, found.addr);
+        assert!(removed, "index lost an entry it just returned");
+        self.expiry_remove(db, found.rec.header.expire_at_ms, found.addr);
+        self.unaccount(db, found.addr, found.rec.header.record_len());
+        if found.rec.header.flags & FLAG_LARGE != 0 {
+            self.retire_extents_of(&found.rec);
+        }
+        Ok(())
+    }
+
+    /// Lazy expiry on access. If even the reserve is exhausted the key simply stays (expired,
+    /// invisible) until space returns.
+    fn expire_lazily(&mut self, db: Db, h: u64, found: Found) -> Result<(), StorageError> {
+        match self.remove_found(db, h, found) {
+            Ok(()) => {
+                self.counters.expired_keys += 1;
+                Ok(())
+            }
+            Err(StorageError::DeviceFull) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    // ---- the append stream -------------------------------------------------------------
+
+    fn mark_unflushed(&mut self) {
+        self.unflushed = true;
+        if self.first_unflushed_ms.is_none() {
+            self.first_unflushed_ms = Some(self.last_now_ms);
+        }
+    }
+
+    /// Appends one record to the open block (opening/sealing blocks as needed). `seq` None
+    /// takes the next sequence number. Returns the record's address and sequence number.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn append(
+        &mut self,
+        record_type: RecordType,
+        flags: u8,
+        value_kind: u8,
+        db: Db,
+        key: &[u8],
+        value: &[u8],
+        expire_at_ms: u64,
+        seq: Option<u64>,
+        use_reserve: bool,
+    ) -> Result<(Address, u64), StorageError> {
+        let len = record_len(key.len(), value.len());
+        assert!(
+            len <= self.inline_record_max(),
+            "record of {len} bytes cannot fit a block"
+        );
+        self.ensure_room(len, use_reserve)?;
+        let seq = seq.unwrap_or_else(|| {
+            self.next_seq += 1;
+            self.next_seq - 1
+        });
+        let ob = self.open.as_mut().expect("ensure_room opened a block");
+        let hdr = RecordHeader {
+            record_type,
+            flags,
+            value_kind,
+            db,
+            key_len: key.len() as u16,
+            value_len: value.len() as u32,
+            crc: 0,
+            seq,
+            expire_at_ms,
+        };
+        encode_record(
+            &mut self.staging.as_mut_slice()[ob.write_pos..],
+            ob.block_seq,
+            hdr,
+            key,
+            value,
+        );
+        let addr = self.shared.layout.address(ob.block, ob.write_pos);
+        ob.write_pos += len;
+        let (block, used) = (ob.block, ob.write_pos as u32);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.used_bytes = used;
+        }
+        self.mark_unflushed();
+        Ok((addr, seq))
+    }
+
+    fn ensure_room(&mut self, len: usize, use_reserve: bool) -> Result<(), StorageError> {
+        if let Some(ob) = &self.open {
+            if ob.write_pos + len + MARKER_RECORD_BYTES <= self.block_size() {
+                return Ok(());
+            }
+            self.seal_open()?;
+        }
+        self.open_new_block(use_reserve)
+    }
+
+    fn seal_open(&mut self) -> Result<(), StorageError> {
+        self.write_chunk(false)?;
+        if let Some(ob) = self.open.take() {
+            if let Some(info) = self.blocks.get_mut(&ob.block) {
+                info.sealed = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn open_new_block(&mut self, use_reserve: bool) -> Result<(), StorageError> {
+        let (block, block_seq) = self
+            .shared
+            .lock_alloc()
+            .alloc(use_reserve)
+            .ok_or(StorageError::DeviceFull)?;
+        self.staging.as_mut_slice().fill(0);
+        let payload = BlockHeaderPayload {
+            store_uuid: self.shared.layout.store_uuid,
+            block_seq,
+            shard_id: self.id,
+            block_kind: BLOCK_KIND_LOG,
+            global_block: block.0,
+        }
+        .encode();
+        let hdr = header_record(RecordType::BlockHeader, 0, self.next_seq, payload.len());
+        let len = encode_record(self.staging.as_mut_slice(), block_seq, hdr, &[], &payload);
+        let mut info = BlockInfo::new(block_seq, BLOCK_KIND_LOG, false);
+        info.used_bytes = len as u32;
+        self.blocks.insert(block, info);
+        self.open = Some(OpenBlock {
+            block,
+            block_seq,
+            write_pos: len,
+            chunk_start: 0,
+        });
+        self.mark_unflushed();
+        Ok(())
+    }
+
+    /// Writes the staged part of the open block plus its commit marker, padded to 4096, in
+    /// one device write. With `force_marker`, writes a marker even if nothing is staged (to
+    /// make new FLUSHDB watermarks durable, or before retiring blocks).
+    fn write_chunk(&mut self, force_marker: bool) -> Result<(), StorageError> {
+        let bs = self.block_size();
+        let needs_new_block = match &self.open {
+            None => force_marker,
+            Some(ob) => {
+                force_marker
+                    && ob.write_pos == ob.chunk_start
+                    && ob.write_pos + MARKER_RECORD_BYTES > bs
+            }
+        };
+        if needs_new_block {
+            self.seal_open()?;
+            self.open_new_block(true)?;
+        }
+        let Some(ob) = self.open.as_mut() else {
+            return Ok(());
+        };
+        if ob.write_pos == ob.chunk_start && !force_marker {
+            return Ok(());
+        }
+        let staging = self.staging.as_mut_slice();
+        let marker_pos = ob.write_pos;
+        let payload = MarkerPayload {
+            chunk_start: ob.chunk_start as u32,
+            chunk_crc: crc32c::crc32c(&staging[ob.chunk_start..marker_pos]),
+            block_seq: ob.block_seq,
+            flush_watermarks: self.watermarks,
+        }
+        .encode();
+        let hdr = header_record(RecordType::Marker, 0, self.next_seq - 1, payload.len());
+        let mlen = encode_record(&mut staging[marker_pos..], ob.block_seq, hdr, &[], &payload);
+        let end = align_up(marker_pos + mlen);
+        debug_assert!(end <= bs);
+        let (dev, base) = self.shared.layout.locate(ob.block);
+        self.shared.layout.devices[dev].write_range_at(
+            base + ob.chunk_start as u64,
+            &self.staging,
+            ob.chunk_start..end,
+        )?;
+        self.counters.device_writes += 1;
+        self.counters.device_write_bytes += (end - ob.chunk_start) as u64;
+        self.dirty_devices[dev] = true;
+        ob.chunk_start = end;
+        ob.write_pos = end;
+        let block = ob.block;
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.used_bytes = end as u32;
+        }
+        self.watermarks_dirty = false;
+        Ok(())
+    }
+
+    fn sync_dirty(&mut self) -> Result<(), StorageError> {
+        for dev in 0..self.dirty_devices.len() {
+            if self.dirty_devices[dev] {
+                self.shared.layout.devices[dev].sync()?;
+                self.dirty_devices[dev] = false;
+                self.counters.fsyncs += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Schedules a block for freeing; it is zeroed and released during the next flush, after
+    /// whatever superseded its contents is durable.
+    pub(crate) fn retire(&mut self, block: BlockId) {
+        if let Some(info) = self.blocks.get_mut(&block) {
+            if !info.retiring {
+                info.retiring = true;
+                self.pending_frees.push(block);
+                self.mark_unflushed();
+            }
+        }
+    }
+
+    /// Zeroes the header sector of every retired block, makes that durable, then hands the
+    /// blocks back to the allocator.
+    fn free_retired(&mut self) -> Result<(), StorageError> {
+        let frees = std::mem::take(&mut self.pending_frees);
+        let zero = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+        for (i, &b) in frees.iter().enumerate() {
+            let (dev, base) = self.shared.layout.locate(b);
+            if let Err(e) = self.shared.layout.devices[dev].write_at(base, &zero) {
+                self.pending_frees.extend_from_slice(&frees[i..]);
+                return Err(e.into());
+            }
+            self.counters.device_writes += 1;
+            self.counters.device_write_bytes += zero.len() as u64;
+            self.dirty_devices[dev] = true;
+        }
+        if let Err(e) = self.sync_dirty() {
+            self.pending_frees.extend_from_slice(&frees);
+            return Err(e);
+        }
+        if !self.raider.droppable.is_empty() {
+            let layout = &self.shared.layout;
+            self.raider
+                .droppable
+                .retain(|a| !frees.contains(&layout.split(*a).0));
+        }
+        let mut alloc = self.shared.lock_alloc();
+        for b in frees {
+            let (dev, _) = self.shared.layout.locate(b);
+            self.blocks.remove(&b);
+            alloc.release(dev, b);
+            self.counters.defrag_freed_blocks += 1;
+        }
+        Ok(())
+    }
+
+    // ---- large values ------------------------------------------------------------------
+
+    /// Writes a value too big for a log block: one extent block per fragment, made durable,
+    /// then a root record (listing the fragments) in the log.
+    fn put_large(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire: u64,
+    ) -> Result<(Address, usize), StorageError> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut frags: Vec<(BlockId, Address)> = Vec::new();
+        for piece in bytes.chunks(self.fragment_payload_max()) {
+            match self.write_extent(db, piece, seq) {
+                Ok(f) => frags.push(f),
+                Err(e) => {
+                    for (b, _) in frags {
+                        self.retire(b);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // Barrier: the fragments are durable before any root can point at them.
+        self.sync_dirty()?;
+        let mut root = Vec::with_capacity(ROOT_HEADER_BYTES + frags.len() * ROOT_ENTRY_BYTES);
+        root.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        root.extend_from_slice(&(frags.len() as u32).to_le_bytes());
+        root.extend_from_slice(&0u32.to_le_bytes());
+        root.extend_from_slice(&seq.to_le_bytes());
+        for (_, a) in &frags {
+            root.extend_from_slice(&a.0.to_le_bytes());
+        }
+        let appended = self.append(
+            RecordType::Put,
+            FLAG_LARGE,
+            kind.to_u8(),
+            db,
+            key,
+            &root,
+            expire,
+            Some(seq),
+            false,
+        );
+        let (addr, _) = match appended {
+            Ok(x) => x,
+            Err(e) => {
+                for (b, _) in frags {
+                    self.retire(b);
+                }
+                return Err(e);
+            }
+        };
+        for (b, _) in frags {
+            if let Some(info) = self.blocks.get_mut(&b) {
+                info.live_bytes[db as usize] = info.used_bytes;
+            }
+        }
+        Ok((addr, record_len(key.len(), root.len())))
+    }
+
+    fn write_extent(
+        &mut self,
+        db: Db,
+        piece: &[u8],
+        seq: u64,
+    ) -> Result<(BlockId, Address), StorageError> {
+        let (block, block_seq) = self
+            .shared
+            .lock_alloc()
+            .alloc(false)
+            .ok_or(StorageError::DeviceFull)?;
+        let payload = BlockHeaderPayload {
+            store_uuid: self.shared.layout.store_uuid,
+            block_seq,
+            shard_id: self.id,
+            block_kind: BLOCK_KIND_EXTENT,
+            global_block: block.0,
+        }
+        .encode();
+        let total = align_up(
+            record_len(0, payload.len()) + record_len(0, piece.len()) + MARKER_RECORD_BYTES,
+        );
+        let mut buf = AlignedBuf::new_zeroed(total);
+        let out = buf.as_mut_slice();
+        let hdr = header_record(RecordType::BlockHeader, 0, seq, payload.len());
+        let mut pos = encode_record(out, block_seq, hdr, &[], &payload);
+        let frag_off = pos;
+        let mut fh = header_record(RecordType::Fragment, db, seq, piece.len());
+        fh.db = db;
+        pos += encode_record(&mut out[pos..], block_seq, fh, &[], piece);
+        let marker = MarkerPayload {
+            chunk_start: 0,
+            chunk_crc: crc32c::crc32c(&out[..pos]),
+            block_seq,
+            flush_watermarks: self.watermarks,
+        }
+        .encode();
+        let mh = header_record(RecordType::Marker, 0, seq, marker.len());
+        encode_record(&mut out[pos..], block_seq, mh, &[], &marker);
+        let (dev, base) = self.shared.layout.locate(block);
+        let mut info = BlockInfo::new(block_seq, BLOCK_KIND_EXTENT, true);
+        info.used_bytes = total as u32;
+        self.blocks.insert(block, info);
+        if let Err(e) = self.shared.layout.devices[dev].write_at(base, &buf) {
+            self.retire(block);
+            return Err(e.into());
+        }
+        self.counters.device_writes += 1;
+        self.counters.device_write_bytes += total as u64;
+        self.dirty_devices[dev] = true;
+        Ok((block, self.shared.layout.address(block, frag_off)))
+    }
+
+    // ---- background: expiry and defrag -------------------------------------------------
+
+    fn active_expiry(&mut self, now_ms: u64, work: &mut u64) -> Result<(), StorageError> {
+        let mut idle_dbs = 0;
+        while *work > 0 && idle_dbs < DB_COUNT {
+            let d = self.expiry_cursor_db;
+            match self.expiry[d].first() {
+                Some(&(expire_at_ms, addr)) if expire_at_ms <= now_ms => {
+                    self.expiry[d].pop_first();
+                    *work -= 1;
+                    idle_dbs = 0;
+                    self.expire_if_current(d as Db, addr, now_ms)?;
+                }
+                _ => {
+                    idle_dbs += 1;
+                    self.expiry_cursor_db = (d + 1) % DB_COUNT;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Expires the record at `addr` if it is still the current, expired record of its key.
+    /// Stale entries (overwritten, relocated, freed) are recognised and ignored.
+    fn expire_if_current(
+        &mut self,
+        db: Db,
+        addr: Address,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        let (block, _) = self.shared.layout.split(addr);
+        if self.blocks.get(&block).is_none_or(|i| i.retiring) {
+            return Ok(());
+        }
+        let rec = match self.read_record(addr) {
+            Ok(r) => r,
+            Err(StorageError::Corrupt(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if rec.header.record_type != RecordType::Put
+            || rec.header.db != db
+            || !is_expired(&rec.header, now_ms)
+        {
+            return Ok(());
+        }
+        let h = self.hash(db, &rec.key);
+        if !self.indexes[db as usize].candidates(h).any(|a| a == addr) {
+            return Ok(());
+        }
+        self.expire_lazily(db, h, Found { addr, rec })
+    }
+
+    /// Picks the sealed log block with the lowest live ratio under the threshold and either
+    /// retires it directly (nothing live, no tombstones) or relocates what still matters.
+    fn defrag_step(&mut self) -> Result<(), StorageError> {
+        let open_block = self.open.as_ref().map(|o| o.block);
+        let pct = u64::from(self.defrag_live_percent_max);
+        let pick = self
+            .blocks
+            .iter()
+            .filter(|(b, i)| Some(**b) != open_block && Self::defrag_candidate(i, pct))
+            .min_by_key(|(b, i)| {
+                (
+                    i.kept_bytes() * 1000 / u64::from(i.used_bytes.max(1)),
+                    i.block_seq,
+                    b.0,
+                )
+            })
+            .map(|(b, i)| (*b, i.clone()));
+        let Some((block, info)) = pick else {
+            return Ok(());
+        };
+        if info.live_total() == 0 && !info.has_tombs {
+            self.retire(block);
+            return Ok(());
+        }
+        match self.relocate_block(block, &info) {
+            Ok(()) | Err(StorageError::DeviceFull) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn relocate_block(&mut self, block: BlockId, info: &BlockInfo) -> Result<(), StorageError> {
+        let bs = self.block_size();
+        let (dev, base) = self.shared.layout.locate(block);
+        let mut buf = AlignedBuf::new_zeroed(bs);
+        self.shared.layout.devices[dev].read_at(base, &mut buf)?;
+        self.counters.device_reads += 1;
+        self.counters.device_read_bytes += bs as u64;
+        let older_log_block_exists = self
+            .blocks
+            .iter()
+            .any(|(b, i)| *b != block && i.kind == BLOCK_KIND_LOG && i.block_seq < info.block_seq);
+        let bytes = buf.as_slice();
+        let mut pos = 0;
+        while pos < info.used_bytes as usize {
+            let Some(chunk) = super::recovery::parse_chunk(bytes, pos, info.block_seq) else {
+                break;
+            };
+            for &(off, hdr) in &chunk.records {
+                let rec = decode_record(&bytes[off..], info.block_seq).expect("parsed before");
+                let addr = self.shared.layout.address(block, off);
+                match hdr.record_type {
+                    RecordType::Put => {
+                        let h = self.hash(hdr.db, rec.key);
+                        if !self.indexes[hdr.db as usize]
+                            .candidates(h)
+                            .any(|a| a == addr)
+                        {
+                            continue;
+                        }
+                        let (new, _) = self.append(
+                            RecordType::Put,
+                            hdr.flags,
+                            hdr.value_kind,
+                            hdr.db,
+                            rec.key,
+                            rec.value,
+                            hdr.expire_at_ms,
+                            Some(hdr.seq),
+                            true,
+                        )?;
+                        let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
+                        assert!(replaced, "index lost an entry it just returned");
+                        let len = hdr.record_len() as u32;
+                        let (nb, _) = self.shared.layout.split(new);
+                        if let Some(i) = self.blocks.get_mut(&nb) {
+                            i.live_bytes[hdr.db as usize] += len;
+                        }
+                        self.unaccount(hdr.db, addr, len as usize);
+                        self.expiry_remove(hdr.db, hdr.expire_at_ms, addr);
+                        self.expiry_add(hdr.db, hdr.expire_at_ms, new);
+                        self.counters.defrag_relocated_records += 1;
+                    }
+                    RecordType::Tombstone
+                        if !older_log_block_exists
+                            || self.raider.droppable.remove(&addr)
+                            || self
+                                .find(hdr.db, rec.key, self.hash(hdr.db, rec.key))?
+                                .is_some() =>
+                    {
+                        // Nothing older to shadow, or a newer record of the key exists.
+                        self.raider.tombstones_dropped += 1;
+                    }
+                    RecordType::Tombstone => {
+                        let (new, _) = self.append(
+                            RecordType::Tombstone,
+                            0,
+                            0,
+                            hdr.db,
+                            rec.key,
+                            &[],
+                            0,
+                            Some(hdr.seq),
+                            true,
+                        )?;
+                        let (nb, _) = self.shared.layout.split(new);
+                        if let Some(i) = self.blocks.get_mut(&nb) {
+                            i.note_tomb(hdr.record_len());
+                        }
+                        self.counters.defrag_relocated_records += 1;
+                    }
+                    _ => {}
+                }
+            }
+            pos = align_up(chunk.end);
+        }
+        let live_left = self.blocks.get(&block).map_or(0, |i| i.live_total());
+        if pos < info.used_bytes as usize || live_left != 0 {
+            tracing::warn!(
+                shard = self.id,
+                block = block.0,
+                "defrag could not read all of a block; leaving it in place"
+            );
+            if let Some(i) = self.blocks.get_mut(&block) {
+                i.no_defrag = true;
+            }
+            return Ok(());
+        }
+        self.retire(block);
+        Ok(())
+    }
+}
+
+fn header_record(record_type: RecordType, db: Db, seq: u64, value_len: usize) -> RecordHeader {
+    RecordHeader {
+        record_type,
+        flags: 0,
+        value_kind: 0,
+        db,
+        key_len: 0,
+        value_len: value_len as u32,
+        crc: 0,
+        seq,
+        expire_at_ms: 0,
+    }
+}
+
+/// Parses a large value's root payload: (total length, fragments' seq, fragment addresses).
+pub(crate) fn parse_root(payload: &[u8]) -> Result<(u64, u64, Vec<Address>), StorageError> {
+    let bad = || StorageError::Corrupt("malformed large-value root".into());
+    if payload.len() < ROOT_HEADER_BYTES {
+        return Err(bad());
+    }
+    let total = u64::from_le_bytes(payload[0..8].try_into().map_err(|_| bad())?);
+    let count = u32::from_le_bytes(payload[8..12].try_into().map_err(|_| bad())?) as usize;
+    let frag_seq = u64::from_le_bytes(payload[16..24].try_into().map_err(|_| bad())?);
+    if payload.len() != ROOT_HEADER_BYTES + count * ROOT_ENTRY_BYTES {
+        return Err(bad());
+    }
+    let addrs = payload[ROOT_HEADER_BYTES..]
+        .chunks_exact(ROOT_ENTRY_BYTES)
+        .map(|c| Address(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
+        .collect();
+    Ok((total, frag_seq, addrs))
+}

@@ -1,0 +1,555 @@
+//! Engine unit tests on `MemDevice`.
+use super::*;
+use crate::device::MemDevice;
+
+const MIB: u64 = 1 << 20;
+
+fn cfg(block_size_bytes: u32, fsync: FsyncPolicy) -> StoreConfig {
+    StoreConfig {
+        block_size_bytes,
+        fsync,
+        shard_count: 1,
+        staging_limit_bytes: u64::from(block_size_bytes),
+        ..StoreConfig::default()
+    }
+}
+
+fn open_mem(dev: &Arc<MemDevice>, c: &StoreConfig) -> OpenedStore {
+    open_on(vec![dev.clone() as Arc<dyn BlockDevice>], c).expect("open")
+}
+
+fn one_shard(dev: &Arc<MemDevice>, c: &StoreConfig) -> Shard {
+    open_mem(dev, c).shards.pop().expect("one shard")
+}
+
+fn val(s: &mut Shard, key: &[u8], now: u64) -> Option<Vec<u8>> {
+    s.get(0, key, now).unwrap().map(|v| v.bytes)
+}
+
+// Proves basic put/get/exists/overwrite/delete semantics from staging and from the device.
+#[test]
+fn put_get_overwrite_delete() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    s.put(0, b"a", ValueKind::String, b"1", None, 0).unwrap();
+    assert_eq!(val(&mut s, b"a", 0), Some(b"1".to_vec()));
+    assert!(s.exists(0, b"a", 0).unwrap());
+    assert!(!s.exists(1, b"a", 0).unwrap());
+    s.flush().unwrap();
+    s.put(0, b"a", ValueKind::String, b"22", None, 0).unwrap();
+    assert_eq!(val(&mut s, b"a", 0), Some(b"22".to_vec()));
+    assert_eq!(s.key_count(0), 1);
+    assert!(s.delete(0, b"a", 0).unwrap());
+    assert!(!s.delete(0, b"a", 0).unwrap());
+    assert_eq!(val(&mut s, b"a", 0), None);
+    assert_eq!(s.key_count(0), 0);
+}
+
+// Proves records spanning many blocks read back from the device after their block was sealed.
+#[test]
+fn many_blocks_read_back() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::EverySec));
+    for i in 0..2000u32 {
+        let v = vec![(i % 251) as u8; 100 + (i as usize % 900)];
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &v,
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..2000u32 {
+        let v = vec![(i % 251) as u8; 100 + (i as usize % 900)];
+        assert_eq!(val(&mut s, format!("k{i}").as_bytes(), 0), Some(v));
+    }
+    assert!(s.stats().device_reads > 0);
+    assert_eq!(s.key_count(0), 2000);
+}
+
+// Proves flushed data survives a crash and reopen, and unflushed data is dropped.
+#[test]
+fn recovery_after_crash() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    for i in 0..300u32 {
+        s.put(
+            2,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &i.to_le_bytes(),
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.delete(2, b"k7", 0).unwrap();
+    s.flush().unwrap();
+    s.put(2, b"k8", ValueKind::String, b"lost", None, 0)
+        .unwrap();
+    s.put(2, b"new", ValueKind::String, b"lost", None, 0)
+        .unwrap();
+    drop(s);
+    dev.crash(None);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.key_count(2), 299);
+    assert_eq!(s.get(2, b"k7", 0).unwrap(), None);
+    assert_eq!(s.get(2, b"new", 0).unwrap(), None);
+    assert_eq!(
+        s.get(2, b"k8", 0).unwrap().unwrap().bytes,
+        8u32.to_le_bytes()
+    );
+    assert_eq!(
+        s.get(2, b"k299", 0).unwrap().unwrap().bytes,
+        299u32.to_le_bytes()
+    );
+    // Writing after recovery continues the sequence: the new value wins after another reopen.
+    s.put(2, b"k9", ValueKind::String, b"after", None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.get(2, b"k9", 0).unwrap().unwrap().bytes, b"after");
+}
+
+// Proves lazy expiry hides and deletes expired keys and set_expiry changes/clears the deadline.
+#[test]
+fn expiry_lazy_and_set_expiry() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    s.put(0, b"t", ValueKind::String, b"v", Some(1000), 0)
+        .unwrap();
+    assert_eq!(
+        s.get(0, b"t", 999).unwrap().unwrap().expire_at_ms,
+        Some(1000)
+    );
+    assert!(s.set_expiry(0, b"t", Some(5000), 999).unwrap());
+    assert!(s.exists(0, b"t", 4000).unwrap());
+    assert!(s.set_expiry(0, b"t", None, 4000).unwrap());
+    assert_eq!(s.get(0, b"t", 10_000).unwrap().unwrap().expire_at_ms, None);
+    s.put(0, b"u", ValueKind::String, b"v", Some(1000), 0)
+        .unwrap();
+    assert_eq!(s.key_count(0), 2);
+    assert_eq!(s.get(0, b"u", 1000).unwrap(), None);
+    assert_eq!(s.key_count(0), 1);
+    assert!(!s.set_expiry(0, b"u", Some(1), 1000).unwrap());
+    s.flush().unwrap();
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.key_count(0), 1);
+    assert_eq!(s.get(0, b"u", 0).unwrap(), None);
+}
+
+// Proves active expiry in `background` reaps expired keys without any access.
+#[test]
+fn active_expiry_reaps() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    for i in 0..50u32 {
+        s.put(
+            0,
+            format!("e{i}").as_bytes(),
+            ValueKind::String,
+            b"x",
+            Some(1000 + u64::from(i)),
+            0,
+        )
+        .unwrap();
+    }
+    s.put(0, b"keep", ValueKind::String, b"x", Some(100_000), 0)
+        .unwrap();
+    s.put(0, b"e3", ValueKind::String, b"x", None, 0).unwrap();
+    s.background(5000, 10_000).unwrap();
+    assert_eq!(s.key_count(0), 2);
+    assert_eq!(s.stats().expired_keys, 49);
+}
+
+// Proves FLUSHDB empties one db at once, leaves others, and is durable after flush + crash.
+#[test]
+fn flush_db_is_durable() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    for i in 0..500u32 {
+        s.put(
+            (i % 2) as u8,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            b"v",
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+    s.flush_db(0).unwrap();
+    assert_eq!(s.key_count(0), 0);
+    assert_eq!(s.key_count(1), 250);
+    s.put(0, b"k0", ValueKind::String, b"fresh", None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    drop(s);
+    dev.crash(None);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.key_count(0), 1);
+    assert_eq!(s.key_count(1), 250);
+    assert_eq!(s.get(0, b"k0", 0).unwrap().unwrap().bytes, b"fresh");
+    assert_eq!(s.get(0, b"k2", 0).unwrap(), None);
+}
+
+// Proves SCAN returns every key exactly once with no changes, and RANDOMKEY returns a live key.
+#[test]
+fn scan_and_random_key() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::No));
+    for i in 0..321u32 {
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            b"v",
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (next, keys) = s.scan(0, cursor, 10, 0).unwrap();
+        seen.extend(keys);
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    seen.sort();
+    let before = seen.len();
+    seen.dedup();
+    assert_eq!((before, seen.len()), (321, 321));
+    let k = s.random_key(0, 0).unwrap().unwrap();
+    assert!(s.exists(0, &k, 0).unwrap());
+    assert_eq!(s.random_key(5, 0).unwrap(), None);
+}
+
+// Proves a value far larger than a block round-trips, survives reopen, and frees its extents
+// when overwritten.
+#[test]
+fn large_values_span_extents() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    let big: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    s.put(0, b"big", ValueKind::String, &big, None, 0).unwrap();
+    s.flush().unwrap();
+    assert_eq!(val(&mut s, b"big", 0), Some(big.clone()));
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(val(&mut s, b"big", 0), Some(big.clone()));
+    let used = s.stats().blocks_used;
+    s.put(0, b"big", ValueKind::String, b"small", None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    assert!(s.stats().blocks_used + 10 < used, "extents were not freed");
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(val(&mut s, b"big", 0), Some(b"small".to_vec()));
+    let too_big = vec![0u8; s.value_len_max() as usize + 1];
+    assert!(matches!(
+        s.put(0, b"x", ValueKind::String, &too_big, None, 0),
+        Err(StorageError::ValueTooLarge { .. })
+    ));
+}
+
+// Proves exactness when every key has the same hash: no wrong value, overwrite or delete.
+#[test]
+fn forced_collisions_stay_exact() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.debug_hash_mask = 0;
+    let mut s = one_shard(&dev, &c);
+    for i in 0..60u32 {
+        s.put(
+            0,
+            format!("c{i}").as_bytes(),
+            ValueKind::String,
+            format!("v{i}").as_bytes(),
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.put(0, b"c5", ValueKind::String, b"over", None, 0)
+        .unwrap();
+    assert!(s.delete(0, b"c9", 0).unwrap());
+    assert!(!s.delete(0, b"nope", 0).unwrap());
+    assert_eq!(val(&mut s, b"nope", 0), None);
+    assert_eq!(s.key_count(0), 59);
+    s.flush().unwrap();
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.key_count(0), 59);
+    for i in 0..60u32 {
+        let want = match i {
+            5 => Some(b"over".to_vec()),
+            9 => None,
+            _ => Some(format!("v{i}").into_bytes()),
+        };
+        assert_eq!(val(&mut s, format!("c{i}").as_bytes(), 0), want, "key c{i}");
+    }
+}
+
+// Proves labels: a blank device is formatted, foreign or damaged labels are refused untouched.
+#[test]
+fn foreign_and_damaged_labels_are_refused() {
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let dev = Arc::new(MemDevice::new("t", 4 * MIB));
+    let st = open_mem(&dev, &c);
+    assert!(st.info.formatted);
+    drop(st);
+    assert!(!open_mem(&dev, &c).info.formatted);
+    dev.flip_bits(20, 1);
+    let err = open_on(vec![dev.clone() as Arc<dyn BlockDevice>], &c)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, StorageError::ForeignLabel(ref m) if m.contains("damaged")),
+        "{err}"
+    );
+    let foreign = Arc::new(MemDevice::new("f", 4 * MIB));
+    foreign.flip_bits(100_000, 1);
+    let err = open_on(vec![foreign.clone() as Arc<dyn BlockDevice>], &c)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, StorageError::ForeignLabel(ref m) if m.contains("not a lavik")),
+        "{err}"
+    );
+    assert_eq!(
+        foreign.peek(0, 8),
+        vec![0u8; 8],
+        "foreign device was written"
+    );
+}
+
+// Proves a two-device store allocates blocks on both and reopens with devices in any order.
+#[test]
+fn two_devices_share_one_store() {
+    let a = Arc::new(MemDevice::new("a", 4 * MIB));
+    let b = Arc::new(MemDevice::new("b", 4 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let devs = || {
+        vec![
+            a.clone() as Arc<dyn BlockDevice>,
+            b.clone() as Arc<dyn BlockDevice>,
+        ]
+    };
+    let mut s = open_on(devs(), &c).unwrap().shards.pop().unwrap();
+    for i in 0..400u32 {
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &[7u8; 600],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+    drop(s);
+    assert!(a.peek(128 * 1024, 1)[0] != 0 || b.peek(128 * 1024, 1)[0] != 0);
+    assert!(b.peek(64 * 1024, 1)[0] != 0, "second device unused");
+    let rev = vec![
+        b.clone() as Arc<dyn BlockDevice>,
+        a.clone() as Arc<dyn BlockDevice>,
+    ];
+    let mut s = open_on(rev, &c).unwrap().shards.pop().unwrap();
+    assert_eq!(s.key_count(0), 400);
+    assert_eq!(val(&mut s, b"k399", 0), Some(vec![7u8; 600]));
+    let err = open_on(vec![a.clone() as Arc<dyn BlockDevice>], &c)
+        .err()
+        .unwrap();
+    assert!(matches!(err, StorageError::ForeignLabel(_)), "{err}");
+}
+
+/// Builds: block 0 = live anchors; block 1 (sealed) = 20 puts and their 20 tombstones plus
+/// dead filler. Returns the shard.
+fn tomb_scenario(dev: &Arc<MemDevice>, c: &StoreConfig) -> Shard {
+    let mut s = one_shard(dev, c);
+    for i in 0..60u32 {
+        s.put(
+            0,
+            format!("anchor{i}").as_bytes(),
+            ValueKind::String,
+            &[1u8; 1000],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.put(0, b"seal", ValueKind::String, &[2u8; 10_000], None, 0)
+        .unwrap();
+    for i in 0..20u32 {
+        s.put(
+            0,
+            format!("d{i}").as_bytes(),
+            ValueKind::String,
+            &[3u8; 100],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..20u32 {
+        assert!(s.delete(0, format!("d{i}").as_bytes(), 0).unwrap());
+    }
+    for _ in 0..6 {
+        s.put(0, b"filler", ValueKind::String, &[4u8; 20_000], None, 0)
+            .unwrap();
+    }
+    s.flush().unwrap();
+    s
+}
+
+// Proves that without the tomb raider, defrag copies tombstones forward while an older block
+// exists (they might shadow something), and never drops them.
+#[test]
+fn defrag_keeps_tombstones_without_the_raider() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.tomb_raider_interval_ms = 0;
+    let mut s = tomb_scenario(&dev, &c);
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    assert_eq!(s.tomb_raider_status().tombstones_dropped, 0);
+    assert!(s.stats().defrag_relocated_records >= 20);
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.get(0, b"d3", 0).unwrap(), None);
+    assert_eq!(s.key_count(0), 62);
+}
+
+// Proves the tomb raider marks tombstones that shadow nothing, defrag then drops them, and
+// the deleted keys stay deleted after a reopen.
+#[test]
+fn tomb_raider_lets_defrag_drop_dead_tombstones() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.tomb_raider_interval_ms = 0;
+    c.defrag_paused = true;
+    let mut s = tomb_scenario(&dev, &c);
+    s.tomb_raider_start_now();
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+    }
+    let st = s.tomb_raider_status();
+    assert_eq!(st.runs_completed, 1, "{st:?}");
+    assert_eq!(st.droppable_tombstones, 20, "{st:?}");
+    s.set_defrag_paused(false);
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    assert_eq!(s.tomb_raider_status().tombstones_dropped, 20);
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    for i in 0..20u32 {
+        assert_eq!(s.get(0, format!("d{i}").as_bytes(), 0).unwrap(), None);
+    }
+    assert_eq!(s.key_count(0), 62);
+}
+
+// Proves per-key expiry state stays one entry per volatile key across overwrites, EXPIRE,
+// PERSIST, delete and FLUSHDB (no stale entries pile up), including after recovery.
+#[test]
+fn expiry_state_does_not_accumulate() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    for i in 0..100u64 {
+        s.put(0, b"v", ValueKind::String, b"x", Some(10_000 + i), 0)
+            .unwrap();
+        s.put(
+            1,
+            format!("w{i}").as_bytes(),
+            ValueKind::String,
+            b"x",
+            Some(10_000),
+            0,
+        )
+        .unwrap();
+    }
+    assert_eq!(s.stats().volatile_entries, 101);
+    assert!(s.set_expiry(0, b"v", Some(20_000), 0).unwrap());
+    assert_eq!(s.stats().volatile_entries, 101);
+    s.flush().unwrap();
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.stats().volatile_entries, 101);
+    assert!(s.set_expiry(0, b"v", None, 0).unwrap());
+    assert_eq!(s.stats().volatile_entries, 100);
+    s.flush_db(1).unwrap();
+    assert_eq!(s.stats().volatile_entries, 0);
+    s.put(0, b"v", ValueKind::String, b"x", Some(5), 0).unwrap();
+    assert!(s.delete(0, b"v", 0).unwrap());
+    assert_eq!(s.stats().volatile_entries, 0);
+}
+
+// Proves a mass delete does not make defrag rewrite the same needed tombstones forever:
+// blocks made of tombstones that must be kept are not defrag candidates.
+#[test]
+fn needed_tombstones_do_not_cause_endless_defrag() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.tomb_raider_interval_ms = 0;
+    let mut s = one_shard(&dev, &c);
+    for i in 0..60u32 {
+        s.put(
+            0,
+            format!("anchor{i}").as_bytes(),
+            ValueKind::String,
+            &[1u8; 1000],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..3000u32 {
+        s.put(
+            0,
+            format!("d{i}").as_bytes(),
+            ValueKind::String,
+            &[3u8; 100],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    for i in 0..3000u32 {
+        assert!(s.delete(0, format!("d{i}").as_bytes(), 0).unwrap());
+    }
+    s.put(0, b"last", ValueKind::String, &[5u8; 30_000], None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    for _ in 0..300 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    let moved = s.stats().defrag_relocated_records;
+    assert!(
+        moved < 6000,
+        "defrag relocated {moved} records for 3000 tombstones"
+    );
+    drop(s);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(s.get(0, b"d1234", 0).unwrap(), None);
+    assert_eq!(s.key_count(0), 61);
+}
