@@ -1,1 +1,1 @@
-//! Placeholder: replaced by the storage engine (issue 3).
+pub mod index;
