@@ -717,6 +717,9 @@ mod tests {
         assert_eq!(total, index.len());
     }
 
+    /// Keeps hashes uniform but confined to sub-tables 0..4, so those resize often.
+    const NARROW_MASK: u64 = u64::MAX >> (SUBTABLE_BITS - 2);
+
     fn random_hashes(seed: u64, count: usize) -> Vec<u64> {
         let mut state = seed;
         (0..count).map(|_| splitmix64(&mut state)).collect()
@@ -858,13 +861,14 @@ mod tests {
     fn scan_across_growth_visits_everything_present() {
         let mut index = Index::new();
         let mut state = 11;
-        let narrow = |state: &mut u64| splitmix64(state) >> SUBTABLE_BITS >> 2; // sub-tables 0..1024
+        let narrow = |state: &mut u64| splitmix64(state) & NARROW_MASK;
         let originals: Vec<(u64, Address)> = (0..20_000)
             .map(|i| (narrow(&mut state), Address(i)))
             .collect();
         for &(h, a) in &originals {
             index.insert(h, a);
         }
+        let home_buckets_before = index.shape().home_buckets;
         let mut seen = HashSet::new();
         let mut cursor = index.scan(0, 500, |_, a| {
             seen.insert(a);
@@ -880,6 +884,7 @@ mod tests {
             });
         }
         check_invariants(&index);
+        assert!(index.shape().home_buckets > 2 * home_buckets_before, "no growth mid-scan");
         assert!(originals.iter().all(|(_, a)| seen.contains(a)));
     }
 
@@ -889,8 +894,9 @@ mod tests {
         let mut index = Index::new();
         let hashes = random_hashes(5, 60_000);
         for (i, &h) in hashes.iter().enumerate() {
-            index.insert(h >> SUBTABLE_BITS >> 4, Address(i as u64));
+            index.insert(h & NARROW_MASK, Address(i as u64));
         }
+        let home_buckets_before = index.shape().home_buckets;
         let keep = |i: usize| i % 7 == 0;
         let mut seen = HashSet::new();
         let mut cursor = 0;
@@ -903,10 +909,11 @@ mod tests {
                 break;
             }
             for i in doomed.by_ref().take(1_500) {
-                assert!(index.remove(hashes[i] >> SUBTABLE_BITS >> 4, Address(i as u64)));
+                assert!(index.remove(hashes[i] & NARROW_MASK, Address(i as u64)));
             }
         }
         check_invariants(&index);
+        assert!(index.shape().home_buckets * 2 < home_buckets_before, "no shrink mid-scan");
         assert!((0..hashes.len())
             .filter(|&i| keep(i))
             .all(|i| seen.contains(&Address(i as u64))));
