@@ -884,7 +884,10 @@ mod tests {
             });
         }
         check_invariants(&index);
-        assert!(index.shape().home_buckets > 2 * home_buckets_before, "no growth mid-scan");
+        assert!(
+            index.shape().home_buckets > 2 * home_buckets_before,
+            "no growth mid-scan"
+        );
         assert!(originals.iter().all(|(_, a)| seen.contains(a)));
     }
 
@@ -897,7 +900,7 @@ mod tests {
             index.insert(h & NARROW_MASK, Address(i as u64));
         }
         let home_buckets_before = index.shape().home_buckets;
-        let keep = |i: usize| i % 7 == 0;
+        let keep = |i: usize| i.is_multiple_of(7);
         let mut seen = HashSet::new();
         let mut cursor = 0;
         let mut doomed = (0..hashes.len()).filter(|&i| !keep(i));
@@ -913,7 +916,10 @@ mod tests {
             }
         }
         check_invariants(&index);
-        assert!(index.shape().home_buckets * 2 < home_buckets_before, "no shrink mid-scan");
+        assert!(
+            index.shape().home_buckets * 2 < home_buckets_before,
+            "no shrink mid-scan"
+        );
         assert!((0..hashes.len())
             .filter(|&i| keep(i))
             .all(|i| seen.contains(&Address(i as u64))));
@@ -990,7 +996,11 @@ mod tests {
             index.insert(h, Address(i as u64));
         }
         assert_eq!(index.shape().home_buckets, home_buckets);
-        assert!(index.memory_bytes() < bytes + bytes / 100, "{:?}", index.shape());
+        assert!(
+            index.memory_bytes() < bytes + bytes / 100,
+            "{:?}",
+            index.shape()
+        );
         index.clear();
         assert_eq!(index.memory_bytes(), bytes);
     }
