@@ -69,9 +69,14 @@ const LEVEL_MAX: u8 = 33;
 /// Random slot probes `random_entry` tries before falling back to a walk.
 const RANDOM_PROBES: u32 = 64;
 
+/// `hash >> HASH_POSITION_SHIFT` is the 36-bit hash position that `scan` reports; the
+/// index ignores the lower bits, so `insert(position << HASH_POSITION_SHIFT, addr)`
+/// rebuilds an entry exactly (e.g. from an index checkpoint).
+pub const HASH_POSITION_SHIFT: u32 = 64 - SUBTABLE_BITS - FRAGMENT_BITS;
+
 const FRAGMENT_MASK: u64 = (1 << FRAGMENT_BITS) - 1;
 const ADDRESS_MASK: u64 = (1 << ADDRESS_BITS) - 1;
-const FRAGMENT_SHIFT: u32 = 64 - SUBTABLE_BITS - FRAGMENT_BITS;
+const FRAGMENT_SHIFT: u32 = HASH_POSITION_SHIFT;
 /// Scan cursors live in the 36-bit space `subtable << 24 | fragment`.
 const CURSOR_LIMIT: u64 = 1 << (SUBTABLE_BITS + FRAGMENT_BITS);
 
@@ -957,6 +962,34 @@ mod tests {
             "seen {seen} in {calls} calls"
         );
         assert_eq!(index.scan(CURSOR_LIMIT, 10, |_, _| panic!("visited")), 0);
+    }
+
+    // Proves (position, address) pairs from a scan rebuild an equivalent index (checkpoint use).
+    #[test]
+    fn scan_positions_rebuild_the_index() {
+        let hashes = random_hashes(31, 20_000);
+        let mut index = Index::new();
+        for (i, &h) in hashes.iter().enumerate() {
+            index.insert(h, Address(i as u64));
+        }
+        let mut saved = Vec::new();
+        let mut cursor = 0;
+        loop {
+            cursor = index.scan(cursor, 1000, |position, a| saved.push((position, a)));
+            if cursor == 0 {
+                break;
+            }
+        }
+        saved.sort();
+        saved.dedup();
+        let mut rebuilt = Index::new();
+        for &(position, a) in &saved {
+            rebuilt.insert(position << HASH_POSITION_SHIFT, a);
+        }
+        assert_eq!(rebuilt.len(), index.len());
+        for &h in hashes.iter().step_by(13) {
+            assert_eq!(sorted(rebuilt.candidates(h)), sorted(index.candidates(h)));
+        }
     }
 
     // Proves removing every entry gives the memory back and clear() resets everything.
