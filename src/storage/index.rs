@@ -59,8 +59,10 @@ pub const BUCKET_SLOTS: usize = 8;
 /// A sub-table grows when its entries exceed this many per home bucket (load 7/8).
 pub const GROW_ENTRIES_PER_HOME_BUCKET: u64 = 7;
 /// A sub-table shrinks one level when it would hold at most this many entries per home
-/// bucket after shrinking (load 7/16), which leaves room before the next growth.
-pub const SHRINK_ENTRIES_PER_HOME_BUCKET_HALVES: u64 = 7;
+/// bucket after shrinking (load 5/8). Being below the growth trigger gives hysteresis:
+/// a rebuild needs the sub-table's size to change by ~30-40% first. Worst steady cost
+/// just before a shrink: 64 / (5 / GROWTH_FACTOR) ≈ 19 bytes per key.
+pub const SHRINK_ENTRIES_PER_HOME_BUCKET: u64 = 5;
 /// Size ratio between consecutive levels of a sub-table.
 pub const GROWTH_FACTOR: f64 = 1.5;
 /// Highest level: keeps a sub-table at ≤ 2^20 home buckets (fragment resolution stays
@@ -84,8 +86,8 @@ const _: () = assert!(FRAGMENT_BITS + ADDRESS_BITS == 64);
 const _: () = assert!(SUBTABLE_BITS + FRAGMENT_BITS <= 64);
 const _: () = assert!(size_of::<Bucket>() == 64);
 const _: () = assert!(GROW_ENTRIES_PER_HOME_BUCKET < BUCKET_SLOTS as u64);
-// After shrinking, the load must be well below the growth trigger (hysteresis).
-const _: () = assert!(SHRINK_ENTRIES_PER_HOME_BUCKET_HALVES < 2 * GROW_ENTRIES_PER_HOME_BUCKET);
+// After shrinking, the load must be below the growth trigger (hysteresis).
+const _: () = assert!(SHRINK_ENTRIES_PER_HOME_BUCKET < GROW_ENTRIES_PER_HOME_BUCKET);
 
 /// One stored word: fragment in the top 24 bits, `address + 1` in the low 40 (0 = empty).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -326,8 +328,7 @@ impl Subtable {
             return;
         }
         let smaller = home_buckets_at(self.level - 1, subtable);
-        let limit = SHRINK_ENTRIES_PER_HOME_BUCKET_HALVES * u64::from(smaller);
-        if 2 * u64::from(self.len) <= limit {
+        if u64::from(self.len) <= SHRINK_ENTRIES_PER_HOME_BUCKET * u64::from(smaller) {
             self.rebuild(self.level - 1, subtable);
         }
     }
@@ -1048,6 +1049,30 @@ mod tests {
         }
         let per_key = index.memory_bytes() as f64 / keys as f64;
         assert!(per_key <= 16.0, "{per_key} bytes/key, {:?}", index.shape());
+    }
+
+    // Proves mass removal keeps RAM per remaining key under ~19 bytes plus fixed headers.
+    #[test]
+    fn bytes_per_key_while_shrinking() {
+        let keys = 400_000;
+        let hashes = random_hashes(12, keys);
+        let mut index = Index::new();
+        for (i, &h) in hashes.iter().enumerate() {
+            index.insert(h, Address(i as u64));
+        }
+        let fixed_bytes = Index::new().memory_bytes() as f64;
+        for (i, &h) in hashes.iter().enumerate().take(keys - 50_000) {
+            assert!(index.remove(h, Address(i as u64)));
+            if i % 10_000 == 0 {
+                let per_key = (index.memory_bytes() as f64 - fixed_bytes) / index.len() as f64;
+                assert!(
+                    per_key <= 20.0,
+                    "{per_key} bytes/key at {} keys",
+                    index.len()
+                );
+            }
+        }
+        check_invariants(&index);
     }
 
     // Proves random_entry returns only present entries, spreads over them, and handles empty.
