@@ -1145,6 +1145,10 @@ mod tests {
     #[derive(Default)]
     struct Model {
         by_hash: HashMap<u64, Vec<Address>>,
+        /// Addresses by the 36 hash bits the index compares (what candidates must return).
+        by_position: HashMap<u64, Vec<Address>>,
+        /// Answer candidates from `by_position` alone (long runs) instead of cross-checking.
+        fast: bool,
         live: Vec<(u64, Address)>,
         next_address: u64,
         scan: Option<ScanState>,
@@ -1165,6 +1169,10 @@ mod tests {
 
         fn add(&mut self, hash: u64, address: Address) {
             self.by_hash.entry(hash).or_default().push(address);
+            self.by_position
+                .entry(hash >> FRAGMENT_SHIFT)
+                .or_default()
+                .push(address);
             self.live.push((hash, address));
             if let Some(scan) = &mut self.scan {
                 scan.present_ever.insert(address);
@@ -1177,6 +1185,8 @@ mod tests {
             }
             let (hash, address) = self.live.swap_remove(pick % self.live.len());
             let list = self.by_hash.get_mut(&hash).unwrap();
+            list.retain(|a| *a != address);
+            let list = self.by_position.get_mut(&(hash >> FRAGMENT_SHIFT)).unwrap();
             list.retain(|a| *a != address);
             if let Some(scan) = &mut self.scan {
                 scan.present_throughout.remove(&address);
@@ -1191,7 +1201,13 @@ mod tests {
                 .by_hash
                 .iter()
                 .filter(|(h, _)| *h >> FRAGMENT_SHIFT == prefix);
-            sorted(matching.flat_map(|(_, list)| list.iter().copied()))
+            let fast = self.by_position.get(&prefix).into_iter().flatten().copied();
+            let fast = sorted(fast);
+            if !self.fast {
+                let slow = sorted(matching.flat_map(|(_, list)| list.iter().copied()));
+                assert_eq!(slow, fast, "model bookkeeping");
+            }
+            fast
         }
     }
 
@@ -1299,6 +1315,56 @@ mod tests {
             let scanned: HashSet<Address> = full_scan(&index, 7).into_iter().collect();
             prop_assert_eq!(scanned, all.into_iter().collect::<HashSet<_>>());
         }
+    }
+
+    // Proves the model agreement over a long deterministic run (2M ops; live entries in 4
+    // sub-tables swing between ~0 and ~125k); run with `--release -- --ignored`.
+    #[test]
+    #[ignore]
+    fn long_model_soak() {
+        let mut index = Index::new();
+        let mut model = Model {
+            fast: true,
+            ..Model::default()
+        };
+        let mut state = 77u64;
+        for step in 0..2_000_000u64 {
+            let r = splitmix64(&mut state);
+            let pick = splitmix64(&mut state) as usize;
+            let growing = (step / 400_000) % 2 == 0;
+            let inserts = if growing { 8 } else { 3 };
+            let op = match r % 16 {
+                k if k < inserts => Op::Insert {
+                    subtable: (r >> 8) as u8 % 4,
+                    fragment: if r & (1 << 20) != 0 {
+                        Some((r >> 12) as u8 % 4)
+                    } else {
+                        None
+                    },
+                    random_fragment: (r >> 24) as u32,
+                    low: (r >> 40) as u32,
+                },
+                0..=10 => Op::Remove(pick),
+                11 => Op::Replace(pick),
+                12 => Op::Check(pick),
+                13 => Op::CheckAbsent {
+                    subtable: (r >> 8) as u8 % 4,
+                    fragment: (r >> 24) as u32,
+                },
+                14 => Op::RemoveAbsent(pick),
+                _ => Op::ScanStep((r >> 8) as u8 % 200 + 1),
+            };
+            apply(&mut index, &mut model, op);
+            assert_eq!(index.len(), model.live.len());
+            if step % 50_000 == 0 {
+                check_invariants(&index);
+            }
+        }
+        check_invariants(&index);
+        let mut all = Vec::new();
+        index.for_each(|a| all.push(a));
+        all.sort();
+        assert_eq!(all, sorted(model.live.iter().map(|e| e.1)));
     }
 
     // Prints bytes/key and ns/op at ten million keys; run with
