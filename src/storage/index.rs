@@ -61,13 +61,13 @@ pub const GROW_ENTRIES_PER_HOME_BUCKET: u64 = 7;
 /// A sub-table shrinks one level when it would hold at most this many entries per home
 /// bucket after shrinking (load 5/8). Being below the growth trigger gives hysteresis:
 /// a rebuild needs the sub-table's size to change by ~30-40% first. Worst steady cost
-/// just before a shrink: 64 / (5 / GROWTH_FACTOR) ≈ 19 bytes per key.
+/// just before a shrink: 64 / (5 / GROWTH_FACTOR) = 16 bytes per key.
 pub const SHRINK_ENTRIES_PER_HOME_BUCKET: u64 = 5;
 /// Size ratio between consecutive levels of a sub-table.
-pub const GROWTH_FACTOR: f64 = 1.5;
+pub const GROWTH_FACTOR: f64 = 1.25;
 /// Highest level: keeps a sub-table at ≤ 2^20 home buckets (fragment resolution stays
 /// ≥ 16 fragments per home bucket); beyond it the table stops growing and runs get long.
-const LEVEL_MAX: u8 = 33;
+const LEVEL_MAX: u8 = 61;
 /// Random slot probes `random_entry` tries before falling back to a walk.
 const RANDOM_PROBES: u32 = 64;
 
@@ -314,9 +314,15 @@ impl Subtable {
 
     fn maybe_grow(&mut self, subtable: usize) {
         let limit = GROW_ENTRIES_PER_HOME_BUCKET * u64::from(self.home_buckets);
-        if u64::from(self.len) > limit && self.level < LEVEL_MAX {
-            self.rebuild(self.level + 1, subtable);
+        if u64::from(self.len) <= limit || self.level >= LEVEL_MAX {
+            return;
         }
+        // Small levels can round to the same size; skip to the first one that is larger.
+        let mut level = self.level + 1;
+        while level < LEVEL_MAX && home_buckets_at(level, subtable) <= self.home_buckets {
+            level += 1;
+        }
+        self.rebuild(level, subtable);
     }
 
     fn maybe_shrink(&mut self, subtable: usize, level_min: u8) {
@@ -328,7 +334,10 @@ impl Subtable {
             return;
         }
         let smaller = home_buckets_at(self.level - 1, subtable);
-        if u64::from(self.len) <= SHRINK_ENTRIES_PER_HOME_BUCKET * u64::from(smaller) {
+        if smaller == self.home_buckets {
+            // Same size after rounding: step down without moving anything.
+            self.level -= 1;
+        } else if u64::from(self.len) <= SHRINK_ENTRIES_PER_HOME_BUCKET * u64::from(smaller) {
             self.rebuild(self.level - 1, subtable);
         }
     }
@@ -1051,7 +1060,7 @@ mod tests {
         assert!(per_key <= 16.0, "{per_key} bytes/key, {:?}", index.shape());
     }
 
-    // Proves mass removal keeps RAM per remaining key under ~19 bytes plus fixed headers.
+    // Proves mass removal keeps RAM per remaining key within 16 bytes plus fixed headers.
     #[test]
     fn bytes_per_key_while_shrinking() {
         let keys = 400_000;
@@ -1066,7 +1075,7 @@ mod tests {
             if i % 10_000 == 0 {
                 let per_key = (index.memory_bytes() as f64 - fixed_bytes) / index.len() as f64;
                 assert!(
-                    per_key <= 20.0,
+                    per_key <= 16.0,
                     "{per_key} bytes/key at {} keys",
                     index.len()
                 );
