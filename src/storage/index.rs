@@ -158,6 +158,33 @@ impl Bucket {
         true
     }
 
+    /// Slot of the largest fragment (bucket not empty).
+    fn largest_slot(&self) -> usize {
+        let entries = &self.slots[..self.count()];
+        let (slot, _) = entries
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, e)| e.fragment())
+            .unwrap();
+        slot
+    }
+
+    /// Slot of the smallest fragment; None if the bucket is empty.
+    fn smallest_slot(&self) -> Option<usize> {
+        let entries = &self.slots[..self.count()];
+        entries
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, e)| e.fragment())
+            .map(|(slot, _)| slot)
+    }
+
+    /// True if no entry with `fragment` can live after this bucket: it has room, or
+    /// (runs being ordered) it holds a larger fragment.
+    fn ends_run_for(&self, fragment: u32) -> bool {
+        !self.is_full() || self.slots.iter().any(|e| e.fragment() > fragment)
+    }
+
     /// Removes the entry in `slot`, moving the last entry into its place.
     fn take(&mut self, slot: usize) -> Entry {
         let last = self.count() - 1;
@@ -235,12 +262,27 @@ impl Subtable {
     /// the probe runs off the end. Does not touch `len`.
     fn place(&mut self, entry: Entry) {
         debug_assert!(self.home_buckets > 0);
-        let home = self.home(entry.fragment());
-        for bucket in &mut self.buckets[home..] {
-            if bucket.push(entry) {
+        let mut carry = entry;
+        let mut number = self.home(entry.fragment());
+        loop {
+            let Some(bucket) = self.buckets.get_mut(number) else {
+                self.append_spill(carry);
+                return;
+            };
+            if bucket.push(carry) {
                 return;
             }
+            // Keep the run ordered: the carried entry takes the place of this bucket's
+            // largest fragment if that is not smaller, and the largest moves on.
+            let largest = bucket.largest_slot();
+            if bucket.slots[largest].fragment() >= carry.fragment() {
+                carry = std::mem::replace(&mut bucket.slots[largest], carry);
+            }
+            number += 1;
         }
+    }
+
+    fn append_spill(&mut self, entry: Entry) {
         let mut buckets = std::mem::take(&mut self.buckets).into_vec();
         buckets.reserve_exact(1);
         let mut spill = Bucket::EMPTY;
@@ -260,7 +302,7 @@ impl Subtable {
             if let Some(slot) = bucket.slots.iter().position(|e| *e == wanted) {
                 return Some((home + offset, slot));
             }
-            if !bucket.is_full() {
+            if bucket.ends_run_for(fragment) {
                 return None;
             }
         }
@@ -280,23 +322,26 @@ impl Subtable {
 
     /// `hole` has just lost an entry and was full before: entries beyond it whose home
     /// is at or before `hole` must move into it, and so on down the run.
+    /// Runs are ordered, so only the next bucket's smallest fragment can belong earlier.
     fn shift_back(&mut self, mut hole: usize) {
         let home_buckets = self.home_buckets;
         let mut next = hole + 1;
         while next < self.buckets.len() {
-            let candidate = self.buckets[next]
-                .entries()
-                .position(|e| home_of(e.fragment(), home_buckets) <= hole);
-            let next_was_full = self.buckets[next].is_full();
-            if let Some(slot) = candidate {
-                let entry = self.buckets[next].take(slot);
-                let pushed = self.buckets[hole].push(entry);
-                assert!(pushed, "index: shift-back target has no free slot");
-                hole = next;
+            let bucket = &self.buckets[next];
+            let Some(smallest) = bucket.smallest_slot() else {
+                return;
+            };
+            if home_of(bucket.slots[smallest].fragment(), home_buckets) > hole {
+                return;
             }
+            let next_was_full = bucket.is_full();
+            let entry = self.buckets[next].take(smallest);
+            let pushed = self.buckets[hole].push(entry);
+            assert!(pushed, "index: shift-back target has no free slot");
             if !next_was_full {
                 return;
             }
+            hole = next;
             next += 1;
         }
     }
@@ -648,14 +693,13 @@ impl Iterator for Candidates<'_> {
             while self.slot < BUCKET_SLOTS {
                 let entry = bucket.slots[self.slot];
                 self.slot += 1;
-                if entry.is_empty() {
-                    // Compact buckets: an empty slot means a non-full bucket ends the run.
-                    self.bucket = self.buckets.len();
-                    return None;
-                }
-                if entry.fragment() == self.fragment {
+                if entry.fragment() == self.fragment && !entry.is_empty() {
                     return Some(entry.address());
                 }
+            }
+            if bucket.ends_run_for(self.fragment) {
+                self.bucket = self.buckets.len();
+                return None;
             }
             self.bucket += 1;
             self.slot = 0;
@@ -710,8 +754,13 @@ mod tests {
         let mut total = 0;
         for table in index.subtables.iter() {
             let mut count = 0;
+            let mut largest_before = 0;
             for (j, bucket) in table.buckets.iter().enumerate() {
                 let filled = bucket.count();
+                if let Some(smallest) = bucket.entries().map(Entry::fragment).min() {
+                    assert!(smallest >= largest_before, "run out of fragment order");
+                    largest_before = bucket.entries().map(Entry::fragment).max().unwrap();
+                }
                 assert!(
                     bucket.slots[filled..].iter().all(|e| e.is_empty()),
                     "not compact"
@@ -1430,7 +1479,7 @@ mod tests {
         }
         let run = table.buckets[table.home(fragment)..]
             .iter()
-            .take_while(|b| b.is_full())
+            .take_while(|b| !b.ends_run_for(fragment))
             .count();
         (run + 1).min(table.buckets.len() - table.home(fragment))
     }
