@@ -27,7 +27,7 @@
 //!   last home bucket go to spill buckets appended to the sub-table (no wrap-around), so
 //!   bucket order follows fragment order, which is what makes SCAN resize-proof.
 //! - A sub-table grows by a factor of [`GROWTH_FACTOR`] when it holds more than
-//!   [`GROW_ENTRIES_PER_HOME_BUCKET`] entries per home bucket, and shrinks when it falls
+//!   [`GROW_LOAD_UNITS`]/16 of its home slots, and shrinks when it falls
 //!   far below. Sub-table `i` at level `L` has `ceil(GROWTH_FACTOR^(L + i/SUBTABLE_COUNT))`
 //!   home buckets: the fractional phase spreads the sub-tables' resize points evenly, so
 //!   the total size grows smoothly with the key count instead of in global steps.
@@ -56,13 +56,15 @@ pub const SUBTABLE_COUNT: usize = 1 << SUBTABLE_BITS;
 pub const FRAGMENT_BITS: u32 = 24;
 /// Entries per 64-byte bucket.
 pub const BUCKET_SLOTS: usize = 8;
-/// A sub-table grows when its entries exceed this many per home bucket (load 7/8).
-pub const GROW_ENTRIES_PER_HOME_BUCKET: u64 = 7;
-/// A sub-table shrinks one level when it would hold at most this many entries per home
-/// bucket after shrinking (load 5/8). Being below the growth trigger gives hysteresis:
-/// a rebuild needs the sub-table's size to change by ~30-40% first. Worst steady cost
-/// just before a shrink: 64 / (5 / GROWTH_FACTOR) = 16 bytes per key.
-pub const SHRINK_ENTRIES_PER_HOME_BUCKET: u64 = 5;
+/// Loads are counted in half-entries per home bucket (16 = a full bucket of 8).
+const LOAD_UNITS_PER_HOME_BUCKET: u64 = 2 * BUCKET_SLOTS as u64;
+/// A sub-table grows when its load exceeds 15/16 (7.5 entries per home bucket).
+pub const GROW_LOAD_UNITS: u64 = 15;
+/// A sub-table shrinks one level when its load after shrinking would be at most 10/16
+/// (5 entries per home bucket). Being below the growth trigger gives hysteresis: a
+/// rebuild needs the sub-table's size to change by ~30-50% first. Worst steady cost just
+/// before a shrink: 64 / (5 / GROWTH_FACTOR) = 16 bytes per key.
+pub const SHRINK_LOAD_UNITS: u64 = 10;
 /// Size ratio between consecutive levels of a sub-table.
 pub const GROWTH_FACTOR: f64 = 1.25;
 /// Highest level: keeps a sub-table at ≤ 2^20 home buckets (fragment resolution stays
@@ -85,9 +87,9 @@ const CURSOR_LIMIT: u64 = 1 << (SUBTABLE_BITS + FRAGMENT_BITS);
 const _: () = assert!(FRAGMENT_BITS + ADDRESS_BITS == 64);
 const _: () = assert!(SUBTABLE_BITS + FRAGMENT_BITS <= 64);
 const _: () = assert!(size_of::<Bucket>() == 64);
-const _: () = assert!(GROW_ENTRIES_PER_HOME_BUCKET < BUCKET_SLOTS as u64);
+const _: () = assert!(GROW_LOAD_UNITS < LOAD_UNITS_PER_HOME_BUCKET);
 // After shrinking, the load must be below the growth trigger (hysteresis).
-const _: () = assert!(SHRINK_ENTRIES_PER_HOME_BUCKET < GROW_ENTRIES_PER_HOME_BUCKET);
+const _: () = assert!(SHRINK_LOAD_UNITS < GROW_LOAD_UNITS);
 
 /// One stored word: fragment in the top 24 bits, `address + 1` in the low 40 (0 = empty).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -214,6 +216,11 @@ fn first_fragment_of(bucket: usize, home_buckets: u32) -> u32 {
     let fragment = ((bucket as u64) << FRAGMENT_BITS).div_ceil(n);
     debug_assert!(fragment <= FRAGMENT_MASK);
     fragment as u32
+}
+
+/// `entries` in load units (two per entry: see `LOAD_UNITS_PER_HOME_BUCKET`).
+fn load_units(entries: impl Into<u64>) -> u64 {
+    2 * entries.into()
 }
 
 /// Home buckets of sub-table `subtable` at `level` (see the module essay).
@@ -358,8 +365,8 @@ impl Subtable {
     }
 
     fn maybe_grow(&mut self, subtable: usize) {
-        let limit = GROW_ENTRIES_PER_HOME_BUCKET * u64::from(self.home_buckets);
-        if u64::from(self.len) <= limit || self.level >= LEVEL_MAX {
+        let limit = GROW_LOAD_UNITS * u64::from(self.home_buckets);
+        if load_units(self.len) <= limit || self.level >= LEVEL_MAX {
             return;
         }
         // Small levels can round to the same size; skip to the first one that is larger.
@@ -382,7 +389,7 @@ impl Subtable {
         if smaller == self.home_buckets {
             // Same size after rounding: step down without moving anything.
             self.level -= 1;
-        } else if u64::from(self.len) <= SHRINK_ENTRIES_PER_HOME_BUCKET * u64::from(smaller) {
+        } else if load_units(self.len) <= SHRINK_LOAD_UNITS * u64::from(smaller) {
             self.rebuild(self.level - 1, subtable);
         }
     }
@@ -472,7 +479,7 @@ impl Index {
         let share = (mean + 4.0 * mean.sqrt()).ceil() as u64;
         let mut level = 0;
         while level < LEVEL_MAX
-            && GROW_ENTRIES_PER_HOME_BUCKET * u64::from(home_buckets_at(level, 0)) < share
+            && GROW_LOAD_UNITS * u64::from(home_buckets_at(level, 0)) < load_units(share)
         {
             level += 1;
         }
