@@ -394,8 +394,25 @@ impl Subtable {
         }
     }
 
+    /// A fragment at which a scan that has visited every bucket up to and including
+    /// `bucket_number` can resume without missing anything: entries with a smaller
+    /// fragment all live at or before that bucket. Runs are ordered, so the bucket's
+    /// largest fragment qualifies; after a non-full home bucket nothing homed at or before
+    /// it lives later, so the next bucket's first fragment qualifies too.
+    fn resume_after(&self, bucket_number: usize) -> Option<u32> {
+        let bucket = &self.buckets[bucket_number];
+        let largest = bucket.entries().map(Entry::fragment).max();
+        let next_home = bucket_number + 1;
+        if !bucket.is_full() && next_home < self.home_buckets as usize {
+            let first = first_fragment_of(next_home, self.home_buckets);
+            return Some(largest.map_or(first, |l| l.max(first)));
+        }
+        largest
+    }
+
     /// Visits whole buckets from the home of `fragment` until `budget` entries are
-    /// visited and a bucket boundary is safe to resume from. Returns the number of
+    /// visited and a bucket boundary is safe to resume from (with a larger fragment, so
+    /// that every call makes progress). Returns the number of
     /// entries visited and the fragment to resume at (None = sub-table finished).
     fn scan_from(
         &self,
@@ -414,14 +431,11 @@ impl Subtable {
                 f(position_base | u64::from(entry.fragment()), entry.address());
                 visited += 1;
             }
-            // Resuming at the next bucket's first fragment is safe only after a non-full
-            // bucket (nothing homed earlier lives later) and before the spill area.
-            let resumable = !bucket.is_full() && bucket_number + 1 < self.home_buckets as usize;
-            if visited >= budget && resumable {
-                return (
-                    visited,
-                    Some(first_fragment_of(bucket_number + 1, self.home_buckets)),
-                );
+            if visited >= budget {
+                let resume = self.resume_after(bucket_number);
+                if resume.is_some_and(|r| r > fragment) {
+                    return (visited, resume);
+                }
             }
         }
         (visited, None)
@@ -877,10 +891,9 @@ mod tests {
         assert!(index.shape().spill_buckets > 0, "{:?}", index.shape());
         check_invariants(&index);
         assert_eq!(index.candidates(hash_of(7, FRAGMENT_MASK, 0)).count(), 100);
-        assert_eq!(
-            sorted(full_scan(&index, 3).into_iter()),
-            (0..100).map(Address).collect::<Vec<_>>()
-        );
+        let mut scanned = sorted(full_scan(&index, 3).into_iter());
+        scanned.dedup(); // SCAN may repeat entries; it must not miss or invent any.
+        assert_eq!(scanned, (0..100).map(Address).collect::<Vec<_>>());
         for i in 0..100u64 {
             assert!(index.remove(hash_of(7, FRAGMENT_MASK, i), Address(i)));
             check_invariants(&index);
@@ -946,7 +959,7 @@ mod tests {
         });
         let mut next_address = 1_000_000;
         while cursor != 0 {
-            for _ in 0..2_000 {
+            for _ in 0..500 {
                 index.insert(narrow(&mut state), Address(next_address));
                 next_address += 1;
             }
