@@ -143,13 +143,13 @@ fn keyspace() {
         keys,
         (10..20).map(|i| format!("key{i}")).collect::<Vec<_>>()
     );
-    // SCAN visits every key exactly once over a full iteration.
+    // SCAN visits every key over a full iteration (repeats are allowed, as in Redis).
     let mut seen = std::collections::BTreeSet::new();
     let mut cursor = "0".to_string();
     loop {
         let (next, batch): (String, Vec<String>) = q(&mut c, &["SCAN", &cursor, "COUNT", "7"]);
         for k in batch {
-            assert!(seen.insert(k));
+            seen.insert(k);
         }
         if next == "0" {
             break;

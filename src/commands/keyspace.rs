@@ -315,6 +315,9 @@ pub fn keys(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             cursor = next;
         }
     }
+    // A shard scan may repeat a key at its resume points; KEYS must not.
+    found.sort_unstable();
+    found.dedup();
     r.array(found.len());
     for k in found {
         r.bulk(&k);

@@ -228,10 +228,11 @@ fn scan_and_random_key() {
             break;
         }
     }
+    // SCAN may repeat an entry (Redis allows it; the index's linear probing
+    // makes it happen at resume points) but must visit every key.
     seen.sort();
-    let before = seen.len();
     seen.dedup();
-    assert_eq!((before, seen.len()), (321, 321));
+    assert_eq!(seen.len(), 321);
     let k = s.random_key(0, 0).unwrap().unwrap();
     assert!(s.exists(0, &k, 0).unwrap());
     assert_eq!(s.random_key(5, 0).unwrap(), None);
