@@ -6,6 +6,10 @@
 //! - `config`: command line and Redis-style config file.
 //! - `resp`: RESP2/RESP3 request parser and reply encoder (sans-IO).
 //! - `storage`: the engine: compact index, log-structured values, recovery.
+//! - `device`: the `BlockDevice` trait and its backends.
+//! - `nvme`: the userspace NVMe driver over VFIO (appliance storage).
 //! - `server`: workers, connections, routing, command dispatch.
 //! - `commands`: one file per command family.
+pub mod device;
+pub mod nvme;
 pub mod storage;
