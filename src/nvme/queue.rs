@@ -202,6 +202,15 @@ impl QueuePair {
         self.sq_head_reported
     }
 
+    /// The id the next successful `submit` will use (lets the caller prepare per-id
+    /// resources such as the PRP list page before submitting).
+    pub fn next_command_id(&self) -> Option<CommandId> {
+        if self.poisoned.is_some() {
+            return None;
+        }
+        self.free_ids.last().map(|&id| CommandId(id))
+    }
+
     /// Writes `cmd` at the tail with a fresh command id. The caller must then ring the
     /// tail doorbell with [`QueuePair::take_sq_doorbell`] (several submissions may share one ring).
     pub fn submit(
@@ -391,7 +400,7 @@ pub fn build_prps(
     if len_bytes == 0 || len_bytes > MAX_TRANSFER_BYTES {
         return Err(PrpError::BadLength(len_bytes));
     }
-    if data_iova % 4 != 0 {
+    if !data_iova.is_multiple_of(4) {
         return Err(PrpError::Misaligned(data_iova));
     }
     let offset_in_page = data_iova % page;

@@ -661,7 +661,11 @@ pub struct IdentifyController {
     pub cntlid: u16,
     /// VER: version (same encoding as VS).
     pub ver: u32,
-    pub reserved_84: [u8; 428],
+    /// RTD3R: RTD3 resume latency, microseconds.
+    pub rtd3r: u32,
+    /// RTD3E: RTD3 entry latency (worst-case shutdown time), microseconds; 0 = not reported.
+    pub rtd3e: u32,
+    pub reserved_92: [u8; 420],
     /// SQES: required (3:0) and maximum (7:4) submission entry size, log2.
     pub sqes: u8,
     /// CQES: required (3:0) and maximum (7:4) completion entry size, log2.
@@ -687,6 +691,7 @@ const _: () = assert!(offset_of!(IdentifyController, fr) == 64);
 const _: () = assert!(offset_of!(IdentifyController, mdts) == 77);
 const _: () = assert!(offset_of!(IdentifyController, cntlid) == 78);
 const _: () = assert!(offset_of!(IdentifyController, ver) == 80);
+const _: () = assert!(offset_of!(IdentifyController, rtd3e) == 88);
 const _: () = assert!(offset_of!(IdentifyController, sqes) == 512);
 const _: () = assert!(offset_of!(IdentifyController, maxcmd) == 514);
 const _: () = assert!(offset_of!(IdentifyController, nn) == 516);
@@ -709,7 +714,9 @@ impl IdentifyController {
             mdts: b[77],
             cntlid: le16(b, 78),
             ver: le32(b, 80),
-            reserved_84: [0; 428],
+            rtd3r: le32(b, 84),
+            rtd3e: le32(b, 88),
+            reserved_92: [0; 420],
             sqes: b[512],
             cqes: b[513],
             maxcmd: le16(b, 514),
@@ -723,7 +730,7 @@ impl IdentifyController {
         s.sn.copy_from_slice(&b[4..24]);
         s.mn.copy_from_slice(&b[24..64]);
         s.fr.copy_from_slice(&b[64..72]);
-        s.reserved_84.copy_from_slice(&b[84..512]);
+        s.reserved_92.copy_from_slice(&b[92..512]);
         s.reserved_526.copy_from_slice(&b[526..4096]);
         Some(s)
     }
