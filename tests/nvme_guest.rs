@@ -137,7 +137,8 @@ fn round_trip(
     for (i, b) in back.into_iter().enumerate() {
         let lba = base_lba + (i as u64) * blocks as u64;
         fill_pattern(&mut want, lba, bs, seed);
-        let got = &b.ok_or("read buffer missing")?.as_slice()[..len];
+        let b = b.ok_or("read buffer missing")?;
+        let got = &b.as_slice()[..len];
         if got != want.as_slice() {
             let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
             return Err(format!(
@@ -253,22 +254,11 @@ fn raw_driver_checks(uri: SpdkUri, report: &mut Report) -> Option<NamespaceInfo>
     ];
     let mut lba = 0u64;
     for (i, (blocks, count, depth)) in cases.into_iter().enumerate() {
-        let name = format!(
-            "round-trip-{}B-depth{}",
-            blocks * bs,
-            depth.min(q.capacity())
-        );
+        let depth = depth.min(q.capacity());
+        let name = format!("round-trip-{}B-depth{}", blocks * bs, depth);
         report.record(
             &name,
-            round_trip(
-                &ctrl,
-                &mut q,
-                lba,
-                blocks,
-                count,
-                depth.min(q.capacity()),
-                100 + i as u64,
-            ),
+            round_trip(&ctrl, &mut q, lba, blocks, count, depth, 100 + i as u64),
         );
         lba += blocks as u64 * count as u64;
     }

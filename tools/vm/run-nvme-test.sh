@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Runs the userspace NVMe driver check (tests/nvme_guest.rs) inside a QEMU guest:
+# q35 + intel-iommu, an emulated NVMe controller on a raw disk image, bound to vfio-pci.
+#
+#   tools/vm/run-nvme-test.sh        # exit 0 = every in-guest check passed, 1 = not
+#
+# Steps: install qemu-system-x86 / busybox-static / cpio if missing; fetch Debian's
+# linux-image-amd64 dependency (the versioned linux-image-6.x-amd64 package) with
+# `apt-get download` and unpack it with `dpkg-deb -x` (never installed); build the check
+# as a statically linked glibc binary; pack it with busybox and the vfio modules into an
+# initramfs; boot it under software emulation (TCG) with a timeout; grep the serial
+# console for PASS/FAIL lines.
+#
+# Environment: LAVIK_VM_DIR (work dir, default target/nvme-vm), LAVIK_VM_TIMEOUT_S
+# (default 240), LAVIK_VM_ACCEL (default tcg; "kvm" where KVM works), LAVIK_VM_KEEP=1
+# keeps the disk image between runs.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+work=${LAVIK_VM_DIR:-$repo/target/nvme-vm}
+timeout_s=${LAVIK_VM_TIMEOUT_S:-240}
+accel=${LAVIK_VM_ACCEL:-tcg}
+mkdir -p "$work"
+log() { echo "run-nvme-test: $*" >&2; }
+
+# --- 1. host tools ------------------------------------------------------------------------
+need_pkgs=()
+command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
+[ -e /usr/share/doc/busybox-static ] || need_pkgs+=(busybox-static)
+command -v cpio >/dev/null || need_pkgs+=(cpio)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    log "installing ${need_pkgs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+busybox_bin=/bin/busybox
+[ -x "$busybox_bin" ] || busybox_bin=/usr/bin/busybox
+
+# --- 2. guest kernel (downloaded and unpacked, not installed) ------------------------------
+kdir="$work/kernel"
+if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+    if [ -z "$pkg" ]; then
+        apt-get update -qq
+        pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+    fi
+    [ -n "$pkg" ] || { log "cannot resolve linux-image-amd64 to a versioned package"; exit 1; }
+    log "downloading $pkg"
+    rm -rf "$work/deb" "$kdir"
+    mkdir -p "$work/deb" "$kdir"
+    (cd "$work/deb" && apt-get download "$pkg" 2>/dev/null)
+    dpkg-deb -x "$work"/deb/"$pkg"_*.deb "$kdir"
+fi
+vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -1)
+kver=${vmlinuz##*/vmlinuz-}
+moddir="$kdir/lib/modules/$kver"
+
+# --- 3. the statically linked check binary -------------------------------------------------
+log "building tests/nvme_guest.rs (static)"
+host_target=x86_64-unknown-linux-gnu
+bin=$(cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo test --test nvme_guest --no-run \
+    --target "$host_target" --message-format=json 2>"$work/build.log" |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    log "build failed:"; tail -30 "$work/build.log" >&2; exit 1
+fi
+if ldd "$bin" 2>&1 | grep -q '=>'; then
+    log "warning: $bin does not look statically linked"
+fi
+
+# --- 4. initramfs: busybox, vfio modules in dependency order, the binary, /init ------------
+root="$work/initramfs"
+rm -rf "$root"
+mkdir -p "$root"/{bin,dev,proc,sys,mnt,lib/modules}
+cp "$busybox_bin" "$root/bin/busybox"
+cp "$bin" "$root/nvme_guest"
+
+declare -A mod_path=() loaded=()
+while IFS= read -r f; do
+    n=$(basename "$f" .ko); mod_path[${n//-/_}]=$f
+done < <(find "$moddir/kernel" -name '*.ko')
+order=()
+add_module() {  # depth-first on the depends= field of .modinfo
+    local name=${1//-/_} dep
+    [ -n "${loaded[$name]:-}" ] && return 0
+    [ -n "${mod_path[$name]:-}" ] || { log "module $name not in $moddir"; exit 1; }
+    for dep in $(grep -a -o 'depends=[A-Za-z0-9_,-]*' "${mod_path[$name]}" | head -1 | cut -d= -f2 | tr ',' ' '); do
+        add_module "$dep"
+    done
+    loaded[$name]=1
+    order+=("$name")
+}
+add_module vfio_iommu_type1
+add_module vfio_pci
+for m in "${order[@]}"; do cp "${mod_path[$m]}" "$root/lib/modules/$m.ko"; done
+printf '%s\n' "${order[@]}" > "$root/lib/modules/order"
+
+cat > "$root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+echo "guest: kernel $(uname -r)"
+for m in $(cat /lib/modules/order); do
+    insmod /lib/modules/$m.ko || echo "guest: insmod $m failed"
+done
+echo 64 > /proc/sys/vm/nr_hugepages
+echo "guest: hugepages $(cat /proc/sys/vm/nr_hugepages)"
+bdf=""
+for d in /sys/bus/pci/devices/*; do
+    [ "$(cat $d/class)" = "0x010802" ] && bdf=$(basename $d)
+done
+if [ -z "$bdf" ]; then
+    echo "FAIL setup: no NVMe controller found"
+else
+    echo "guest: NVMe at $bdf, IOMMU group $(basename $(readlink /sys/bus/pci/devices/$bdf/iommu_group))"
+    echo vfio-pci > /sys/bus/pci/devices/$bdf/driver_override
+    echo $bdf > /sys/bus/pci/drivers_probe
+    echo "guest: bound to $(basename $(readlink /sys/bus/pci/devices/$bdf/driver))"
+    LAVIK_NVME_URI=spdk://$bdf/1 RUST_BACKTRACE=1 /nvme_guest
+    echo "guest: nvme_guest exit $?"
+fi
+echo "guest: done"
+poweroff -f
+EOF
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+
+# --- 5. boot -------------------------------------------------------------------------------
+img="$work/nvme.img"
+if [ "${LAVIK_VM_KEEP:-0}" != 1 ] || [ ! -f "$img" ]; then
+    rm -f "$img"
+    truncate -s 256M "$img"
+fi
+console="$work/console.log"
+log "booting $kver under $accel (timeout ${timeout_s}s); console in $console"
+set +e
+timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 \
+    -machine q35 -accel "$accel" -cpu max -smp 1 -m 1G \
+    -device intel-iommu \
+    -nographic -no-reboot \
+    -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
+    -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=4" \
+    -drive file="$img",if=none,id=n0,format=raw \
+    -device nvme,drive=n0,serial=lavik \
+    </dev/null >"$console" 2>&1
+qemu_rc=$?
+set -e
+
+grep -E '^(PASS|FAIL|guest:|NVME-GUEST-RESULT)' "$console" | tr -d '\r' >&2 || true
+if [ $qemu_rc -eq 124 ]; then log "timed out after ${timeout_s}s"; fi
+if grep -q '^NVME-GUEST-RESULT: PASS' "$console" && ! grep -q '^FAIL' "$console"; then
+    log "PASS"
+    exit 0
+fi
+log "FAIL (qemu exit $qemu_rc; last console lines follow)"
+tail -25 "$console" | tr -d '\r' >&2
+exit 1
