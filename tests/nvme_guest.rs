@@ -269,10 +269,42 @@ fn raw_driver_checks(uri: SpdkUri, report: &mut Report) -> Option<NamespaceInfo>
                 "second-queue",
                 round_trip(&ctrl, &mut q2, lba, page_blocks, 8, 8, 7),
             );
-            drop(q2);
+            let deleted = ctrl.delete_io_queue(q2).map(|_| "ok".to_string());
+            report.record("delete-io-queue", deleted.map_err(|f| f.0.to_string()));
         }
         Err(e) => report.record("second-queue", Err(e.to_string())),
     }
+    error_status_checks(&mut ctrl, ns, report);
+    late_completion_check(&ctrl, &mut q, report);
+    // Controller reset with commands outstanding: their buffers come back, the queue works.
+    let mut outstanding = 0;
+    for i in 0..8u64 {
+        let Ok(b) = ctrl.alloc_dma(4096, DmaBacking::Locked4k) else {
+            break;
+        };
+        if q.submit(
+            IoOp::Read,
+            i * 8,
+            page_blocks,
+            Some(b),
+            i,
+            now_ns() + TIMEOUT_NS,
+        )
+        .is_ok()
+        {
+            outstanding += 1;
+        }
+    }
+    q.ring();
+    let reset_busy = match ctrl.reset(&mut [&mut q]) {
+        Ok(lost) if lost.len() == outstanding && lost.iter().all(|(b, _)| b.is_some()) => {
+            round_trip(&ctrl, &mut q, 0, page_blocks, 4, 4, 998)
+                .map(|d| format!("{outstanding} in flight, all buffers returned; then {d}"))
+        }
+        Ok(lost) => Err(format!("{} of {outstanding} buffers returned", lost.len())),
+        Err(e) => Err(e.to_string()),
+    };
+    report.record("controller-reset-in-flight", reset_busy);
     // Controller reset with nothing outstanding, then the queue must still work.
     let reset = ctrl
         .reset(&mut [&mut q])
@@ -294,6 +326,125 @@ fn raw_driver_checks(uri: SpdkUri, report: &mut Report) -> Option<NamespaceInfo>
             .map_err(|e| e.to_string()),
     );
     Some(ns)
+}
+
+/// Submits one command and polls it to completion (no deadline handling).
+fn one_command(
+    q: &mut IoQueue,
+    op: IoOp,
+    lba: u64,
+    blocks: u32,
+    buf: Option<DmaBuffer>,
+    deadline_ns: u64,
+) -> Result<lavik::nvme::controller::IoCompletion, String> {
+    q.submit(op, lba, blocks, buf, 0, deadline_ns)
+        .map_err(|(e, _)| e.to_string())?;
+    q.ring();
+    let start = now_ns();
+    loop {
+        let mut got = None;
+        q.poll(1, |c| got = Some(c)).map_err(|e| e.to_string())?;
+        if let Some(c) = got {
+            return Ok(c);
+        }
+        if now_ns() - start > TIMEOUT_NS {
+            return Err("no completion".into());
+        }
+    }
+}
+
+/// Device-reported errors arrive typed: a read past the real end (the queue is told of a
+/// larger namespace) gives LBA Out of Range; an inactive namespace id is refused as an
+/// invalid command (Invalid Namespace or Format; QEMU answers Invalid Field).
+fn error_status_checks(ctrl: &mut Controller, ns: NamespaceInfo, report: &mut Report) {
+    use lavik::nvme::queue::ErrorClass;
+    let mut q = match ctrl.create_io_queue(
+        2,
+        NamespaceInfo {
+            block_count: ns.block_count + 4096,
+            ..ns
+        },
+    ) {
+        Ok(q) => q,
+        Err(e) => return report.record("error-status-queue", Err(e.to_string())),
+    };
+    let mut expect = |name: &str, q: &mut IoQueue, want: ErrorClass| {
+        let r = ctrl
+            .alloc_dma(4096, DmaBacking::Locked4k)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                one_command(
+                    q,
+                    IoOp::Read,
+                    ns.block_count + 8,
+                    1,
+                    Some(b),
+                    now_ns() + TIMEOUT_NS,
+                )
+            });
+        let check = match r {
+            Ok(c) => match c.result {
+                Err(e) if e.class() == want && c.buffer.is_some() => Ok(format!("{e}")),
+                Err(e) => Err(format!("wrong class {:?}: {e}", e.class())),
+                Ok(_) => Err("device accepted it".into()),
+            },
+            Err(e) => Err(e),
+        };
+        report.record(name, check);
+    };
+    expect(
+        "error-status-lba-out-of-range",
+        &mut q,
+        ErrorClass::OutOfRange,
+    );
+    q.namespace.nsid = 77;
+    expect(
+        "error-status-invalid-namespace",
+        &mut q,
+        ErrorClass::InvalidCommand,
+    );
+    if let Err(f) = ctrl.delete_io_queue(q) {
+        report.record("error-status-queue-delete", Err(f.0.to_string()));
+    }
+}
+
+/// A command whose deadline passed is reported by `expire`, keeps its buffer, and its
+/// late completion comes back flagged `after_timeout` with the buffer.
+fn late_completion_check(ctrl: &Controller, q: &mut IoQueue, report: &mut Report) {
+    let check = ctrl
+        .alloc_dma(4096, DmaBacking::Locked4k)
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            let bs = q.namespace.block_size_bytes;
+            q.submit(IoOp::Read, 0, 4096 / bs, Some(b), 5, now_ns())
+                .map_err(|(e, _)| e.to_string())?;
+            q.ring();
+            let mut expired = Vec::new();
+            q.expire(now_ns(), |cid| expired.push(cid));
+            if expired.len() != 1 {
+                return Err(format!("{} commands expired, want 1", expired.len()));
+            }
+            let start = now_ns();
+            loop {
+                let mut got = None;
+                q.poll(8, |c| got = Some(c)).map_err(|e| e.to_string())?;
+                if let Some(c) = got {
+                    return if c.after_timeout && c.buffer.is_some() && c.tag == 5 {
+                        Ok("timed-out command completed late, buffer returned".to_string())
+                    } else {
+                        Err(format!(
+                            "after_timeout {} buffer {}",
+                            c.after_timeout,
+                            c.buffer.is_some()
+                        ))
+                    };
+                }
+                if now_ns() - start > TIMEOUT_NS {
+                    return Err("late completion never came".into());
+                }
+            }
+        });
+    report.record("timeout-late-completion", check);
 }
 
 fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {

@@ -260,7 +260,7 @@ impl Controller {
         self.wait_ready(true)?;
         self.identify = self.identify_controller()?;
         let want = self.options.io_queue_pairs.max(1);
-        let dw0 = self.admin_command(spec::set_number_of_queues_command(want, want), None)?;
+        let dw0 = self.admin_command(spec::set_number_of_queues_command(want, want), false)?;
         let (sq, cq) = spec::number_of_queues_allocated(dw0);
         self.io_queue_pairs_allocated = sq.min(cq).min(want as u32) as u16;
         tracing::info!(
@@ -333,9 +333,9 @@ impl Controller {
     fn admin_command(
         &mut self,
         mut cmd: SubmissionEntry,
-        with_scratch: Option<()>,
+        with_scratch: bool,
     ) -> Result<u32, NvmeError> {
-        if with_scratch.is_some() {
+        if with_scratch {
             cmd.prp1 = self.scratch.iova();
         }
         let opcode = cmd.opcode();
@@ -370,7 +370,7 @@ impl Controller {
     }
 
     fn identify_controller(&mut self) -> Result<IdentifyController, NvmeError> {
-        self.admin_command(spec::identify_command(IdentifyCns::Controller, 0), Some(()))?;
+        self.admin_command(spec::identify_command(IdentifyCns::Controller, 0), true)?;
         IdentifyController::parse(self.scratch.as_slice())
             .ok_or_else(|| NvmeError::Invalid("short identify".into()))
     }
@@ -383,10 +383,7 @@ impl Controller {
                 self.identify.nn
             )));
         }
-        self.admin_command(
-            spec::identify_command(IdentifyCns::Namespace, nsid),
-            Some(()),
-        )?;
+        self.admin_command(spec::identify_command(IdentifyCns::Namespace, nsid), true)?;
         let ns = IdentifyNamespace::parse(self.scratch.as_slice())
             .ok_or_else(|| NvmeError::Invalid("short identify".into()))?;
         if ns.nsze == 0 {
@@ -459,11 +456,11 @@ impl Controller {
         let entries = q.hw.qp.capacity() as u16 + 1;
         self.admin_command(
             spec::create_io_cq_command(qid, entries, q.hw.rings.cq.iova()),
-            None,
+            false,
         )?;
         self.admin_command(
             spec::create_io_sq_command(qid, entries, q.hw.rings.sq.iova(), qid),
-            None,
+            false,
         )?;
         Ok(())
     }
@@ -498,23 +495,35 @@ impl Controller {
         Ok(lost)
     }
 
+    /// Deletes an I/O queue pair on the controller (SQ first, §5.6, then CQ, §5.5).
+    /// Deleting the SQ aborts its outstanding commands, so its ring and buffer memory
+    /// may be released afterwards. On failure the queue is handed back (not freed).
+    pub fn delete_io_queue(&mut self, q: IoQueue) -> Result<(), Box<(NvmeError, IoQueue)>> {
+        let qid = q.hw.qp.qid();
+        let sq = spec::delete_io_queue_command(AdminOpcode::DeleteIoSq, qid);
+        let cq = spec::delete_io_queue_command(AdminOpcode::DeleteIoCq, qid);
+        match self
+            .admin_command(sq, false)
+            .and_then(|_| self.admin_command(cq, false))
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Box::new((e, q))),
+        }
+    }
+
     /// Normal shutdown (§7.6.2): delete I/O queues, CC.SHN = 01b, wait SHST = complete.
+    /// Memory of queues that could not be deleted is released only after that.
     pub fn shutdown(mut self, queues: Vec<IoQueue>) -> Result<(), NvmeError> {
-        for q in &queues {
-            let qid = q.hw.qp.qid();
-            let r = self
-                .admin_command(
-                    spec::delete_io_queue_command(AdminOpcode::DeleteIoSq, qid),
-                    None,
-                )
-                .and_then(|_| {
-                    self.admin_command(
-                        spec::delete_io_queue_command(AdminOpcode::DeleteIoCq, qid),
-                        None,
-                    )
-                });
-            if let Err(e) = r {
-                tracing::warn!("nvme {}: deleting I/O queue {qid}: {e}", self.vfio.address);
+        let mut kept = Vec::new();
+        for q in queues {
+            if let Err(failed) = self.delete_io_queue(q) {
+                let (e, q) = *failed;
+                tracing::warn!(
+                    "nvme {}: deleting I/O queue {}: {e}",
+                    self.vfio.address,
+                    q.qid()
+                );
+                kept.push(q);
             }
         }
         let cc = ControllerConfig(self.bar.read32(reg::CC));
@@ -540,7 +549,7 @@ impl Controller {
             }
             std::thread::sleep(STATUS_CHECK_INTERVAL);
         }
-        drop(queues);
+        drop(kept);
         Ok(())
     }
 }
