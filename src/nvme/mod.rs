@@ -23,6 +23,7 @@
 //! the asynchronous (non-blocking) device interface for the worker loop, interrupts.
 pub mod block;
 pub mod controller;
+pub mod fuzz;
 pub mod queue;
 pub mod spec;
 pub mod vfio;

@@ -197,6 +197,10 @@ impl QueuePair {
     pub fn poisoned(&self) -> Option<ProtocolViolation> {
         self.poisoned
     }
+    /// Next completion slot to look at, and the phase that marks it posted.
+    pub fn cq_head(&self) -> (u16, bool) {
+        (self.cq_head, self.expected_phase)
+    }
     /// SQ head as last reported by the controller (diagnostics).
     pub fn sq_head_reported(&self) -> u16 {
         self.sq_head_reported
