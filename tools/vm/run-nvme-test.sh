@@ -151,7 +151,12 @@ set -e
 grep -E '^(PASS|FAIL|guest:|NVME-GUEST-RESULT)' "$console" | tr -d '\r' >&2 || true
 if [ $qemu_rc -eq 124 ]; then log "timed out after ${timeout_s}s"; fi
 if grep -q '^NVME-GUEST-RESULT: PASS' "$console" && ! grep -q '^FAIL' "$console"; then
-    log "PASS"
+    # The writes must have reached the emulated medium, not just guest memory.
+    if cmp -s -n 16384 "$img" /dev/zero; then
+        log "FAIL: guest reported PASS but the first 16 KiB of $img are still zero"
+        exit 1
+    fi
+    log "PASS (disk image holds the written data)"
     exit 0
 fi
 log "FAIL (qemu exit $qemu_rc; last console lines follow)"
