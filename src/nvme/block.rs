@@ -139,6 +139,44 @@ impl NvmeOptions {
     }
 }
 
+/// Opens each `spdk://BDF/NSID` data file as a block device (for `storage::open_on`).
+/// Two namespaces on one controller are refused for now (one controller object per
+/// device), as is a malformed URI; both before any device is touched.
+pub fn open_spdk_data_files(
+    uris: &[&str],
+    options: &NvmeOptions,
+) -> Result<Vec<std::sync::Arc<dyn BlockDevice>>, NvmeError> {
+    let parsed = parse_spdk_data_files(uris)?;
+    let mut out: Vec<std::sync::Arc<dyn BlockDevice>> = Vec::with_capacity(parsed.len());
+    for uri in parsed {
+        out.push(std::sync::Arc::new(NvmeBlockDevice::open(
+            uri,
+            options.clone(),
+        )?));
+    }
+    Ok(out)
+}
+
+/// Parses and validates the `--data-file` values of `--storage=spdk`.
+pub fn parse_spdk_data_files(uris: &[&str]) -> Result<Vec<SpdkUri>, NvmeError> {
+    let mut parsed: Vec<SpdkUri> = Vec::with_capacity(uris.len());
+    for s in uris {
+        let uri: SpdkUri = s.parse().map_err(NvmeError::Invalid)?;
+        if let Some(prev) = parsed.iter().find(|p| p.address == uri.address) {
+            return Err(NvmeError::Unsupported(format!(
+                "{uri} and {prev}: one namespace per controller is supported"
+            )));
+        }
+        parsed.push(uri);
+    }
+    if parsed.is_empty() {
+        return Err(NvmeError::Invalid(
+            "--storage=spdk needs at least one --data-file=spdk://BDF/NSID".into(),
+        ));
+    }
+    Ok(parsed)
+}
+
 struct Inner {
     controller: Option<Controller>,
     queue: Option<IoQueue>,
@@ -490,6 +528,26 @@ mod tests {
         ] {
             assert!(bad.parse::<SpdkUri>().is_err(), "{bad}");
         }
+    }
+
+    // Proves data-file lists are validated before any device is opened: bad syntax,
+    // two namespaces of one controller, and an empty list are refused.
+    #[test]
+    fn data_file_list_validation() {
+        let ok =
+            parse_spdk_data_files(&["spdk://0000:00:04.0/1", "spdk://0000:00:05.0/1"]).unwrap();
+        assert_eq!(ok.len(), 2);
+        let dup = parse_spdk_data_files(&["spdk://0000:00:04.0/1", "spdk://00:04.0/2"]);
+        assert!(matches!(dup, Err(NvmeError::Unsupported(_))));
+        assert!(matches!(
+            parse_spdk_data_files(&["/data/file"]),
+            Err(NvmeError::Invalid(_))
+        ));
+        assert!(matches!(
+            parse_spdk_data_files(&[]),
+            Err(NvmeError::Invalid(_))
+        ));
+        assert!(open_spdk_data_files(&["spdk://0000:00:04.0/0"], &NvmeOptions::default()).is_err());
     }
 
     // Proves BYCORF_* handling: --no-huge selects locked pages, memory bounds the bounce pool.

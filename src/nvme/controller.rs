@@ -87,6 +87,13 @@ impl HwQueue {
         stride: usize,
         backing: DmaBacking,
     ) -> Result<HwQueue, NvmeError> {
+        let cq_doorbell = spec::cq_head_doorbell_offset(qid, stride);
+        if cq_doorbell + 4 > bar.len() {
+            return Err(NvmeError::Unsupported(format!(
+                "doorbells of queue {qid} (stride {stride}) lie outside BAR0 ({} bytes)",
+                bar.len()
+            )));
+        }
         let sq = vfio.container.alloc_dma(entries as usize * 64, backing)?;
         let cq = vfio.container.alloc_dma(entries as usize * 16, backing)?;
         Ok(HwQueue {
@@ -94,7 +101,7 @@ impl HwQueue {
             rings: DmaRings { sq, cq },
             bar,
             sq_doorbell: spec::sq_tail_doorbell_offset(qid, stride),
-            cq_doorbell: spec::cq_head_doorbell_offset(qid, stride),
+            cq_doorbell,
         })
     }
 

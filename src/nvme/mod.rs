@@ -28,7 +28,9 @@ pub mod queue;
 pub mod spec;
 pub mod vfio;
 
-pub use block::{NvmeBlockDevice, NvmeOptions, SpdkUri};
+pub use block::{
+    open_spdk_data_files, parse_spdk_data_files, NvmeBlockDevice, NvmeOptions, SpdkUri,
+};
 
 /// Errors of the driver layer.
 #[derive(Debug, thiserror::Error)]

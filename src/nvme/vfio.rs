@@ -357,6 +357,13 @@ impl Bar0 {
         // SAFETY: offset + width <= len, so the pointer stays inside the mapping.
         unsafe { self.ptr.as_ptr().add(offset) }
     }
+    /// Size of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
     pub fn read32(&self, offset: usize) -> u32 {
         let p = self.checked(offset, 4).cast::<u32>();
         // SAFETY: p is an aligned, in-bounds pointer into the live BAR0 mapping.
