@@ -262,9 +262,7 @@ impl Controller {
             .with_arbitration(0)
             .with_io_sq_entry_size_shift(spec::SUBMISSION_ENTRY_SIZE_SHIFT)
             .with_io_cq_entry_size_shift(spec::COMPLETION_ENTRY_SIZE_SHIFT);
-        self.bar.write32(reg::CC, cc.0);
-        self.bar.write32(reg::CC, cc.with_enabled(true).0);
-        self.wait_ready(true)?;
+        enable_controller(&*self.bar, cc, self.ready_limit_ms())?;
         self.identify = self.identify_controller()?;
         let want = self.options.io_queue_pairs.max(1);
         let dw0 = self.admin_command(spec::set_number_of_queues_command(want, want), false)?;
@@ -300,39 +298,13 @@ impl Controller {
 
     /// Clears CC.EN and waits for CSTS.RDY = 0 (bounded by CAP.TO).
     fn disable(&mut self) -> Result<(), NvmeError> {
-        let cc = ControllerConfig(self.bar.read32(reg::CC));
-        let csts = self.status();
-        if cc.enabled() && !csts.ready() && !csts.fatal() {
-            // §7.6.1: an EN 1 → 0 change while RDY is still 0 has undefined results;
-            // let the earlier enable finish first (a fatal controller never gets there).
-            self.wait_ready(true)?;
-        }
-        self.bar.write32(reg::CC, cc.with_enabled(false).0);
-        self.wait_ready(false)
+        disable_controller(&*self.bar, self.ready_limit_ms())
     }
 
-    fn wait_ready(&self, want: bool) -> Result<(), NvmeError> {
-        let limit_ms = self.capabilities.ready_timeout_ms().max(500);
-        let start = Instant::now();
-        loop {
-            let csts = self.status();
-            if csts.is_all_ones() {
-                return Err(NvmeError::Unsupported(
-                    "controller reads all ones: device gone".into(),
-                ));
-            }
-            if csts.ready() == want {
-                return Ok(());
-            }
-            if want && csts.fatal() {
-                return Err(NvmeError::ControllerFatal);
-            }
-            let waited_ms = start.elapsed().as_millis() as u64;
-            if waited_ms > limit_ms {
-                return Err(NvmeError::ReadyTimeout { waited_ms, want });
-            }
-            std::thread::sleep(STATUS_CHECK_INTERVAL);
-        }
+    fn ready_limit_ms(&self) -> u64 {
+        self.capabilities
+            .ready_timeout_ms()
+            .max(READY_TIMEOUT_MIN_MS)
     }
 
     /// Runs one admin command to completion; `with_scratch` points PRP1 at the 4 KiB scratch
@@ -561,6 +533,74 @@ impl Controller {
     }
 }
 
+/// Register access the bring-up steps need; `Bar0` on hardware, a fake in tests.
+pub trait RegisterFile {
+    fn read32(&self, offset: usize) -> u32;
+    fn write32(&self, offset: usize, value: u32);
+}
+
+impl RegisterFile for Bar0 {
+    fn read32(&self, offset: usize) -> u32 {
+        Bar0::read32(self, offset)
+    }
+    fn write32(&self, offset: usize, value: u32) {
+        Bar0::write32(self, offset, value)
+    }
+}
+
+/// Floor on the ready wait when CAP.TO reads 0.
+const READY_TIMEOUT_MIN_MS: u64 = 500;
+
+/// Waits until CSTS.RDY equals `want`, at most `limit_ms`. A fatal status while waiting
+/// for ready, or all-ones reads (device gone), end the wait with an error.
+fn wait_ready(regs: &impl RegisterFile, want: bool, limit_ms: u64) -> Result<(), NvmeError> {
+    let start = Instant::now();
+    loop {
+        let csts = ControllerStatus(regs.read32(reg::CSTS));
+        if csts.is_all_ones() {
+            return Err(NvmeError::Unsupported(
+                "controller reads all ones: device gone".into(),
+            ));
+        }
+        if csts.ready() == want {
+            return Ok(());
+        }
+        if want && csts.fatal() {
+            return Err(NvmeError::ControllerFatal);
+        }
+        let waited_ms = start.elapsed().as_millis() as u64;
+        if waited_ms > limit_ms {
+            return Err(NvmeError::ReadyTimeout { waited_ms, want });
+        }
+        std::thread::sleep(STATUS_CHECK_INTERVAL);
+    }
+}
+
+/// Disables the controller (§7.6.1 step 1): clear CC.EN, wait for CSTS.RDY = 0.
+fn disable_controller(regs: &impl RegisterFile, limit_ms: u64) -> Result<(), NvmeError> {
+    let cc = ControllerConfig(regs.read32(reg::CC));
+    let csts = ControllerStatus(regs.read32(reg::CSTS));
+    if cc.enabled() && !csts.ready() && !csts.fatal() {
+        // An EN 1 → 0 change while RDY is still 0 has undefined results; let the earlier
+        // enable finish first (a fatal controller never gets there, so skip it then).
+        wait_ready(regs, true, limit_ms)?;
+    }
+    regs.write32(reg::CC, cc.with_enabled(false).0);
+    wait_ready(regs, false, limit_ms)
+}
+
+/// Enables the controller with configuration `cc` (§7.6.1 step 4): the fields are written
+/// with EN = 0 first, then EN = 1, then CSTS.RDY = 1 is awaited.
+fn enable_controller(
+    regs: &impl RegisterFile,
+    cc: ControllerConfig,
+    limit_ms: u64,
+) -> Result<(), NvmeError> {
+    regs.write32(reg::CC, cc.with_enabled(false).0);
+    regs.write32(reg::CC, cc.with_enabled(true).0);
+    wait_ready(regs, true, limit_ms)
+}
+
 impl IoQueue {
     pub fn qid(&self) -> u16 {
         self.hw.qp.qid()
@@ -667,5 +707,144 @@ impl IoQueue {
     /// Reports commands past their deadline (their buffers stay owned by the queue).
     pub fn expire(&mut self, now_ns: u64, f: impl FnMut(CommandId)) -> usize {
         self.hw.qp.expire(now_ns, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::{Cell, RefCell};
+
+    /// A register file whose CSTS reacts to CC.EN after `latency_reads` CSTS reads,
+    /// or misbehaves as configured.
+    #[derive(Default)]
+    struct FakeRegs {
+        cc: Cell<u32>,
+        rdy: Cell<bool>,
+        fatal_on_enable: bool,
+        never_ready: bool,
+        all_ones: bool,
+        latency_reads: u32,
+        pending_reads: Cell<u32>,
+        writes: RefCell<Vec<u32>>,
+        rdy_when_written: RefCell<Vec<bool>>,
+    }
+
+    impl RegisterFile for FakeRegs {
+        fn read32(&self, offset: usize) -> u32 {
+            match offset {
+                reg::CC => self.cc.get(),
+                reg::CSTS if self.all_ones => u32::MAX,
+                reg::CSTS => {
+                    let en = ControllerConfig(self.cc.get()).enabled();
+                    if en != self.rdy.get() && !(en && self.never_ready) {
+                        if self.pending_reads.get() == 0 {
+                            self.rdy.set(en);
+                        } else {
+                            self.pending_reads.set(self.pending_reads.get() - 1);
+                        }
+                    }
+                    let fatal = self.fatal_on_enable && en;
+                    self.rdy.get() as u32 | (fatal as u32) << 1
+                }
+                _ => 0,
+            }
+        }
+        fn write32(&self, offset: usize, value: u32) {
+            assert_eq!(offset, reg::CC, "bring-up steps only write CC");
+            self.writes.borrow_mut().push(value);
+            self.rdy_when_written.borrow_mut().push(self.rdy.get());
+            self.cc.set(value);
+            self.pending_reads.set(self.latency_reads);
+        }
+    }
+
+    // Proves disable clears EN and returns once RDY drops, after a few polls.
+    #[test]
+    fn disable_waits_for_not_ready() {
+        let regs = FakeRegs {
+            latency_reads: 3,
+            ..Default::default()
+        };
+        regs.cc.set(1);
+        regs.rdy.set(true);
+        disable_controller(&regs, 500).unwrap();
+        assert_eq!(*regs.writes.borrow(), vec![0]);
+        assert!(!regs.rdy.get());
+    }
+
+    // Proves disable during an unfinished enable (EN=1, RDY=0) first waits for RDY=1
+    // (no EN 1→0 edge while RDY=0), then disables.
+    #[test]
+    fn disable_lets_pending_enable_finish() {
+        let regs = FakeRegs {
+            latency_reads: 2,
+            ..Default::default()
+        };
+        regs.cc.set(1);
+        regs.pending_reads.set(2);
+        disable_controller(&regs, 500).unwrap();
+        assert_eq!(*regs.writes.borrow(), vec![0]);
+        assert_eq!(
+            *regs.rdy_when_written.borrow(),
+            vec![true],
+            "EN cleared only once RDY=1"
+        );
+        assert!(!regs.rdy.get());
+    }
+
+    // Proves enable writes the configuration with EN=0 then EN=1 and waits for RDY.
+    #[test]
+    fn enable_writes_config_then_en() {
+        let regs = FakeRegs {
+            latency_reads: 2,
+            ..Default::default()
+        };
+        let cc = ControllerConfig::default()
+            .with_io_sq_entry_size_shift(6)
+            .with_io_cq_entry_size_shift(4);
+        enable_controller(&regs, cc, 500).unwrap();
+        assert_eq!(*regs.writes.borrow(), vec![0x0046_0000, 0x0046_0001]);
+        assert!(regs.rdy.get());
+    }
+
+    // Proves a controller that never becomes ready is given up on after the CAP.TO bound.
+    #[test]
+    fn enable_times_out_on_never_ready() {
+        let regs = FakeRegs {
+            never_ready: true,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let err = enable_controller(&regs, ControllerConfig::default(), 60).unwrap_err();
+        assert!(
+            matches!(err, NvmeError::ReadyTimeout { want: true, .. }),
+            "{err}"
+        );
+        assert!(start.elapsed() >= Duration::from_millis(60));
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    // Proves CSTS.CFS during enable ends the wait with ControllerFatal at once.
+    #[test]
+    fn enable_reports_fatal_status() {
+        let regs = FakeRegs {
+            fatal_on_enable: true,
+            never_ready: true,
+            ..Default::default()
+        };
+        let err = enable_controller(&regs, ControllerConfig::default(), 10_000).unwrap_err();
+        assert!(matches!(err, NvmeError::ControllerFatal), "{err}");
+    }
+
+    // Proves all-ones register reads (surprise removal) are an error, not a hang.
+    #[test]
+    fn all_ones_means_device_gone() {
+        let regs = FakeRegs {
+            all_ones: true,
+            ..Default::default()
+        };
+        let err = disable_controller(&regs, 10_000).unwrap_err();
+        assert!(matches!(err, NvmeError::Unsupported(_)), "{err}");
     }
 }
