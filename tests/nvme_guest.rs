@@ -297,11 +297,14 @@ fn raw_driver_checks(uri: SpdkUri, report: &mut Report) -> Option<NamespaceInfo>
     }
     q.ring();
     let reset_busy = match ctrl.reset(&mut [&mut q]) {
-        Ok(lost) if lost.len() == outstanding && lost.iter().all(|(b, _)| b.is_some()) => {
+        Ok(lost) if lost[0].len() == outstanding && lost[0].iter().all(|(b, _)| b.is_some()) => {
             round_trip(&ctrl, &mut q, 0, page_blocks, 4, 4, 998)
                 .map(|d| format!("{outstanding} in flight, all buffers returned; then {d}"))
         }
-        Ok(lost) => Err(format!("{} of {outstanding} buffers returned", lost.len())),
+        Ok(lost) => Err(format!(
+            "{} of {outstanding} buffers returned",
+            lost[0].len()
+        )),
         Err(e) => Err(e.to_string()),
     };
     report.record("controller-reset-in-flight", reset_busy);
@@ -311,7 +314,7 @@ fn raw_driver_checks(uri: SpdkUri, report: &mut Report) -> Option<NamespaceInfo>
         .map_err(|e| e.to_string())
         .and_then(|lost| {
             round_trip(&ctrl, &mut q, 0, page_blocks, 4, 4, 999)
-                .map(|d| format!("{} buffers returned; then {d}", lost.len()))
+                .map(|d| format!("{} buffers returned; then {d}", lost[0].len()))
         });
     report.record("controller-reset", reset);
     // Leave a known pattern (seed 4242) at LBA 0.. for the persistence check.
@@ -447,9 +450,60 @@ fn late_completion_check(ctrl: &Controller, q: &mut IoQueue, report: &mut Report
     report.record("timeout-late-completion", check);
 }
 
+/// Two threads (as two workers would) write, sync and read back their own regions at
+/// the same time through one device with two queue pairs; every byte is verified.
+fn concurrent_workers(dev: &NvmeBlockDevice, bs: usize) -> Check {
+    if dev.queue_pairs() != 2 {
+        return Err(format!("{} queue pairs, want 2", dev.queue_pairs()));
+    }
+    let base = dev.capacity_bytes() / 4;
+    let results: Vec<Result<usize, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2u64)
+            .map(|worker| {
+                scope.spawn(move || {
+                    let mut bytes = 0;
+                    for round in 0..16u64 {
+                        let len = 4096 * (1 + (round as usize * 7 + worker as usize) % 40);
+                        let offset = base + worker * (16 << 20) + round * (1 << 20);
+                        let mut w = AlignedBuf::new_zeroed(len);
+                        fill_pattern(
+                            w.as_mut_slice(),
+                            offset / bs as u64,
+                            bs,
+                            500 + worker * 100 + round,
+                        );
+                        dev.write_at(offset, &w).map_err(|e| e.to_string())?;
+                        dev.sync().map_err(|e| e.to_string())?;
+                        let mut r = AlignedBuf::new_zeroed(len);
+                        dev.read_at(offset, &mut r).map_err(|e| e.to_string())?;
+                        if r.as_slice() != w.as_slice() {
+                            return Err(format!("worker {worker} round {round}: mismatch"));
+                        }
+                        bytes += len;
+                    }
+                    Ok(bytes)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let mut total = 0;
+    for r in results {
+        total += r?;
+    }
+    Ok(format!(
+        "2 threads, {total} bytes verified, {} resets",
+        dev.resets()
+    ))
+}
+
 fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {
     let opts = NvmeOptions {
         bounce_buffers: 4,
+        io_queue_pairs: 2,
         ..NvmeOptions::default()
     };
     let dev = match NvmeBlockDevice::open(uri, opts) {
@@ -496,6 +550,7 @@ fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {
         };
         report.record(&format!("blockdev-round-trip-{len}"), check);
     }
+    report.record("blockdev-concurrent-workers", concurrent_workers(&dev, bs));
     let mut b = AlignedBuf::new_zeroed(8192);
     report.record(
         "blockdev-out-of-range",

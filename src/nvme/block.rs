@@ -1,23 +1,28 @@
 //! `NvmeBlockDevice`: the `BlockDevice` backend on the userspace driver, and the
 //! `spdk://BDF/NSID` data-file syntax.
 //!
-//! One controller, one namespace, one I/O queue pair per device object, behind a mutex
-//! (the engine's `BlockDevice` is synchronous and `&self`). A request is split into
-//! commands of at most the controller's transfer limit, staged through a pool of DMA
-//! bounce buffers (the caller's `AlignedBuf` is not IOMMU-mapped), submitted as deep as
-//! the pool allows with one doorbell write per batch, and reaped by polling — at most
+//! One controller and one namespace per device object, with `io_queue_pairs` I/O queue
+//! pairs (one per worker). A calling thread settles on its own queue (first free one from
+//! a per-thread home index), so workers do not contend; each queue has its own pool of
+//! DMA bounce buffers (the caller's `AlignedBuf` is not IOMMU-mapped). A request is split
+//! into commands of at most the controller's transfer limit, submitted as deep as the
+//! pool allows with one doorbell write per batch, and reaped by polling — at most
 //! `max_completions_per_poll` completions per poll call, as the worker loop will do.
 //!
 //! Failure policy: an error status fails the request with a typed `DeviceError`; a
 //! timeout, a protocol violation or a fatal controller status resets the controller
-//! (recreating the queue) and fails the request; if the reset itself fails the device
-//! is marked failed and every later request returns an I/O error.
-use std::sync::Mutex;
+//! (all queues are locked, in index order, then the controller; every queue is recreated;
+//! a reset already done by another thread is not repeated) and fails the request; if the
+//! reset itself fails the device is marked failed and every later request returns an
+//! I/O error.
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::controller::{now_ns, Controller, ControllerOptions, IoOp, IoQueue, NamespaceInfo};
 use super::queue::{CommandError, ErrorClass, SubmitError};
-use super::vfio::{DmaBacking, DmaBuffer, PciAddress, VfioDevice};
+use super::spec::{reg, ControllerStatus};
+use super::vfio::{Bar0, DmaBacking, DmaBuffer, PciAddress, VfioDevice};
 use super::NvmeError;
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
 
@@ -76,6 +81,8 @@ impl std::fmt::Display for SpdkUri {
 #[derive(Clone, Debug)]
 pub struct NvmeOptions {
     pub max_completions_per_poll: usize,
+    /// I/O queue pairs to create (one per worker; capped by what the controller grants).
+    pub io_queue_pairs: u16,
     pub io_queue_entries: u16,
     pub io_timeout_ms: u64,
     pub bounce_buffers: usize,
@@ -87,6 +94,7 @@ impl Default for NvmeOptions {
     fn default() -> Self {
         NvmeOptions {
             max_completions_per_poll: DEFAULT_MAX_COMPLETIONS_PER_POLL,
+            io_queue_pairs: 1,
             io_queue_entries: 64,
             io_timeout_ms: DEFAULT_IO_TIMEOUT_MS,
             bounce_buffers: DEFAULT_BOUNCE_BUFFERS,
@@ -177,19 +185,31 @@ pub fn parse_spdk_data_files(uris: &[&str]) -> Result<Vec<SpdkUri>, NvmeError> {
     Ok(parsed)
 }
 
-struct Inner {
-    controller: Option<Controller>,
+/// One I/O queue pair with its bounce buffers. `queue` is `None` once the device failed.
+struct QueueState {
     queue: Option<IoQueue>,
     pool: Vec<DmaBuffer>,
 }
 
-/// An NVMe namespace as a `BlockDevice`.
+/// Why a request stopped early.
+enum Stop {
+    /// The request failed; the queue is fine.
+    Failed(DeviceError),
+    /// The request failed and the controller must be reset first.
+    NeedsReset(DeviceError),
+}
+
+/// An NVMe namespace as a `BlockDevice`, with one I/O queue pair per worker.
 pub struct NvmeBlockDevice {
     uri: SpdkUri,
     namespace: NamespaceInfo,
     chunk_bytes: usize,
     options: NvmeOptions,
-    inner: Mutex<Inner>,
+    /// Lock order: queues by index, then the controller.
+    queues: Vec<Mutex<QueueState>>,
+    controller: Mutex<Option<Controller>>,
+    registers: Arc<Bar0>,
+    resets: AtomicU64,
 }
 
 /// The caller's side of one request.
@@ -198,35 +218,57 @@ enum Data<'a> {
     Write(&'a [u8]),
 }
 
+impl Data<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Data::Read(d) => d.len(),
+            Data::Write(d) => d.len(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl NvmeBlockDevice {
     /// Opens the controller at `uri.address` via VFIO, brings it up, identifies the
-    /// namespace and creates one I/O queue pair.
+    /// namespace and creates `options.io_queue_pairs` I/O queue pairs (one per worker).
     pub fn open(uri: SpdkUri, options: NvmeOptions) -> Result<NvmeBlockDevice, NvmeError> {
         let vfio = VfioDevice::open(uri.address)?;
         let copts = ControllerOptions {
-            io_queue_pairs: 1,
+            io_queue_pairs: options.io_queue_pairs.max(1),
             io_queue_entries: options.io_queue_entries,
             dma_backing: options.dma_backing,
         };
         let mut controller = Controller::open(vfio, copts)?;
         let namespace = controller.identify_namespace(uri.nsid)?;
-        let queue = controller.create_io_queue(1, namespace)?;
-        let bs = namespace.block_size_bytes as usize;
-        let chunk_bytes = queue.max_transfer_bytes() / bs * bs;
-        if chunk_bytes == 0 {
-            return Err(NvmeError::Unsupported(format!(
-                "block size {bs} exceeds the transfer limit"
-            )));
+        let pairs = controller.io_queue_pairs_allocated();
+        let mut queues = Vec::with_capacity(pairs as usize);
+        let mut chunk_bytes = 0;
+        for qid in 1..=pairs {
+            let queue = controller.create_io_queue(qid, namespace)?;
+            let bs = namespace.block_size_bytes as usize;
+            chunk_bytes = queue.max_transfer_bytes() / bs * bs;
+            if chunk_bytes == 0 {
+                return Err(NvmeError::Unsupported(format!(
+                    "block size {bs} exceeds the transfer limit"
+                )));
+            }
+            let count = options.bounce_count(chunk_bytes * pairs as usize, queue.capacity());
+            let pool = (0..count)
+                .map(|_| controller.alloc_dma(chunk_bytes, options.dma_backing))
+                .collect::<Result<Vec<_>, _>>()?;
+            queues.push(Mutex::new(QueueState {
+                queue: Some(queue),
+                pool,
+            }));
         }
-        let count = options.bounce_count(chunk_bytes, queue.capacity());
-        let pool = (0..count)
-            .map(|_| controller.alloc_dma(chunk_bytes, options.dma_backing))
-            .collect::<Result<Vec<_>, _>>()?;
         tracing::info!(
-            "{uri}: {} blocks of {} bytes, {} bounce buffers of {} KiB",
+            "{uri}: {} blocks of {} bytes, {pairs} queue pair(s), {} KiB per command",
             namespace.block_count,
             namespace.block_size_bytes,
-            count,
             chunk_bytes / 1024
         );
         Ok(NvmeBlockDevice {
@@ -234,11 +276,10 @@ impl NvmeBlockDevice {
             namespace,
             chunk_bytes,
             options,
-            inner: Mutex::new(Inner {
-                controller: Some(controller),
-                queue: Some(queue),
-                pool,
-            }),
+            queues,
+            registers: controller.registers(),
+            controller: Mutex::new(Some(controller)),
+            resets: AtomicU64::new(0),
         })
     }
 
@@ -246,14 +287,37 @@ impl NvmeBlockDevice {
         self.namespace
     }
 
+    /// I/O queue pairs in use.
+    pub fn queue_pairs(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// Controller resets done so far (diagnostics).
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
+    }
+
     /// Normal shutdown (CC.SHN). Also done on drop; this form reports the outcome.
     pub fn shutdown(&self) -> Result<(), NvmeError> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let queue = inner.queue.take();
-        match inner.controller.take() {
-            Some(c) => c.shutdown(queue.into_iter().collect()),
+        let mut guards: Vec<_> = self.queues.iter().map(lock).collect();
+        let queues: Vec<IoQueue> = guards.iter_mut().filter_map(|g| g.queue.take()).collect();
+        match lock(&self.controller).take() {
+            Some(c) => c.shutdown(queues),
             None => Ok(()),
         }
+    }
+
+    /// The queue for the calling thread: the first free one starting from a per-thread
+    /// home index, so each worker settles on its own queue; blocks on the home queue
+    /// when all are busy.
+    fn queue_for_thread(&self) -> MutexGuard<'_, QueueState> {
+        let home = thread_home_index() % self.queues.len();
+        for i in 0..self.queues.len() {
+            if let Ok(g) = self.queues[(home + i) % self.queues.len()].try_lock() {
+                return g;
+            }
+        }
+        lock(&self.queues[home])
     }
 
     fn check_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
@@ -300,52 +364,83 @@ impl NvmeBlockDevice {
         )))
     }
 
-    /// Resets the controller after a timeout/violation/fatal status; buffers the device
-    /// owned come back to the pool. On failure the device is left failed.
-    fn recover(&self, inner: &mut Inner) {
-        let (Some(ctrl), Some(queue)) = (inner.controller.as_mut(), inner.queue.as_mut()) else {
+    /// Resets the controller after a timeout / violation / fatal status seen when the
+    /// reset count was `seen_resets`; if another thread reset it since, nothing is done.
+    /// Outstanding buffers go back to their pools. If the reset fails, every queue is
+    /// dropped and the device is failed for good.
+    fn reset_controller(&self, seen_resets: u64) {
+        let mut guards: Vec<_> = self.queues.iter().map(lock).collect();
+        let mut controller = lock(&self.controller);
+        if self.resets.load(Ordering::Acquire) != seen_resets {
+            return;
+        }
+        let Some(ctrl) = controller.as_mut() else {
             return;
         };
-        match ctrl.reset(&mut [queue]) {
-            Ok(lost) => inner.pool.extend(lost.into_iter().filter_map(|(b, _)| b)),
+        let mut queues: Vec<&mut IoQueue> =
+            guards.iter_mut().filter_map(|g| g.queue.as_mut()).collect();
+        let outcome = ctrl.reset(&mut queues);
+        drop(queues);
+        match outcome {
+            Ok(lost) => {
+                for (g, lost) in guards.iter_mut().zip(lost) {
+                    g.pool.extend(lost.into_iter().filter_map(|(b, _)| b));
+                }
+            }
             Err(e) => {
                 tracing::error!("{}: controller reset failed: {e}; device failed", self.uri);
-                inner.controller = None;
-                inner.queue = None;
+                guards.iter_mut().for_each(|g| g.queue = None);
+                *controller = None;
+            }
+        }
+        self.resets.fetch_add(1, Ordering::Release);
+    }
+
+    /// Runs one request on the caller's queue; resets the controller when needed.
+    fn run(
+        &self,
+        op: IoOp,
+        offset_bytes: u64,
+        mut data: Option<Data<'_>>,
+    ) -> Result<(), DeviceError> {
+        let seen_resets = self.resets.load(Ordering::Acquire);
+        let mut q = self.queue_for_thread();
+        let outcome = match data.as_mut() {
+            Some(d) => self.transfer(&mut q, op, offset_bytes, d),
+            None => self.flush_on(&mut q),
+        };
+        drop(q);
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(Stop::Failed(e)) => Err(e),
+            Err(Stop::NeedsReset(e)) => {
+                self.reset_controller(seen_resets);
+                Err(e)
             }
         }
     }
 
-    /// Runs one read or write request to completion.
-    fn transfer(&self, offset_bytes: u64, mut data: Data<'_>) -> Result<(), DeviceError> {
-        let len = match &data {
-            Data::Read(d) => d.len(),
-            Data::Write(d) => d.len(),
-        };
-        self.check_range(offset_bytes, len as u64)?;
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let inner = &mut *guard;
+    /// Moves `data` through bounce buffers, as deep as the pool allows, one doorbell
+    /// write per batch, reaping at most `max_completions_per_poll` per poll.
+    fn transfer(
+        &self,
+        qs: &mut QueueState,
+        op: IoOp,
+        offset_bytes: u64,
+        data: &mut Data<'_>,
+    ) -> Result<(), Stop> {
+        let len = data.len();
         let bs = self.namespace.block_size_bytes as u64;
-        let op = if matches!(data, Data::Read(_)) {
-            IoOp::Read
-        } else {
-            IoOp::Write
-        };
-        let mut next = 0usize;
-        let mut outstanding = 0usize;
+        let QueueState { queue, pool } = qs;
+        let queue = queue.as_mut().ok_or_else(|| Stop::Failed(self.failed()))?;
+        let (mut next, mut outstanding) = (0usize, 0usize);
         let mut first_error: Option<DeviceError> = None;
         let mut idle_since = Instant::now();
         while next < len || outstanding > 0 {
-            let Some(queue) = inner.queue.as_mut() else {
-                return Err(self.failed());
-            };
-            // Submit as deep as bounce buffers and queue slots allow; one doorbell.
             while next < len && first_error.is_none() {
-                let Some(mut buf) = inner.pool.pop() else {
-                    break;
-                };
+                let Some(mut buf) = pool.pop() else { break };
                 let n = self.chunk_bytes.min(len - next);
-                if let Data::Write(src) = &data {
+                if let Data::Write(src) = data {
                     buf.as_mut_slice()[..n].copy_from_slice(&src[next..next + n]);
                 }
                 let lba = (offset_bytes + next as u64) / bs;
@@ -363,7 +458,7 @@ impl NvmeBlockDevice {
                         next += n;
                     }
                     Err((e, b)) => {
-                        inner.pool.extend(b);
+                        pool.extend(b);
                         if !matches!(e, NvmeError::Submit(SubmitError::Full)) {
                             first_error =
                                 Some(DeviceError::Io(std::io::Error::other(e.to_string())));
@@ -377,14 +472,13 @@ impl NvmeBlockDevice {
                 break;
             }
             let chunk = self.chunk_bytes;
-            let pool = &mut inner.pool;
             let polled = queue.poll(self.options.max_completions_per_poll, |c| {
                 outstanding -= 1;
                 let at = c.tag as usize;
                 let n = chunk.min(len - at);
                 match c.result {
                     Ok(_) if !c.after_timeout => {
-                        if let (Data::Read(dst), Some(b)) = (&mut data, &c.buffer) {
+                        if let (Data::Read(dst), Some(b)) = (&mut *data, &c.buffer) {
                             dst[at..at + n].copy_from_slice(&b.as_slice()[..n]);
                         }
                     }
@@ -398,84 +492,87 @@ impl NvmeBlockDevice {
                 pool.extend(c.buffer);
             });
             match polled {
-                Ok(0) => {}
-                Ok(_) => {
-                    idle_since = Instant::now();
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!("{}: {e}", self.uri);
-                    self.recover(inner);
-                    return Err(DeviceError::Io(std::io::Error::other(e.to_string())));
-                }
+                Ok(0) => self.check_stuck(queue, &mut idle_since)?,
+                Ok(_) => idle_since = Instant::now(),
+                Err(e) => return Err(self.violation(e)),
             }
-            if let Some(err) = self.check_stuck(inner, &mut idle_since) {
-                return Err(err);
-            }
-            std::hint::spin_loop();
         }
-        first_error.map_or(Ok(()), Err)
+        first_error.map_or(Ok(()), |e| Err(Stop::Failed(e)))
     }
 
-    /// Called when a poll found nothing: detects timeouts and fatal controller status
-    /// (checked at most once per millisecond) and resets the controller for them.
-    fn check_stuck(&self, inner: &mut Inner, idle_since: &mut Instant) -> Option<DeviceError> {
+    fn violation(&self, e: NvmeError) -> Stop {
+        tracing::error!("{}: {e}", self.uri);
+        Stop::NeedsReset(DeviceError::Io(std::io::Error::other(format!(
+            "{}: {e}",
+            self.uri
+        ))))
+    }
+
+    /// Called when a poll found nothing: at most once per millisecond, looks for commands
+    /// past their deadline and for a fatal or vanished controller.
+    fn check_stuck(&self, queue: &mut IoQueue, idle_since: &mut Instant) -> Result<(), Stop> {
         if idle_since.elapsed().as_millis() < 1 {
-            return None;
+            std::hint::spin_loop();
+            return Ok(());
         }
         *idle_since = Instant::now();
-        let queue = inner.queue.as_mut()?;
         let timed_out = queue.expire(now_ns(), |_| {});
-        let fatal = inner
-            .controller
-            .as_ref()
-            .is_some_and(|c| c.status().fatal() || c.status().is_all_ones());
+        let csts = ControllerStatus(self.registers.read32(reg::CSTS));
+        let fatal = csts.fatal() || csts.is_all_ones();
         if timed_out == 0 && !fatal {
-            return None;
+            return Ok(());
         }
         tracing::error!(
-            "{}: {timed_out} command(s) timed out, fatal status {fatal}",
-            self.uri
+            "{}: {timed_out} command(s) timed out, CSTS {:#x}",
+            self.uri,
+            csts.0
         );
-        self.recover(inner);
-        Some(if timed_out > 0 {
+        Err(Stop::NeedsReset(if timed_out > 0 {
             DeviceError::Timeout
         } else {
             self.failed()
-        })
+        }))
     }
 
-    fn flush(&self) -> Result<(), DeviceError> {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let inner = &mut *guard;
+    fn flush_on(&self, qs: &mut QueueState) -> Result<(), Stop> {
+        let queue = qs
+            .queue
+            .as_mut()
+            .ok_or_else(|| Stop::Failed(self.failed()))?;
         let deadline = now_ns() + self.options.io_timeout_ms * 1_000_000;
-        let queue = inner.queue.as_mut().ok_or_else(|| self.failed())?;
         queue
             .submit(IoOp::Flush, 0, 0, None, 0, deadline)
-            .map_err(|(e, _)| DeviceError::Io(std::io::Error::other(e.to_string())))?;
+            .map_err(|(e, _)| {
+                Stop::Failed(DeviceError::Io(std::io::Error::other(e.to_string())))
+            })?;
         queue.ring();
         let mut idle_since = Instant::now();
         loop {
-            let queue = inner.queue.as_mut().ok_or_else(|| self.failed())?;
             let mut result = None;
             match queue.poll(self.options.max_completions_per_poll, |c| {
                 result = Some(c.result)
             }) {
+                Ok(0) => self.check_stuck(queue, &mut idle_since)?,
                 Ok(_) => {}
-                Err(e) => {
-                    self.recover(inner);
-                    return Err(DeviceError::Io(std::io::Error::other(e.to_string())));
-                }
+                Err(e) => return Err(self.violation(e)),
             }
             if let Some(r) = result {
-                return r.map(|_| ()).map_err(|e| self.map_command_error(e, 0, 0));
+                return r
+                    .map(|_| ())
+                    .map_err(|e| Stop::Failed(self.map_command_error(e, 0, 0)));
             }
-            if let Some(err) = self.check_stuck(inner, &mut idle_since) {
-                return Err(err);
-            }
-            std::hint::spin_loop();
         }
     }
+}
+
+/// A small per-thread number, handed out in order of first use, so workers spread over
+/// the queue pairs.
+fn thread_home_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static HOME: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    HOME.with(|h| *h)
 }
 
 impl BlockDevice for NvmeBlockDevice {
@@ -486,13 +583,19 @@ impl BlockDevice for NvmeBlockDevice {
         self.namespace.block_count * self.namespace.block_size_bytes as u64
     }
     fn read_at(&self, offset_bytes: u64, buf: &mut AlignedBuf) -> Result<(), DeviceError> {
-        self.transfer(offset_bytes, Data::Read(buf.as_mut_slice()))
+        self.check_range(offset_bytes, buf.len() as u64)?;
+        self.run(
+            IoOp::Read,
+            offset_bytes,
+            Some(Data::Read(buf.as_mut_slice())),
+        )
     }
     fn write_at(&self, offset_bytes: u64, buf: &AlignedBuf) -> Result<(), DeviceError> {
-        self.transfer(offset_bytes, Data::Write(buf.as_slice()))
+        self.check_range(offset_bytes, buf.len() as u64)?;
+        self.run(IoOp::Write, offset_bytes, Some(Data::Write(buf.as_slice())))
     }
     fn sync(&self) -> Result<(), DeviceError> {
-        self.flush()
+        self.run(IoOp::Flush, 0, None)
     }
     fn describe(&self) -> String {
         self.uri.to_string()

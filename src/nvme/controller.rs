@@ -173,6 +173,9 @@ pub struct Controller {
     io_queue_pairs_allocated: u16,
 }
 
+/// Buffers and tags of the commands one queue had outstanding at a reset.
+pub type LostCommands = Vec<(Option<DmaBuffer>, u64)>;
+
 /// What an I/O command does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoOp {
@@ -291,6 +294,10 @@ impl Controller {
     }
     pub fn io_queue_pairs_allocated(&self) -> u16 {
         self.io_queue_pairs_allocated
+    }
+    /// The register window, for status polling without holding the controller.
+    pub fn registers(&self) -> Arc<Bar0> {
+        self.bar.clone()
     }
     pub fn status(&self) -> ControllerStatus {
         ControllerStatus(self.bar.read32(reg::CSTS))
@@ -445,27 +452,21 @@ impl Controller {
     }
 
     /// Controller reset: disable (aborting everything), redo bring-up, recreate `queues`.
-    /// Returns the buffers of commands that were outstanding — the device no longer owns
-    /// them — with their tags.
-    pub fn reset(
-        &mut self,
-        queues: &mut [&mut IoQueue],
-    ) -> Result<Vec<(Option<DmaBuffer>, u64)>, NvmeError> {
+    /// Returns, per queue in the order given, the buffers and tags of the commands that
+    /// were outstanding: the device no longer owns them.
+    pub fn reset(&mut self, queues: &mut [&mut IoQueue]) -> Result<Vec<LostCommands>, NvmeError> {
         tracing::warn!(
             "nvme {}: controller reset (CSTS {:#x})",
             self.vfio.address,
             self.status().0
         );
-        let disabled = self.disable();
-        let mut lost = Vec::new();
-        if disabled.is_err() {
-            // The controller did not acknowledge; keep every buffer (leak) rather than
-            // hand back memory it may still write. Surface the error.
-            disabled?;
-        }
+        // If the controller does not acknowledge the disable, every buffer stays owned by
+        // its queue (it may still be written); the error goes up.
+        self.disable()?;
+        let mut lost = Vec::with_capacity(queues.len());
         for q in queues.iter_mut() {
             q.hw.reset_after_disable();
-            lost.extend(q.in_flight.iter_mut().filter_map(Option::take));
+            lost.push(q.in_flight.iter_mut().filter_map(Option::take).collect());
         }
         self.bring_up()?;
         for q in queues.iter_mut() {
