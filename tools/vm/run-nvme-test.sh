@@ -137,7 +137,7 @@ console="$work/console.log"
 log "booting $kver under $accel (timeout ${timeout_s}s); console in $console"
 set +e
 timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 \
-    -machine q35 -accel "$accel" -cpu max -smp 1 -m 1G \
+    -machine q35 -accel "$accel" -cpu max -smp 2 -m 1G \
     -device intel-iommu \
     -nographic -no-reboot \
     -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
