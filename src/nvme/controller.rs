@@ -221,6 +221,11 @@ impl Controller {
                 capabilities.min_page_size_bytes()
             )));
         }
+        if capabilities.max_queue_entries() < 2 {
+            return Err(NvmeError::Unsupported(
+                "CAP.MQES allows fewer than 2 queue entries".into(),
+            ));
+        }
         let stride = capabilities.doorbell_stride_bytes();
         let admin_entries =
             ADMIN_QUEUE_ENTRIES.min(capabilities.max_queue_entries().min(4096) as u16);
