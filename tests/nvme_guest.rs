@@ -501,10 +501,12 @@ fn concurrent_workers(dev: &NvmeBlockDevice, bs: usize) -> Check {
 }
 
 fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {
+    // The raw checks ran on hugepage-backed rings; this device runs on locked 4 KiB pages,
+    // chosen the way Lavik users choose it (BYCORF_EAL_ARGS=--no-huge).
     let opts = NvmeOptions {
         bounce_buffers: 4,
         io_queue_pairs: 2,
-        ..NvmeOptions::default()
+        ..NvmeOptions::from_vars(Some("--no-huge"), Some("64"))
     };
     let dev = match NvmeBlockDevice::open(uri, opts) {
         Ok(d) => d,

@@ -35,6 +35,9 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 busybox_bin=/bin/busybox
 [ -x "$busybox_bin" ] || busybox_bin=/usr/bin/busybox
+if ldd "$busybox_bin" 2>&1 | grep -q '=>'; then
+    log "$busybox_bin is dynamically linked; install busybox-static"; exit 1
+fi
 
 # --- 2. guest kernel (downloaded and unpacked, not installed) ------------------------------
 kdir="$work/kernel"
