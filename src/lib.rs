@@ -5,11 +5,17 @@
 //! `runtime` under all of them):
 //! - `config`: command line and Redis-style config file.
 //! - `resp`: RESP2/RESP3 request parser and reply encoder (sans-IO).
+//! - `runtime`: io_uring ring code, provided buffers, wake-ups, pinning.
 //! - `storage`: the engine: compact index, log-structured values, recovery.
 //! - `device`: the `BlockDevice` trait and its backends.
 //! - `nvme`: the userspace NVMe driver over VFIO (appliance storage).
 //! - `server`: workers, connections, routing, command dispatch.
-//! - `commands`: one file per command family.
+//! - `commands`: the command table and one file per command family.
+pub mod commands;
+pub mod config;
 pub mod device;
 pub mod nvme;
+pub mod resp;
+pub mod runtime;
+pub mod server;
 pub mod storage;

@@ -1,0 +1,471 @@
+//! Keyspace commands: DEL, EXISTS, TYPE, RENAME, COPY, EXPIRE family, TTL
+//! family, KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHDB, FLUSHALL.
+
+use super::{eq_ic, glob_match, parse_int, storage_error, CmdResult, Ctx, ERR_SYNTAX};
+use crate::resp::ReplyBuf;
+use crate::storage::{Db, ValueKind};
+
+const DBS: u8 = 16;
+
+pub fn del(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let mut n = 0;
+    for key in &a[1..] {
+        if ctx
+            .shards
+            .for_key(key)
+            .delete(db, key, now)
+            .map_err(storage_error)?
+        {
+            n += 1;
+        }
+    }
+    r.int(n);
+    Ok(())
+}
+
+pub fn exists(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let mut n = 0;
+    for key in &a[1..] {
+        if ctx
+            .shards
+            .for_key(key)
+            .exists(db, key, now)
+            .map_err(storage_error)?
+        {
+            n += 1;
+        }
+    }
+    r.int(n);
+    Ok(())
+}
+
+pub fn type_name(kind: ValueKind) -> &'static str {
+    match kind {
+        ValueKind::String => "string",
+    }
+}
+
+pub fn type_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    match ctx
+        .shards
+        .for_key(a[1])
+        .get(db, a[1], now)
+        .map_err(storage_error)?
+    {
+        Some(v) => r.simple(type_name(v.kind)),
+        None => r.simple("none"),
+    }
+    Ok(())
+}
+
+fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, String> {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let Some(v) = ctx
+        .shards
+        .for_key(src)
+        .get(db, src, now)
+        .map_err(storage_error)?
+    else {
+        return Err("ERR no such key".into());
+    };
+    if src == dst {
+        return Ok(!nx);
+    }
+    if nx
+        && ctx
+            .shards
+            .for_key(dst)
+            .exists(db, dst, now)
+            .map_err(storage_error)?
+    {
+        return Ok(false);
+    }
+    ctx.shards
+        .for_key(dst)
+        .put(db, dst, v.kind, &v.bytes, v.expire_at_ms, now)
+        .map_err(storage_error)?;
+    ctx.shards
+        .for_key(src)
+        .delete(db, src, now)
+        .map_err(storage_error)?;
+    Ok(true)
+}
+
+pub fn rename(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    move_key(ctx, a[1], a[2], false)?;
+    r.ok();
+    Ok(())
+}
+
+pub fn renamenx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let done = move_key(ctx, a[1], a[2], true)?;
+    r.int(done as i64);
+    Ok(())
+}
+
+pub fn copy(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (mut dst_db, mut replace) = (ctx.db, false);
+    let mut i = 3;
+    while i < a.len() {
+        if eq_ic(a[i], "replace") {
+            replace = true;
+        } else if eq_ic(a[i], "db") && i + 1 < a.len() {
+            let n = parse_int(a[i + 1])?;
+            if !(0..DBS as i64).contains(&n) {
+                return Err("ERR DB index is out of range".into());
+            }
+            dst_db = n as Db;
+            i += 1;
+        } else {
+            return Err(ERR_SYNTAX.into());
+        }
+        i += 1;
+    }
+    let (src, dst) = (a[1], a[2]);
+    if src == dst && dst_db == ctx.db {
+        return Err("ERR source and destination objects are the same".into());
+    }
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let Some(v) = ctx
+        .shards
+        .for_key(src)
+        .get(db, src, now)
+        .map_err(storage_error)?
+    else {
+        r.int(0);
+        return Ok(());
+    };
+    let shard = ctx.shards.for_key(dst);
+    if !replace && shard.exists(dst_db, dst, now).map_err(storage_error)? {
+        r.int(0);
+        return Ok(());
+    }
+    shard
+        .put(dst_db, dst, v.kind, &v.bytes, v.expire_at_ms, now)
+        .map_err(storage_error)?;
+    r.int(1);
+    Ok(())
+}
+
+/// EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT with NX|XX|GT|LT.
+fn expire_generic(
+    ctx: &mut Ctx,
+    a: &[&[u8]],
+    r: &mut ReplyBuf,
+    unit_ms: i64,
+    absolute: bool,
+    cmd: &str,
+) -> CmdResult {
+    let n = parse_int(a[2])?;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for o in &a[3..] {
+        if eq_ic(o, "nx") {
+            nx = true;
+        } else if eq_ic(o, "xx") {
+            xx = true;
+        } else if eq_ic(o, "gt") {
+            gt = true;
+        } else if eq_ic(o, "lt") {
+            lt = true;
+        } else {
+            return Err(format!(
+                "ERR Unsupported option {}",
+                String::from_utf8_lossy(o)
+            ));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err("ERR NX and XX, GT or LT options at the same time are not compatible".into());
+    }
+    if gt && lt {
+        return Err("ERR GT and LT options at the same time are not compatible".into());
+    }
+    let invalid = || format!("ERR invalid expire time in '{cmd}' command");
+    let mut when = n.checked_mul(unit_ms).ok_or_else(invalid)?;
+    if !absolute {
+        when = when.checked_add(ctx.now_ms as i64).ok_or_else(invalid)?;
+    }
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let shard = ctx.shards.for_key(a[1]);
+    let Some(v) = shard.get(db, a[1], now).map_err(storage_error)? else {
+        r.int(0);
+        return Ok(());
+    };
+    let cur = v.expire_at_ms;
+    let ok = match cur {
+        None => !(xx || gt),
+        Some(c) => !(nx || (gt && when <= c as i64) || (lt && when >= c as i64)),
+    };
+    if !ok {
+        r.int(0);
+        return Ok(());
+    }
+    if when <= now as i64 {
+        shard.delete(db, a[1], now).map_err(storage_error)?;
+    } else {
+        shard
+            .set_expiry(db, a[1], Some(when as u64), now)
+            .map_err(storage_error)?;
+    }
+    r.int(1);
+    Ok(())
+}
+
+pub fn expire(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    expire_generic(ctx, a, r, 1000, false, "expire")
+}
+pub fn pexpire(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    expire_generic(ctx, a, r, 1, false, "pexpire")
+}
+pub fn expireat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    expire_generic(ctx, a, r, 1000, true, "expireat")
+}
+pub fn pexpireat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    expire_generic(ctx, a, r, 1, true, "pexpireat")
+}
+
+/// TTL family: `Ok(None)` = missing key (-2), `Some(None)` = no TTL (-1).
+fn expiry_of(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Option<u64>>, String> {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    Ok(ctx
+        .shards
+        .for_key(key)
+        .get(db, key, now)
+        .map_err(storage_error)?
+        .map(|v| v.expire_at_ms))
+}
+
+fn ttl_generic(
+    ctx: &mut Ctx,
+    a: &[&[u8]],
+    r: &mut ReplyBuf,
+    ms: bool,
+    absolute: bool,
+) -> CmdResult {
+    let now = ctx.now_ms;
+    match expiry_of(ctx, a[1])? {
+        None => r.int(-2),
+        Some(None) => r.int(-1),
+        Some(Some(at)) => {
+            if absolute {
+                r.int(if ms { at as i64 } else { (at / 1000) as i64 });
+            } else {
+                let left = at.saturating_sub(now) as i64;
+                r.int(if ms { left } else { (left + 500) / 1000 });
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn ttl(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    ttl_generic(ctx, a, r, false, false)
+}
+pub fn pttl(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    ttl_generic(ctx, a, r, true, false)
+}
+pub fn expiretime(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    ttl_generic(ctx, a, r, false, true)
+}
+pub fn pexpiretime(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    ttl_generic(ctx, a, r, true, true)
+}
+
+pub fn persist(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    match expiry_of(ctx, a[1])? {
+        Some(Some(_)) => {
+            ctx.shards
+                .for_key(a[1])
+                .set_expiry(db, a[1], None, now)
+                .map_err(storage_error)?;
+            r.int(1);
+        }
+        _ => r.int(0),
+    }
+    Ok(())
+}
+
+/// Shards in id order, as SCAN walks them.
+fn held_ids(ctx: &mut Ctx) -> Vec<usize> {
+    ctx.shards
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_some())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+pub fn keys(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let mut found = Vec::new();
+    for id in held_ids(ctx) {
+        let shard = ctx.shards.slots[id].as_mut().expect("held");
+        let mut cursor = 0;
+        loop {
+            let (next, batch) = shard.scan(db, cursor, 1024, now).map_err(storage_error)?;
+            found.extend(batch.into_iter().filter(|k| glob_match(a[1], k)));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    r.array(found.len());
+    for k in found {
+        r.bulk(&k);
+    }
+    Ok(())
+}
+
+pub fn scan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let cursor: u64 = std::str::from_utf8(a[1])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or("ERR invalid cursor")?;
+    let (mut pattern, mut count, mut type_filter): (Option<&[u8]>, usize, Option<&[u8]>) =
+        (None, 10, None);
+    let mut i = 2;
+    while i < a.len() {
+        if i + 1 >= a.len() {
+            return Err(ERR_SYNTAX.into());
+        }
+        if eq_ic(a[i], "match") {
+            pattern = Some(a[i + 1]);
+        } else if eq_ic(a[i], "count") {
+            let n = parse_int(a[i + 1])?;
+            if n < 1 {
+                return Err(ERR_SYNTAX.into());
+            }
+            count = n as usize;
+        } else if eq_ic(a[i], "type") {
+            type_filter = Some(a[i + 1]);
+        } else {
+            return Err(ERR_SYNTAX.into());
+        }
+        i += 2;
+    }
+    let shard_count = ctx.shards.shard_count as u64;
+    let (mut shard_idx, mut shard_cursor) = (cursor % shard_count, cursor / shard_count);
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let mut keys = Vec::new();
+    let mut next_cursor = 0;
+    while shard_idx < shard_count {
+        let shard = ctx.shards.slots[shard_idx as usize]
+            .as_mut()
+            .expect("all shards held for SCAN");
+        let (next, batch) = shard
+            .scan(db, shard_cursor, count, now)
+            .map_err(storage_error)?;
+        keys.extend(batch);
+        if next == 0 {
+            shard_idx += 1;
+            shard_cursor = 0;
+        } else {
+            shard_cursor = next;
+        }
+        if keys.len() >= count {
+            if shard_idx < shard_count {
+                next_cursor = shard_cursor
+                    .checked_mul(shard_count)
+                    .and_then(|c| c.checked_add(shard_idx))
+                    .ok_or("ERR scan cursor overflow")?;
+            }
+            break;
+        }
+    }
+    if let Some(t) = type_filter {
+        if !eq_ic(t, "string") {
+            keys.clear();
+        }
+    }
+    if let Some(p) = pattern {
+        keys.retain(|k| glob_match(p, k));
+    }
+    r.array(2);
+    r.bulk(next_cursor.to_string().as_bytes());
+    r.array(keys.len());
+    for k in keys {
+        r.bulk(&k);
+    }
+    Ok(())
+}
+
+pub fn randomkey(ctx: &mut Ctx, _a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let ids = held_ids(ctx);
+    let total: u64 = ids
+        .iter()
+        .map(|&i| ctx.shards.slots[i].as_ref().map_or(0, |s| s.key_count(db)))
+        .sum();
+    if total == 0 {
+        r.null();
+        return Ok(());
+    }
+    // Pick a shard with probability proportional to its key count.
+    let mut pick = now.wrapping_mul(0x9E37_79B9_7F4A_7C15) % total;
+    for &i in &ids {
+        let shard = ctx.shards.slots[i].as_mut().expect("held");
+        let n = shard.key_count(db);
+        if pick < n {
+            if let Some(k) = shard.random_key(db, now).map_err(storage_error)? {
+                r.bulk(&k);
+                return Ok(());
+            }
+        }
+        pick = pick.saturating_sub(n);
+    }
+    for &i in &ids {
+        if let Some(k) = ctx.shards.slots[i]
+            .as_mut()
+            .expect("held")
+            .random_key(db, now)
+            .map_err(storage_error)?
+        {
+            r.bulk(&k);
+            return Ok(());
+        }
+    }
+    r.null();
+    Ok(())
+}
+
+pub fn dbsize(ctx: &mut Ctx, _a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let db = ctx.db;
+    let n: u64 = ctx.shards.held().map(|s| s.key_count(db)).sum();
+    r.int(n as i64);
+    Ok(())
+}
+
+fn flush_mode_ok(a: &[&[u8]]) -> CmdResult {
+    match a.len() {
+        1 => Ok(()),
+        2 if eq_ic(a[1], "async") || eq_ic(a[1], "sync") => Ok(()),
+        _ => Err(ERR_SYNTAX.into()),
+    }
+}
+
+pub fn flushdb(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    flush_mode_ok(a)?;
+    let db = ctx.db;
+    for s in ctx.shards.held() {
+        s.flush_db(db).map_err(storage_error)?;
+    }
+    r.ok();
+    Ok(())
+}
+
+pub fn flushall(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    flush_mode_ok(a)?;
+    for s in ctx.shards.held() {
+        for db in 0..DBS {
+            s.flush_db(db).map_err(storage_error)?;
+        }
+    }
+    r.ok();
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! The command table: every command lavik knows, with the facts Redis's
+//! `COMMAND` reports (arity, flags, key positions) and its handler.
+
+use super::{keyspace as k, string as s, Handler};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Touches the keys at the given positions; runs where they live.
+    Keyed,
+    /// Touches every shard (KEYS, SCAN, DBSIZE, FLUSHALL, ...).
+    AllShards,
+    /// Connection or server command, run by the connection's worker.
+    Local,
+}
+
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: &'static [&'static str],
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+    pub group: &'static str,
+    pub since: &'static str,
+    pub summary: &'static str,
+    pub kind: Kind,
+    pub handler: Option<Handler>,
+}
+
+const W: &[&str] = &["write", "denyoom"];
+const WF: &[&str] = &["write", "denyoom", "fast"];
+const RF: &[&str] = &["readonly", "fast"];
+const R: &[&str] = &["readonly"];
+const WD: &[&str] = &["write"];
+const WDF: &[&str] = &["write", "fast"];
+const FAST: &[&str] = &["fast"];
+const LOADING_STALE: &[&str] = &["noscript", "loading", "stale", "fast"];
+const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+
+macro_rules! keyed {
+    ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: $f,
+            last_key: $l,
+            step: $st,
+            group: $group,
+            since: $since,
+            summary: $sum,
+            kind: Kind::Keyed,
+            handler: Some($h),
+        }
+    };
+}
+macro_rules! all {
+    ($name:expr, $arity:expr, $flags:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: 0,
+            last_key: 0,
+            step: 0,
+            group: $group,
+            since: $since,
+            summary: $sum,
+            kind: Kind::AllShards,
+            handler: Some($h),
+        }
+    };
+}
+macro_rules! local {
+    ($name:expr, $arity:expr, $flags:expr, $group:expr, $since:expr, $sum:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: 0,
+            last_key: 0,
+            step: 0,
+            group: $group,
+            since: $since,
+            summary: $sum,
+            kind: Kind::Local,
+            handler: None,
+        }
+    };
+}
+
+pub static TABLE: &[CommandSpec] = &[
+    // strings
+    keyed!("get", 2, RF, 1, 1, 1, "string", "1.0.0", "Returns the string value of a key.", s::get),
+    keyed!("set", -3, W, 1, 1, 1, "string", "1.0.0", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", s::set),
+    keyed!("setnx", 3, WF, 1, 1, 1, "string", "1.0.0", "Set the string value of a key only when the key doesn't exist.", s::setnx),
+    keyed!("setex", 4, W, 1, 1, 1, "string", "2.0.0", "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.", s::setex),
+    keyed!("psetex", 4, W, 1, 1, 1, "string", "2.6.0", "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.", s::psetex),
+    keyed!("getset", 3, WF, 1, 1, 1, "string", "1.0.0", "Returns the previous string value of a key after setting it to a new value.", s::getset),
+    keyed!("getdel", 2, WDF, 1, 1, 1, "string", "6.2.0", "Returns the string value of a key after deleting the key.", s::getdel),
+    keyed!("getex", -2, WDF, 1, 1, 1, "string", "6.2.0", "Returns the string value of a key after setting its expiration time.", s::getex),
+    keyed!("mget", -2, RF, 1, -1, 1, "string", "1.0.0", "Atomically returns the string values of one or more keys.", s::mget),
+    keyed!("mset", -3, W, 1, -1, 2, "string", "1.0.1", "Atomically creates or modifies the string values of one or more keys.", s::mset),
+    keyed!("msetnx", -3, W, 1, -1, 2, "string", "1.0.1", "Atomically modifies the string values of one or more keys only when all keys don't exist.", s::msetnx),
+    keyed!("append", 3, WF, 1, 1, 1, "string", "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.", s::append),
+    keyed!("strlen", 2, RF, 1, 1, 1, "string", "2.2.0", "Returns the length of a string value.", s::strlen),
+    keyed!("getrange", 4, R, 1, 1, 1, "string", "2.4.0", "Returns a substring of the string stored at a key.", s::getrange),
+    keyed!("substr", 4, R, 1, 1, 1, "string", "1.0.0", "Returns a substring from a string value.", s::getrange),
+    keyed!("setrange", 4, W, 1, 1, 1, "string", "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", s::setrange),
+    keyed!("incr", 2, WF, 1, 1, 1, "string", "1.0.0", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", s::incr),
+    keyed!("decr", 2, WF, 1, 1, 1, "string", "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", s::decr),
+    keyed!("incrby", 3, WF, 1, 1, 1, "string", "1.0.0", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", s::incrby),
+    keyed!("decrby", 3, WF, 1, 1, 1, "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", s::decrby),
+    keyed!("incrbyfloat", 3, WF, 1, 1, 1, "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", s::incrbyfloat),
+    keyed!("lcs", -3, R, 1, 2, 1, "string", "7.0.0", "Finds the longest common substring.", s::lcs),
+    // keyspace
+    keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
+    keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
+    keyed!("exists", -2, RF, 1, -1, 1, "generic", "1.0.0", "Determines whether one or more keys exist.", k::exists),
+    keyed!("touch", -2, RF, 1, -1, 1, "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", k::exists),
+    keyed!("type", 2, RF, 1, 1, 1, "generic", "1.0.0", "Determines the type of value stored at a key.", k::type_),
+    keyed!("rename", 3, WD, 1, 2, 1, "generic", "1.0.0", "Renames a key and overwrites the destination.", k::rename),
+    keyed!("renamenx", 3, WDF, 1, 2, 1, "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", k::renamenx),
+    keyed!("copy", -3, W, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.", k::copy),
+    keyed!("expire", -3, WDF, 1, 1, 1, "generic", "1.0.0", "Sets the expiration time of a key in seconds.", k::expire),
+    keyed!("pexpire", -3, WDF, 1, 1, 1, "generic", "2.6.0", "Sets the expiration time of a key in milliseconds.", k::pexpire),
+    keyed!("expireat", -3, WDF, 1, 1, 1, "generic", "1.2.0", "Sets the expiration time of a key to a Unix timestamp.", k::expireat),
+    keyed!("pexpireat", -3, WDF, 1, 1, 1, "generic", "2.6.0", "Sets the expiration time of a key to a Unix milliseconds timestamp.", k::pexpireat),
+    keyed!("ttl", 2, RF, 1, 1, 1, "generic", "1.0.0", "Returns the expiration time in seconds of a key.", k::ttl),
+    keyed!("pttl", 2, RF, 1, 1, 1, "generic", "2.6.0", "Returns the expiration time in milliseconds of a key.", k::pttl),
+    keyed!("expiretime", 2, RF, 1, 1, 1, "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", k::expiretime),
+    keyed!("pexpiretime", 2, RF, 1, 1, 1, "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", k::pexpiretime),
+    keyed!("persist", 2, WDF, 1, 1, 1, "generic", "2.2.0", "Removes the expiration time of a key.", k::persist),
+    all!("keys", 2, R, "generic", "1.0.0", "Returns all key names that match a pattern.", k::keys),
+    all!("scan", -2, R, "generic", "2.8.0", "Iterates over the key names in the database.", k::scan),
+    all!("randomkey", 1, R, "generic", "1.0.0", "Returns a random key name from the database.", k::randomkey),
+    all!("dbsize", 1, RF, "server", "1.0.0", "Returns the number of keys in the database.", k::dbsize),
+    all!("flushdb", -1, WD, "server", "1.0.0", "Removes all keys from the current database.", k::flushdb),
+    all!("flushall", -1, WD, "server", "1.0.0", "Removes all keys from all databases.", k::flushall),
+    // connection
+    local!("ping", -1, FAST, "connection", "1.0.0", "Returns the server's liveliness response."),
+    local!("echo", 2, FAST, "connection", "1.0.0", "Returns the given string."),
+    local!("hello", -1, LOADING_STALE, "connection", "6.0.0", "Handshakes with the Redis server."),
+    local!("auth", -2, LOADING_STALE, "connection", "1.0.0", "Authenticates the connection."),
+    local!("select", 2, LOADING_STALE, "connection", "1.0.0", "Changes the selected database."),
+    local!("quit", -1, LOADING_STALE, "connection", "1.0.0", "Closes the connection."),
+    local!("reset", 1, LOADING_STALE, "connection", "6.2.0", "Resets the connection."),
+    local!("client", -2, ADMIN, "connection", "2.4.0", "A container for client connection commands."),
+    local!("command", -1, LOADING_STALE, "server", "2.8.13", "Returns detailed information about all commands."),
+    // server
+    local!("info", -1, LOADING_STALE, "server", "1.0.0", "Returns information and statistics about the server."),
+    local!("config", -2, ADMIN, "server", "2.0.0", "A container for server configuration commands."),
+    local!("time", 1, LOADING_STALE, "server", "2.6.0", "Returns the server time."),
+    local!("shutdown", -1, ADMIN, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server."),
+    local!("save", 1, ADMIN, "server", "1.0.0", "Synchronously saves the database(s) to disk."),
+    local!("bgsave", -1, ADMIN, "server", "1.0.0", "Asynchronously saves the database(s) to disk."),
+    local!("lastsave", 1, LOADING_STALE, "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk."),
+    local!("slowlog", -2, ADMIN, "server", "2.2.12", "A container for slow log commands."),
+    local!("debug", -2, ADMIN, "server", "1.0.0", "A container for debugging commands."),
+    local!("monitor", 1, ADMIN, "server", "1.0.0", "Listens for all requests received by the server in real-time."),
+];
+
+/// Finds a command by name, case-insensitively, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    if name.len() > 16 {
+        return None;
+    }
+    TABLE
+        .iter()
+        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Positions of the keys of a `Keyed` command in `argc` arguments.
+pub fn key_positions(spec: &CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
+    let first = spec.first_key.max(0) as usize;
+    let last = if spec.last_key < 0 {
+        argc as i64 + spec.last_key as i64
+    } else {
+        spec.last_key as i64
+    };
+    let last = if last < 0 {
+        0
+    } else {
+        (last as usize).min(argc.saturating_sub(1))
+    };
+    let step = spec.step.max(1) as usize;
+    (first..=last).step_by(step).filter(move |_| first > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Key positions follow Redis's first/last/step for the multi-key shapes.
+    #[test]
+    fn positions() {
+        let mset = lookup(b"MSET").unwrap();
+        assert_eq!(key_positions(mset, 5).collect::<Vec<_>>(), vec![1, 3]);
+        let del = lookup(b"del").unwrap();
+        assert_eq!(key_positions(del, 4).collect::<Vec<_>>(), vec![1, 2, 3]);
+        let get = lookup(b"Get").unwrap();
+        assert_eq!(key_positions(get, 2).collect::<Vec<_>>(), vec![1]);
+        let copy = lookup(b"copy").unwrap();
+        assert_eq!(key_positions(copy, 5).collect::<Vec<_>>(), vec![1, 2]);
+    }
+
+    // Every name is lowercase and unique, so lookup is unambiguous.
+    #[test]
+    fn names_unique() {
+        let mut names: Vec<_> = TABLE.iter().map(|c| c.name).collect();
+        assert!(names
+            .iter()
+            .all(|n| n.chars().all(|c| !c.is_ascii_uppercase())));
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), TABLE.len());
+    }
+}

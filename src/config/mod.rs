@@ -1,0 +1,535 @@
+//! Command line and Redis-style config file.
+//!
+//! Flags carry the published Lavik names. A config file given as the first
+//! positional argument holds `directive value...` lines (Redis syntax:
+//! `#` comments, quoted values); each directive is either one of our flag
+//! names or a Redis directive we understand. Command-line flags override the
+//! file. Unknown directives are refused with their line number, so a typo
+//! never silently runs with a default.
+
+use clap::Parser;
+use std::path::PathBuf;
+
+use crate::resp::parse::split_args;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "lavik",
+    version,
+    about = "Redis-compatible key-value server: key index in RAM, values on SSD",
+    args_override_self = true
+)]
+pub struct Cli {
+    /// Redis-style config file (`directive value` lines); flags override it.
+    pub config_file: Option<PathBuf>,
+    /// Address to listen on (repeatable).
+    #[arg(long = "bind", num_args = 1..)]
+    pub bind: Vec<String>,
+    /// TCP port (0 disables TCP).
+    #[arg(long, default_value_t = 6379)]
+    pub port: u16,
+    /// Worker threads (default: CPUs in the affinity mask).
+    #[arg(long, visible_alias = "shards")]
+    pub threads: Option<usize>,
+    /// CPUs to pin workers to, e.g. `0-1,4` (default: the affinity mask).
+    #[arg(long)]
+    pub cpus: Option<String>,
+    /// Pin each worker to one CPU.
+    #[arg(long, overrides_with = "no_pin_workers")]
+    pub pin_workers: bool,
+    /// Do not pin workers.
+    #[arg(long)]
+    pub no_pin_workers: bool,
+    /// Data file or block device (repeatable); `spdk://BDF/NSID` with --storage=spdk.
+    #[arg(long = "data-file")]
+    pub data_file: Vec<String>,
+    /// Size of a data file lavik creates (e.g. 4gb).
+    #[arg(long, default_value = "1gb")]
+    pub data_file_size: String,
+    /// Storage backend.
+    #[arg(long, default_value = "uring")]
+    pub storage: String,
+    /// Network backend.
+    #[arg(long, default_value = "kernel")]
+    pub network: String,
+    /// Directory for lavik.log.
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+    /// Log to stderr (in addition to --log-dir).
+    #[arg(long)]
+    pub logtostderr: bool,
+    /// Password clients must AUTH with.
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Maximum simultaneous clients.
+    #[arg(long, default_value_t = 10000)]
+    pub maxclients: usize,
+    /// Per-client query buffer limit (e.g. 1gb).
+    #[arg(long, default_value = "1gb")]
+    pub client_query_buffer_limit: String,
+    /// Largest bulk string accepted (e.g. 512mb).
+    #[arg(long, default_value = "512mb")]
+    pub proto_max_bulk_len: String,
+    /// Refuse non-loopback clients when no password is set (yes|no).
+    #[arg(long, default_value = "yes")]
+    pub protected_mode: String,
+    /// Busy-poll this long before parking a worker.
+    #[arg(long, default_value_t = 20)]
+    pub busy_poll_us: u64,
+    /// Foreground work budget per loop round.
+    #[arg(long, default_value_t = 1000)]
+    pub foreground_budget_us: u64,
+    /// Background work budget per loop round.
+    #[arg(long, default_value_t = 10)]
+    pub background_budget_us: u64,
+    /// Minimum CPU share guaranteed to background work.
+    #[arg(long, default_value_t = 1)]
+    pub background_warrant_percent: u64,
+    /// Prometheus metrics port (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub metrics_port: u16,
+    /// Write an index checkpoint on clean shutdown.
+    #[arg(long)]
+    pub shutdown_checkpoint: bool,
+    /// Durability: always | everysec | no.
+    #[arg(long, default_value = "everysec")]
+    pub appendfsync: String,
+    /// Longest time a write stays unflushed with `everysec`.
+    #[arg(long, default_value_t = 100)]
+    pub flush_max_ms: u64,
+    /// Tombstone sweep interval (0 = off; default one day).
+    #[arg(long, default_value_t = 86_400_000)]
+    pub tomb_raider_interval_ms: u64,
+    /// Blocks under defrag at once per device.
+    #[arg(long, default_value_t = 1)]
+    pub defrag_max_active_per_device: u32,
+    /// Start with defrag paused.
+    #[arg(long)]
+    pub defrag_paused: bool,
+    /// Pause between defrag steps.
+    #[arg(long, default_value_t = 0)]
+    pub defrag_sleep_ms: u64,
+    /// Pause between relocated records.
+    #[arg(long, default_value_t = 0)]
+    pub defrag_record_sleep_us: u64,
+    /// NVMe completions reaped per poll (appliance mode).
+    #[arg(long, default_value_t = 8)]
+    pub spdk_max_completions_per_poll: u32,
+    /// Use O_DIRECT on data files (yes|no).
+    #[arg(long, default_value = "yes")]
+    pub direct_io: String,
+}
+
+/// Settings after merging file and flags and validating values.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub cli: Cli,
+    pub binds: Vec<String>,
+    pub threads: usize,
+    pub cpus: Vec<usize>,
+    pub pin_workers: bool,
+    pub data_files: Vec<PathBuf>,
+    pub data_file_size_bytes: u64,
+    pub client_query_buffer_limit_bytes: usize,
+    pub proto_max_bulk_len_bytes: usize,
+    pub protected_mode: bool,
+    pub appendfsync: crate::storage::FsyncPolicy,
+    pub direct_io: bool,
+    pub config_file: Option<PathBuf>,
+}
+
+/// Parses Redis memory units: `1gb`, `512mb`, `100k`, plain bytes.
+pub fn parse_memory(s: &str) -> Option<u64> {
+    let l = s.trim().to_ascii_lowercase();
+    let units: [(&str, u64); 8] = [
+        ("gb", 1 << 30),
+        ("mb", 1 << 20),
+        ("kb", 1 << 10),
+        ("g", 1_000_000_000),
+        ("m", 1_000_000),
+        ("k", 1_000),
+        ("b", 1),
+        ("", 1),
+    ];
+    for (suffix, mult) in units {
+        if let Some(num) = l.strip_suffix(suffix) {
+            if let Ok(n) = num.parse::<u64>() {
+                return n.checked_mul(mult);
+            }
+            if suffix.is_empty() {
+                return None;
+            }
+        }
+    }
+    None
+}
+
+pub fn parse_yes_no(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "on" => Some(true),
+        "no" | "false" | "0" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+pub fn parse_fsync(s: &str) -> Option<crate::storage::FsyncPolicy> {
+    use crate::storage::FsyncPolicy;
+    match s.to_ascii_lowercase().as_str() {
+        "always" => Some(FsyncPolicy::Always),
+        "everysec" => Some(FsyncPolicy::EverySec),
+        "no" => Some(FsyncPolicy::No),
+        _ => None,
+    }
+}
+
+/// Directives accepted in a config file: our flag names plus these Redis
+/// directives that mean the same thing here. Directives that Redis has but
+/// which have no meaning for this engine and are harmless are accepted and
+/// ignored (listed in `IGNORED_DIRECTIVES`).
+const FLAG_DIRECTIVES: &[&str] = &[
+    "bind",
+    "port",
+    "threads",
+    "shards",
+    "cpus",
+    "pin-workers",
+    "data-file",
+    "data-file-size",
+    "storage",
+    "network",
+    "log-dir",
+    "logtostderr",
+    "requirepass",
+    "maxclients",
+    "client-query-buffer-limit",
+    "proto-max-bulk-len",
+    "protected-mode",
+    "busy-poll-us",
+    "foreground-budget-us",
+    "background-budget-us",
+    "background-warrant-percent",
+    "metrics-port",
+    "shutdown-checkpoint",
+    "appendfsync",
+    "flush-max-ms",
+    "tomb-raider-interval-ms",
+    "defrag-max-active-per-device",
+    "defrag-paused",
+    "defrag-sleep-ms",
+    "defrag-record-sleep-us",
+    "spdk-max-completions-per-poll",
+    "direct-io",
+];
+const BOOL_FLAGS: &[&str] = &[
+    "pin-workers",
+    "logtostderr",
+    "shutdown-checkpoint",
+    "defrag-paused",
+];
+const IGNORED_DIRECTIVES: &[&str] = &[
+    "daemonize",
+    "save",
+    "appendonly",
+    "loglevel",
+    "databases",
+    "timeout",
+    "tcp-keepalive",
+    "tcp-backlog",
+    "supervised",
+    "always-show-logo",
+    "stop-writes-on-bgsave-error",
+];
+
+/// Turns a config file into flag arguments (placed before the real ones so
+/// the real ones win). Errors name the line.
+pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let lineno = i + 1;
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let Some(words) = split_args(t.as_bytes()) else {
+            return Err(format!("config line {lineno}: unbalanced quotes"));
+        };
+        let words: Vec<String> = words
+            .into_iter()
+            .map(|w| String::from_utf8_lossy(&w).into_owned())
+            .collect();
+        let name = words[0].to_ascii_lowercase();
+        let values = &words[1..];
+        if IGNORED_DIRECTIVES.contains(&name.as_str()) {
+            if name == "daemonize"
+                && values
+                    .first()
+                    .is_some_and(|v| parse_yes_no(v) == Some(true))
+            {
+                return Err(format!(
+                    "config line {lineno}: daemonize yes is not supported; run under a supervisor"
+                ));
+            }
+            continue;
+        }
+        if !FLAG_DIRECTIVES.contains(&name.as_str()) {
+            return Err(format!(
+                "config line {lineno}: unknown directive '{}'",
+                words[0]
+            ));
+        }
+        if values.is_empty() {
+            return Err(format!("config line {lineno}: '{name}' needs a value"));
+        }
+        if BOOL_FLAGS.contains(&name.as_str()) {
+            match parse_yes_no(&values[0]) {
+                Some(true) => out.push(format!("--{name}")),
+                Some(false) if name == "pin-workers" => out.push("--no-pin-workers".into()),
+                Some(false) => {}
+                None => return Err(format!("config line {lineno}: '{name}' takes yes or no")),
+            }
+            continue;
+        }
+        for v in values {
+            out.push(format!("--{name}={v}"));
+        }
+    }
+    Ok(out)
+}
+
+/// CPUs in this process's affinity mask.
+pub fn affinity_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it for pid 0 (us).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size we pass.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return (0..std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1))
+            .collect();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `i` is below CPU_SETSIZE and `set` was initialised above.
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect()
+}
+
+/// Parses a CPU list like `0-3,6`.
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+            if a > b {
+                return None;
+            }
+            v.extend(a..=b);
+        } else {
+            v.push(part.parse().ok()?);
+        }
+    }
+    if v.is_empty() {
+        None
+    } else {
+        Some(v)
+    }
+}
+
+impl Settings {
+    /// Parses the process arguments (and the config file they name).
+    pub fn from_args(args: Vec<String>) -> Result<Settings, String> {
+        let first = Cli::try_parse_from(&args).map_err(|e| e.to_string())?;
+        let mut merged = args.clone();
+        if let Some(path) = &first.config_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+            let mut file_args = config_file_args(&text)?;
+            // Repeatable options given on the command line replace the file's.
+            for repeatable in ["--bind", "--data-file"] {
+                if args
+                    .iter()
+                    .any(|a| a == repeatable || a.starts_with(&format!("{repeatable}=")))
+                {
+                    file_args.retain(|a| !a.starts_with(&format!("{repeatable}=")));
+                }
+            }
+            let mut v = vec![args[0].clone()];
+            v.extend(file_args);
+            v.extend(args[1..].iter().cloned());
+            merged = v;
+        }
+        let cli = Cli::try_parse_from(&merged).map_err(|e| e.to_string())?;
+        Settings::validate(cli)
+    }
+
+    fn validate(cli: Cli) -> Result<Settings, String> {
+        let mut cpus = match &cli.cpus {
+            Some(s) => parse_cpu_list(s).ok_or_else(|| format!("invalid --cpus '{s}'"))?,
+            None => affinity_cpus(),
+        };
+        if cpus.is_empty() {
+            cpus.push(0);
+        }
+        let threads = cli.threads.unwrap_or(cpus.len());
+        if threads == 0 || threads > 1024 {
+            return Err(format!(
+                "--threads must be between 1 and 1024, got {threads}"
+            ));
+        }
+        match cli.storage.as_str() {
+            "uring" => {}
+            "spdk" => return Err("--storage=spdk: the userspace NVMe driver is not built into this binary yet (issue 6)".into()),
+            other => return Err(format!("--storage must be uring or spdk, got '{other}'")),
+        }
+        match cli.network.as_str() {
+            "kernel" => {}
+            "dpdk" => return Err("--network=dpdk: DPDK support is not built into this binary (build with --features dpdk; issue 5)".into()),
+            other => return Err(format!("--network must be kernel or dpdk, got '{other}'")),
+        }
+        let data_file_size_bytes = parse_memory(&cli.data_file_size)
+            .filter(|&n| n >= 16 << 20)
+            .ok_or_else(|| {
+                format!(
+                    "invalid --data-file-size '{}' (at least 16mb)",
+                    cli.data_file_size
+                )
+            })?;
+        let client_query_buffer_limit_bytes = parse_memory(&cli.client_query_buffer_limit)
+            .filter(|&n| n >= 1 << 20)
+            .ok_or_else(|| {
+                format!(
+                    "invalid --client-query-buffer-limit '{}' (at least 1mb)",
+                    cli.client_query_buffer_limit
+                )
+            })? as usize;
+        let proto_max_bulk_len_bytes = parse_memory(&cli.proto_max_bulk_len)
+            .filter(|&n| n >= 1 << 20)
+            .ok_or_else(|| {
+                format!(
+                    "invalid --proto-max-bulk-len '{}' (at least 1mb)",
+                    cli.proto_max_bulk_len
+                )
+            })? as usize;
+        let protected_mode = parse_yes_no(&cli.protected_mode).ok_or_else(|| {
+            format!(
+                "--protected-mode takes yes or no, got '{}'",
+                cli.protected_mode
+            )
+        })?;
+        let direct_io = parse_yes_no(&cli.direct_io)
+            .ok_or_else(|| format!("--direct-io takes yes or no, got '{}'", cli.direct_io))?;
+        let appendfsync = parse_fsync(&cli.appendfsync).ok_or_else(|| {
+            format!(
+                "--appendfsync takes always, everysec or no, got '{}'",
+                cli.appendfsync
+            )
+        })?;
+        let binds = if cli.bind.is_empty() {
+            vec!["127.0.0.1".to_string()]
+        } else {
+            cli.bind.clone()
+        };
+        let data_files = if cli.data_file.is_empty() {
+            vec![PathBuf::from("lavik.data")]
+        } else {
+            cli.data_file.iter().map(PathBuf::from).collect()
+        };
+        for f in &data_files {
+            if f.to_string_lossy().starts_with("spdk://") {
+                return Err(format!(
+                    "{}: spdk:// data files need --storage=spdk",
+                    f.display()
+                ));
+            }
+        }
+        Ok(Settings {
+            pin_workers: !cli.no_pin_workers,
+            config_file: cli
+                .config_file
+                .clone()
+                .map(|p| std::fs::canonicalize(&p).unwrap_or(p)),
+            binds,
+            threads,
+            cpus,
+            data_files,
+            data_file_size_bytes,
+            client_query_buffer_limit_bytes,
+            proto_max_bulk_len_bytes,
+            protected_mode,
+            appendfsync,
+            direct_io,
+            cli,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Result<Settings, String> {
+        let mut v = vec!["lavik".to_string()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        Settings::from_args(v)
+    }
+
+    // Defaults match the published ones.
+    #[test]
+    fn defaults() {
+        let s = settings(&["--threads", "2"]).unwrap();
+        assert_eq!(s.binds, vec!["127.0.0.1"]);
+        assert_eq!(s.cli.port, 6379);
+        assert_eq!(s.threads, 2);
+        assert_eq!(s.cli.maxclients, 10000);
+        assert_eq!(s.data_files, vec![PathBuf::from("lavik.data")]);
+        assert!(s.pin_workers);
+    }
+
+    // A config file sets values, flags override it, unknown directives name their line.
+    #[test]
+    fn config_file_merging() {
+        let dir = std::env::temp_dir().join(format!("lavik-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lavik.conf");
+        std::fs::write(
+            &path,
+            "# comment\nport 7000\nbind 127.0.0.1 ::1\nappendfsync always\nsave \"\"\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let s = settings(&[p, "--threads", "1"]).unwrap();
+        assert_eq!(s.cli.port, 7000);
+        assert_eq!(s.binds, vec!["127.0.0.1", "::1"]);
+        assert_eq!(s.appendfsync, crate::storage::FsyncPolicy::Always);
+        let s = settings(&[p, "--port", "7001", "--bind", "0.0.0.0"]).unwrap();
+        assert_eq!(s.cli.port, 7001);
+        assert_eq!(s.binds, vec!["0.0.0.0"]);
+        std::fs::write(&path, "port 7000\n\nfrobnicate yes\n").unwrap();
+        let e = settings(&[p]).unwrap_err();
+        assert!(e.contains("line 3") && e.contains("frobnicate"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // Memory units and CPU lists parse like Redis and taskset.
+    #[test]
+    fn units_and_cpu_lists() {
+        assert_eq!(parse_memory("1gb"), Some(1 << 30));
+        assert_eq!(parse_memory("100"), Some(100));
+        assert_eq!(parse_memory("5k"), Some(5000));
+        assert_eq!(parse_memory("x"), None);
+        assert_eq!(parse_cpu_list("0-2,5"), Some(vec![0, 1, 2, 5]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+    }
+
+    // Bad values are refused with a message, never silently defaulted.
+    #[test]
+    fn bad_values_refused() {
+        assert!(settings(&["--appendfsync", "sometimes"]).is_err());
+        assert!(settings(&["--threads", "0"]).is_err());
+        assert!(settings(&["--network", "dpdk"])
+            .unwrap_err()
+            .contains("not built"));
+    }
+}

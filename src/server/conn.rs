@@ -1,0 +1,191 @@
+//! One client connection as a worker sees it: its socket, received bytes,
+//! replies in order, and per-client state (db, protocol, auth, name).
+
+use crate::resp::{Proto, ReplyBuf};
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+
+/// Replies stay in request order even when some commands ran on another
+/// worker: a remote command reserves a slot, later replies queue behind it.
+pub enum Slot {
+    Waiting(u64),
+    Ready(Vec<u8>),
+}
+
+pub struct Conn {
+    pub fd: OwnedFd,
+    pub gen: u32,
+    pub id: u64,
+    pub addr: String,
+    pub laddr: String,
+    pub created_ms: u64,
+    pub last_cmd_ms: u64,
+    pub last_cmd: String,
+    pub name: Option<Vec<u8>>,
+    pub lib_name: Option<Vec<u8>>,
+    pub lib_ver: Option<Vec<u8>>,
+    pub db: u8,
+    pub proto: Proto,
+    pub authenticated: bool,
+    /// Bytes received and not yet parsed start at `in_pos`.
+    pub inbuf: Vec<u8>,
+    pub in_pos: usize,
+    /// Replies ready to send (the in-order prefix).
+    pub out: Vec<u8>,
+    /// The buffer owned by the in-flight send SQE; untouched until it completes.
+    pub sending: Vec<u8>,
+    pub send_off: usize,
+    pub send_inflight: bool,
+    pub recv_armed: bool,
+    pub pending: VecDeque<Slot>,
+    pub next_seq: u64,
+    /// Operations submitted to the ring and not yet completed.
+    pub ops_inflight: u32,
+    /// Close once the replies queued so far are sent.
+    pub close_after_reply: bool,
+    /// Closing: no more commands; freed when no operation is in flight.
+    pub closing: bool,
+    pub in_ready: bool,
+    pub monitor: bool,
+    pub commands: u64,
+}
+
+impl Conn {
+    pub fn new(
+        fd: OwnedFd,
+        gen: u32,
+        id: u64,
+        addr: String,
+        laddr: String,
+        now_ms: u64,
+        authenticated: bool,
+    ) -> Conn {
+        Conn {
+            fd,
+            gen,
+            id,
+            addr,
+            laddr,
+            created_ms: now_ms,
+            last_cmd_ms: now_ms,
+            last_cmd: "NULL".into(),
+            name: None,
+            lib_name: None,
+            lib_ver: None,
+            db: 0,
+            proto: Proto::Resp2,
+            authenticated,
+            inbuf: Vec::new(),
+            in_pos: 0,
+            out: Vec::new(),
+            sending: Vec::new(),
+            send_off: 0,
+            send_inflight: false,
+            recv_armed: false,
+            pending: VecDeque::new(),
+            next_seq: 0,
+            ops_inflight: 0,
+            close_after_reply: false,
+            closing: false,
+            in_ready: false,
+            monitor: false,
+            commands: 0,
+        }
+    }
+
+    /// Runs `f` with a reply sink placed correctly in the reply order.
+    pub fn reply<R>(&mut self, f: impl FnOnce(&mut ReplyBuf) -> R) -> R {
+        let proto = self.proto;
+        if self.pending.is_empty() {
+            f(&mut ReplyBuf::new(&mut self.out, proto))
+        } else {
+            let mut v = Vec::new();
+            let r = f(&mut ReplyBuf::new(&mut v, proto));
+            self.pending.push_back(Slot::Ready(v));
+            r
+        }
+    }
+
+    /// Reserves a slot for a reply that another worker will produce.
+    pub fn reserve(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pending.push_back(Slot::Waiting(seq));
+        seq
+    }
+
+    /// Fills a reserved slot and moves the ready prefix to `out`.
+    pub fn fill(&mut self, seq: u64, bytes: Vec<u8>) {
+        for slot in self.pending.iter_mut() {
+            if matches!(slot, Slot::Waiting(s) if *s == seq) {
+                *slot = Slot::Ready(bytes);
+                break;
+            }
+        }
+        while let Some(Slot::Ready(_)) = self.pending.front() {
+            if let Some(Slot::Ready(b)) = self.pending.pop_front() {
+                if self.out.is_empty() {
+                    self.out = b;
+                } else {
+                    self.out.extend_from_slice(&b);
+                }
+            }
+        }
+    }
+
+    pub fn unparsed(&self) -> usize {
+        self.inbuf.len().saturating_sub(self.in_pos)
+    }
+
+    /// Drops parsed bytes from the front of the input buffer.
+    pub fn compact_input(&mut self) {
+        if self.in_pos == self.inbuf.len() {
+            self.inbuf.clear();
+            self.in_pos = 0;
+            if self.inbuf.capacity() > 1 << 20 {
+                self.inbuf.shrink_to(64 << 10);
+            }
+        } else if self.in_pos > 0 && self.in_pos >= self.inbuf.len() / 2 {
+            self.inbuf.drain(..self.in_pos);
+            self.in_pos = 0;
+        }
+    }
+
+    pub fn client_info_line(&self, now_ms: u64) -> String {
+        let name = self
+            .name
+            .as_deref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let lib_name = self
+            .lib_name
+            .as_deref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let lib_ver = self
+            .lib_ver
+            .as_deref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        format!(
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            std::os::fd::AsRawFd::as_raw_fd(&self.fd),
+            name,
+            now_ms.saturating_sub(self.created_ms) / 1000,
+            now_ms.saturating_sub(self.last_cmd_ms) / 1000,
+            if self.monitor { "O" } else { "N" },
+            self.db,
+            self.unparsed(),
+            self.inbuf.capacity(),
+            self.out.len() + self.sending.len(),
+            self.inbuf.capacity() + self.out.capacity() + self.sending.capacity(),
+            self.last_cmd,
+            if self.proto == Proto::Resp3 { 3 } else { 2 },
+            lib_name,
+            lib_ver,
+        )
+    }
+}

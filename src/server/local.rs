@@ -1,0 +1,980 @@
+//! Connection and server commands: they act on the connection or the
+//! process (PING, HELLO, AUTH, SELECT, CLIENT, COMMAND, INFO, CONFIG, ...)
+//! and run on the connection's worker.
+
+use super::conn::Conn;
+use super::worker::{Outcome, Worker};
+use super::{now_ms, ConnToken, Msg};
+use crate::commands::{eq_ic, parse_int, wrong_args, CommandSpec, ERR_SYNTAX, TABLE};
+use crate::resp::{Proto, ReplyBuf};
+use std::sync::atomic::Ordering;
+
+pub const REDIS_VERSION: &str = "7.2.4";
+
+fn err(conn: &mut Conn, msg: &str) -> Outcome {
+    conn.reply(|r| r.error(msg));
+    Outcome::Done
+}
+
+fn unknown_sub(conn: &mut Conn, cmd: &str, sub: &[u8]) -> Outcome {
+    let msg = format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(sub),
+        cmd.to_ascii_uppercase()
+    );
+    err(conn, &msg)
+}
+
+pub fn run(
+    w: &mut Worker,
+    conn: &mut Conn,
+    slot: u32,
+    spec: &CommandSpec,
+    a: &[&[u8]],
+    now: u64,
+) -> Outcome {
+    match spec.name {
+        "ping" => {
+            if a.len() > 2 {
+                return err(conn, &wrong_args("ping"));
+            }
+            conn.reply(|r| {
+                if a.len() == 2 {
+                    r.bulk(a[1])
+                } else {
+                    r.simple("PONG")
+                }
+            });
+            Outcome::Done
+        }
+        "echo" => {
+            conn.reply(|r| r.bulk(a[1]));
+            Outcome::Done
+        }
+        "hello" => hello(w, conn, a),
+        "auth" => auth(w, conn, a),
+        "select" => {
+            match crate::resp::parse::parse_i64(a[1]) {
+                None => return err(conn, "ERR value is not an integer or out of range"),
+                Some(n) if !(0..16).contains(&n) => {
+                    return err(conn, "ERR DB index is out of range")
+                }
+                Some(n) => conn.db = n as u8,
+            }
+            conn.reply(|r| r.ok());
+            Outcome::Done
+        }
+        "quit" => {
+            conn.reply(|r| r.ok());
+            conn.close_after_reply = true;
+            Outcome::Done
+        }
+        "reset" => {
+            conn.db = 0;
+            conn.proto = Proto::Resp2;
+            conn.name = None;
+            conn.authenticated = w
+                .shared
+                .runtime
+                .read()
+                .expect("runtime lock")
+                .requirepass
+                .is_none();
+            if conn.monitor {
+                conn.monitor = false;
+                let mut m = w.shared.monitors.lock().expect("monitors lock");
+                m.retain(|&(wk, t)| !(wk == w.id && t.slot == slot));
+                w.shared.monitor_count.store(m.len(), Ordering::SeqCst);
+            }
+            conn.reply(|r| r.simple("RESET"));
+            Outcome::Done
+        }
+        "client" => client(w, conn, slot, a, now),
+        "command" => command(conn, a),
+        "info" => info(w, conn, a),
+        "config" => config(w, conn, a),
+        "time" => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            conn.reply(|r| {
+                r.array(2);
+                r.bulk(t.as_secs().to_string().as_bytes());
+                r.bulk(t.subsec_micros().to_string().as_bytes());
+            });
+            Outcome::Done
+        }
+        "shutdown" => {
+            let mut save = false;
+            for o in &a[1..] {
+                if eq_ic(o, "abort") {
+                    return err(conn, "ERR No shutdown in progress.");
+                } else if eq_ic(o, "save") {
+                    save = true;
+                } else if !(eq_ic(o, "nosave") || eq_ic(o, "now") || eq_ic(o, "force")) {
+                    return err(conn, ERR_SYNTAX);
+                }
+            }
+            tracing::info!("SHUTDOWN requested by client {}", conn.addr);
+            w.shared.request_shutdown(save);
+            // Redis closes the connection without a reply on success.
+            conn.close_after_reply = true;
+            Outcome::Done
+        }
+        "save" | "bgsave" => {
+            let all: Vec<usize> = (0..w.shared.workers.len()).collect();
+            let res = w.with_workers(&all, |w| {
+                let mut first_err = None;
+                for s in w.shards.held() {
+                    if let Err(e) = s.flush() {
+                        first_err.get_or_insert(e.to_string());
+                    }
+                }
+                first_err
+            });
+            match res {
+                None => Outcome::Retry,
+                Some(Some(e)) => err(conn, &format!("ERR flush failed: {e}")),
+                Some(None) => {
+                    w.shared
+                        .stats
+                        .last_save_unix
+                        .store(now / 1000, Ordering::Relaxed);
+                    if spec.name == "save" {
+                        conn.reply(|r| r.ok());
+                    } else {
+                        conn.reply(|r| r.simple("Background saving started"));
+                    }
+                    Outcome::Done
+                }
+            }
+        }
+        "lastsave" => {
+            let t = w.shared.stats.last_save_unix.load(Ordering::Relaxed);
+            conn.reply(|r| r.int(t as i64));
+            Outcome::Done
+        }
+        "slowlog" => slowlog(w, conn, a),
+        "debug" => {
+            if eq_ic(a[1], "sleep") && a.len() == 3 {
+                let secs: f64 = std::str::from_utf8(a[2])
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0.0);
+                std::thread::sleep(std::time::Duration::from_secs_f64(secs.clamp(0.0, 3600.0)));
+                conn.reply(|r| r.ok());
+                Outcome::Done
+            } else {
+                unknown_sub(conn, "debug", a[1])
+            }
+        }
+        "monitor" => {
+            conn.monitor = true;
+            let mut m = w.shared.monitors.lock().expect("monitors lock");
+            m.push((
+                w.id,
+                ConnToken {
+                    slot,
+                    gen: conn.gen,
+                },
+            ));
+            w.shared.monitor_count.store(m.len(), Ordering::SeqCst);
+            drop(m);
+            conn.reply(|r| r.ok());
+            Outcome::Done
+        }
+        other => err(conn, &format!("ERR command '{other}' is not implemented")),
+    }
+}
+
+fn check_password(w: &Worker, user: &[u8], pass: &[u8]) -> Result<(), &'static str> {
+    let rt = w.shared.runtime.read().expect("runtime lock");
+    let ok = user == b"default"
+        && match &rt.requirepass {
+            None => true,
+            Some(p) => p.as_bytes() == pass,
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err("WRONGPASS invalid username-password pair or user is disabled.")
+    }
+}
+
+fn auth(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    if a.len() > 3 {
+        return err(conn, ERR_SYNTAX);
+    }
+    let has_pass = w
+        .shared
+        .runtime
+        .read()
+        .expect("runtime lock")
+        .requirepass
+        .is_some();
+    if a.len() == 2 && !has_pass {
+        return err(
+            conn,
+            "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        );
+    }
+    let (user, pass) = if a.len() == 3 {
+        (a[1], a[2])
+    } else {
+        (&b"default"[..], a[1])
+    };
+    match check_password(w, user, pass) {
+        Ok(()) => {
+            conn.authenticated = true;
+            conn.reply(|r| r.ok());
+        }
+        Err(e) => {
+            conn.reply(|r| r.error(e));
+        }
+    }
+    Outcome::Done
+}
+
+fn hello(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    let mut proto = conn.proto;
+    let mut i = 1;
+    if a.len() >= 2 {
+        match crate::resp::parse::parse_i64(a[1]) {
+            None => {
+                return err(
+                    conn,
+                    "ERR Protocol version is not an integer or out of range",
+                )
+            }
+            Some(2) => proto = Proto::Resp2,
+            Some(3) => proto = Proto::Resp3,
+            Some(_) => return err(conn, "NOPROTO unsupported protocol version"),
+        }
+        i = 2;
+    }
+    let mut auth: Option<(&[u8], &[u8])> = None;
+    let mut name: Option<&[u8]> = None;
+    while i < a.len() {
+        if eq_ic(a[i], "auth") && i + 2 < a.len() {
+            auth = Some((a[i + 1], a[i + 2]));
+            i += 3;
+        } else if eq_ic(a[i], "setname") && i + 1 < a.len() {
+            name = Some(a[i + 1]);
+            i += 2;
+        } else {
+            return err(
+                conn,
+                &format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(a[i])
+                ),
+            );
+        }
+    }
+    if let Some((u, p)) = auth {
+        if let Err(e) = check_password(w, u, p) {
+            return err(conn, e);
+        }
+        conn.authenticated = true;
+    }
+    if !conn.authenticated {
+        return err(conn, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
+    }
+    if let Some(n) = name {
+        if !valid_client_name(n) {
+            return err(
+                conn,
+                "ERR Client names cannot contain spaces, newlines or special characters.",
+            );
+        }
+        conn.name = if n.is_empty() { None } else { Some(n.to_vec()) };
+    }
+    conn.proto = proto;
+    let id = conn.id;
+    conn.reply(|r| {
+        r.map(7);
+        r.bulk_str("server");
+        r.bulk_str("redis");
+        r.bulk_str("version");
+        r.bulk_str(REDIS_VERSION);
+        r.bulk_str("proto");
+        r.int(if proto == Proto::Resp3 { 3 } else { 2 });
+        r.bulk_str("id");
+        r.int(id as i64);
+        r.bulk_str("mode");
+        r.bulk_str("standalone");
+        r.bulk_str("role");
+        r.bulk_str("master");
+        r.bulk_str("modules");
+        r.array(0);
+    });
+    Outcome::Done
+}
+
+fn valid_client_name(n: &[u8]) -> bool {
+    n.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+fn client(w: &mut Worker, conn: &mut Conn, slot: u32, a: &[&[u8]], now: u64) -> Outcome {
+    let sub = a[1];
+    if eq_ic(sub, "id") && a.len() == 2 {
+        let id = conn.id;
+        conn.reply(|r| r.int(id as i64));
+    } else if eq_ic(sub, "setname") && a.len() == 3 {
+        if !valid_client_name(a[2]) {
+            return err(
+                conn,
+                "ERR Client names cannot contain spaces, newlines or special characters.",
+            );
+        }
+        conn.name = if a[2].is_empty() {
+            None
+        } else {
+            Some(a[2].to_vec())
+        };
+        refresh_registry(w, conn, now);
+        conn.reply(|r| r.ok());
+    } else if eq_ic(sub, "getname") && a.len() == 2 {
+        let name = conn.name.clone();
+        conn.reply(|r| match name {
+            Some(n) => r.bulk(&n),
+            None => r.null(),
+        });
+    } else if eq_ic(sub, "info") && a.len() == 2 {
+        let line = conn.client_info_line(now) + "\n";
+        conn.reply(|r| r.verbatim(&line));
+    } else if eq_ic(sub, "list") {
+        refresh_registry(w, conn, now);
+        let mut ids: Option<Vec<u64>> = None;
+        let mut i = 2;
+        while i < a.len() {
+            if eq_ic(a[i], "id") {
+                let mut v = Vec::new();
+                for x in &a[i + 1..] {
+                    match parse_int(x) {
+                        Ok(n) if n > 0 => v.push(n as u64),
+                        _ => return err(conn, "ERR Invalid client ID"),
+                    }
+                }
+                ids = Some(v);
+                break;
+            } else if eq_ic(a[i], "type") && i + 1 < a.len() {
+                i += 2;
+            } else {
+                return err(conn, ERR_SYNTAX);
+            }
+        }
+        let clients = w.shared.clients.lock().expect("clients lock");
+        let mut entries: Vec<(&u64, &super::ClientEntry)> = clients.iter().collect();
+        entries.sort_by_key(|(id, _)| **id);
+        let mut text = String::new();
+        for (id, e) in entries {
+            if ids.as_ref().is_some_and(|v| !v.contains(id)) {
+                continue;
+            }
+            text.push_str(&e.info);
+            text.push('\n');
+        }
+        drop(clients);
+        conn.reply(|r| r.verbatim(&text));
+    } else if eq_ic(sub, "kill") {
+        return client_kill(w, conn, slot, a);
+    } else if eq_ic(sub, "setinfo") && a.len() == 4 {
+        if eq_ic(a[2], "lib-name") {
+            conn.lib_name = Some(a[3].to_vec());
+        } else if eq_ic(a[2], "lib-ver") {
+            conn.lib_ver = Some(a[3].to_vec());
+        } else {
+            return err(
+                conn,
+                &format!(
+                    "ERR Unrecognized option '{}'",
+                    String::from_utf8_lossy(a[2])
+                ),
+            );
+        }
+        refresh_registry(w, conn, now);
+        conn.reply(|r| r.ok());
+    } else if (eq_ic(sub, "no-evict") || eq_ic(sub, "no-touch")) && a.len() == 3 {
+        if !(eq_ic(a[2], "on") || eq_ic(a[2], "off")) {
+            return err(conn, ERR_SYNTAX);
+        }
+        conn.reply(|r| r.ok());
+    } else {
+        return unknown_sub(conn, "client", sub);
+    }
+    Outcome::Done
+}
+
+fn refresh_registry(w: &Worker, conn: &Conn, now: u64) {
+    if let Some(e) = w
+        .shared
+        .clients
+        .lock()
+        .expect("clients lock")
+        .get_mut(&conn.id)
+    {
+        e.info = conn.client_info_line(now);
+    }
+}
+
+fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outcome {
+    let old_form = a.len() == 3;
+    let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
+    if old_form {
+        addr = Some(String::from_utf8_lossy(a[2]).into_owned());
+    } else {
+        let mut i = 2;
+        while i + 1 < a.len() {
+            let v = a[i + 1];
+            if eq_ic(a[i], "id") {
+                match parse_int(v) {
+                    Ok(n) if n > 0 => id = Some(n as u64),
+                    _ => return err(conn, "ERR client-id should be greater than 0"),
+                }
+            } else if eq_ic(a[i], "addr") {
+                addr = Some(String::from_utf8_lossy(v).into_owned());
+            } else if eq_ic(a[i], "laddr") {
+                laddr = Some(String::from_utf8_lossy(v).into_owned());
+            } else if eq_ic(a[i], "skipme") {
+                skipme = eq_ic(v, "yes");
+            } else if !(eq_ic(a[i], "type") || eq_ic(a[i], "user") || eq_ic(a[i], "maxage")) {
+                return err(conn, ERR_SYNTAX);
+            }
+            i += 2;
+        }
+        if i != a.len() {
+            return err(conn, ERR_SYNTAX);
+        }
+    }
+    let victims: Vec<(u64, usize, ConnToken)> = {
+        let clients = w.shared.clients.lock().expect("clients lock");
+        clients
+            .iter()
+            .filter(|(cid, e)| {
+                id.is_none_or(|x| x == **cid)
+                    && addr.as_ref().is_none_or(|x| *x == e.addr)
+                    && laddr.as_ref().is_none_or(|x| *x == e.laddr)
+                    && !(skipme && **cid == conn.id)
+            })
+            .map(|(cid, e)| (*cid, e.worker, e.token))
+            .collect()
+    };
+    let mut killed_self = false;
+    for (cid, wk, token) in &victims {
+        if *cid == conn.id {
+            killed_self = true;
+        } else {
+            w.shared.workers[*wk].send(Msg::Kill { token: *token });
+        }
+    }
+    if old_form {
+        if victims.is_empty() {
+            return err(conn, "ERR No such client");
+        }
+        conn.reply(|r| r.ok());
+    } else {
+        let n = victims.len() as i64;
+        conn.reply(|r| r.int(n));
+    }
+    if killed_self {
+        conn.close_after_reply = true;
+    }
+    Outcome::Done
+}
+
+fn command_info(r: &mut ReplyBuf, c: &CommandSpec) {
+    r.array(10);
+    r.bulk_str(c.name);
+    r.int(c.arity as i64);
+    r.set(c.flags.len());
+    for f in c.flags {
+        r.simple(f);
+    }
+    r.int(c.first_key as i64);
+    r.int(c.last_key as i64);
+    r.int(c.step as i64);
+    r.set(1);
+    r.simple(&format!("@{}", c.group));
+    r.array(0);
+    if c.first_key > 0 {
+        r.array(1);
+        r.map(3);
+        r.bulk_str("flags");
+        r.set(0);
+        r.bulk_str("begin_search");
+        r.map(2);
+        r.bulk_str("type");
+        r.bulk_str("index");
+        r.bulk_str("spec");
+        r.map(1);
+        r.bulk_str("index");
+        r.int(c.first_key as i64);
+        r.bulk_str("find_keys");
+        r.map(2);
+        r.bulk_str("type");
+        r.bulk_str("range");
+        r.bulk_str("spec");
+        r.map(3);
+        r.bulk_str("lastkey");
+        r.int(if c.last_key < 0 {
+            c.last_key as i64
+        } else {
+            (c.last_key - c.first_key) as i64
+        });
+        r.bulk_str("keystep");
+        r.int(c.step as i64);
+        r.bulk_str("limit");
+        r.int(0);
+    } else {
+        r.array(0);
+    }
+    r.array(0);
+}
+
+fn command(conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    if a.len() == 1 {
+        conn.reply(|r| {
+            r.array(TABLE.len());
+            for c in TABLE {
+                command_info(r, c);
+            }
+        });
+        return Outcome::Done;
+    }
+    let sub = a[1];
+    if eq_ic(sub, "count") {
+        conn.reply(|r| r.int(TABLE.len() as i64));
+    } else if eq_ic(sub, "list") {
+        conn.reply(|r| {
+            r.array(TABLE.len());
+            for c in TABLE {
+                r.bulk_str(c.name);
+            }
+        });
+    } else if eq_ic(sub, "info") {
+        let names: Vec<&[u8]> = if a.len() == 2 {
+            TABLE.iter().map(|c| c.name.as_bytes()).collect()
+        } else {
+            a[2..].to_vec()
+        };
+        conn.reply(|r| {
+            r.array(names.len());
+            for n in names {
+                match crate::commands::lookup(n) {
+                    Some(c) => command_info(r, c),
+                    None => r.null_array(),
+                }
+            }
+        });
+    } else if eq_ic(sub, "docs") {
+        let specs: Vec<&CommandSpec> = if a.len() == 2 {
+            TABLE.iter().collect()
+        } else {
+            a[2..]
+                .iter()
+                .filter_map(|n| crate::commands::lookup(n))
+                .collect()
+        };
+        conn.reply(|r| {
+            r.map(specs.len());
+            for c in specs {
+                r.bulk_str(c.name);
+                r.map(3);
+                r.bulk_str("summary");
+                r.bulk_str(c.summary);
+                r.bulk_str("since");
+                r.bulk_str(c.since);
+                r.bulk_str("group");
+                r.bulk_str(c.group);
+            }
+        });
+    } else {
+        return unknown_sub(conn, "command", sub);
+    }
+    Outcome::Done
+}
+
+fn slowlog(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    let sub = a[1];
+    if eq_ic(sub, "len") && a.len() == 2 {
+        let n = w.shared.slowlog.lock().expect("slowlog lock").1.len();
+        conn.reply(|r| r.int(n as i64));
+    } else if eq_ic(sub, "reset") && a.len() == 2 {
+        w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        conn.reply(|r| r.ok());
+    } else if eq_ic(sub, "get") && a.len() <= 3 {
+        let count = if a.len() == 3 {
+            match parse_int(a[2]) {
+                Ok(n) if n >= -1 => n,
+                _ => return err(conn, "ERR count should be greater than or equal to -1"),
+            }
+        } else {
+            10
+        };
+        let log = w.shared.slowlog.lock().expect("slowlog lock");
+        let n = if count < 0 {
+            log.1.len()
+        } else {
+            (count as usize).min(log.1.len())
+        };
+        let entries: Vec<_> = log
+            .1
+            .iter()
+            .take(n)
+            .map(|e| {
+                (
+                    e.id,
+                    e.unix,
+                    e.micros,
+                    e.args.clone(),
+                    e.addr.clone(),
+                    e.name.clone(),
+                )
+            })
+            .collect();
+        drop(log);
+        conn.reply(|r| {
+            r.array(entries.len());
+            for (id, unix, micros, args, addr, name) in entries {
+                r.array(6);
+                r.int(id as i64);
+                r.int(unix as i64);
+                r.int(micros as i64);
+                r.array(args.len());
+                for x in &args {
+                    r.bulk(x);
+                }
+                r.bulk_str(&addr);
+                r.bulk_str(&name);
+            }
+        });
+    } else {
+        return unknown_sub(conn, "slowlog", sub);
+    }
+    Outcome::Done
+}
+
+/// The configuration parameters CONFIG GET reports, with current values.
+fn config_params(w: &Worker) -> Vec<(String, String)> {
+    let s = &w.shared.settings;
+    let rt = w.shared.runtime.read().expect("runtime lock").clone();
+    let fsync = match w.fsync {
+        crate::storage::FsyncPolicy::Always => "always",
+        crate::storage::FsyncPolicy::EverySec => "everysec",
+        crate::storage::FsyncPolicy::No => "no",
+    };
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
+    vec![
+        ("bind".into(), s.binds.join(" ")),
+        ("port".into(), s.cli.port.to_string()),
+        (
+            "requirepass".into(),
+            rt.requirepass.clone().unwrap_or_default(),
+        ),
+        ("maxclients".into(), rt.maxclients.to_string()),
+        ("protected-mode".into(), yes_no(rt.protected_mode)),
+        ("appendonly".into(), "yes".into()),
+        ("appendfsync".into(), fsync.into()),
+        ("save".into(), String::new()),
+        ("databases".into(), "16".into()),
+        ("maxmemory".into(), "0".into()),
+        (
+            "proto-max-bulk-len".into(),
+            s.proto_max_bulk_len_bytes.to_string(),
+        ),
+        (
+            "client-query-buffer-limit".into(),
+            s.client_query_buffer_limit_bytes.to_string(),
+        ),
+        (
+            "slowlog-log-slower-than".into(),
+            rt.slowlog_log_slower_than_us.to_string(),
+        ),
+        ("slowlog-max-len".into(), rt.slowlog_max_len.to_string()),
+        ("threads".into(), s.threads.to_string()),
+        (
+            "data-file".into(),
+            s.data_files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        ("flush-max-ms".into(), s.cli.flush_max_ms.to_string()),
+        (
+            "tomb-raider-interval-ms".into(),
+            s.cli.tomb_raider_interval_ms.to_string(),
+        ),
+        ("busy-poll-us".into(), s.cli.busy_poll_us.to_string()),
+        (
+            "foreground-budget-us".into(),
+            s.cli.foreground_budget_us.to_string(),
+        ),
+        (
+            "background-budget-us".into(),
+            s.cli.background_budget_us.to_string(),
+        ),
+        (
+            "shutdown-checkpoint".into(),
+            yes_no(w.shared.shutdown_checkpoint.load(Ordering::Relaxed)),
+        ),
+        ("storage".into(), s.cli.storage.clone()),
+        ("network".into(), s.cli.network.clone()),
+    ]
+}
+
+fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    let sub = a[1];
+    if eq_ic(sub, "get") && a.len() >= 3 {
+        let params = config_params(w);
+        let mut hits: Vec<(String, String)> = Vec::new();
+        for p in &a[2..] {
+            let pat = p.to_ascii_lowercase();
+            for (k, v) in &params {
+                if crate::commands::glob_match(&pat, k.as_bytes())
+                    && !hits.iter().any(|(hk, _)| hk == k)
+                {
+                    hits.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        conn.reply(|r| {
+            r.map(hits.len());
+            for (k, v) in hits {
+                r.bulk_str(&k);
+                r.bulk_str(&v);
+            }
+        });
+    } else if eq_ic(sub, "set") && a.len() >= 4 && a.len().is_multiple_of(2) {
+        let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
+        for pair in a[2..].chunks(2) {
+            let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+            let val = String::from_utf8_lossy(pair[1]).into_owned();
+            let bad = || {
+                format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer")
+            };
+            match name.as_str() {
+                "requirepass" => rt.requirepass = if val.is_empty() { None } else { Some(val) },
+                "maxclients" => match val.parse::<usize>() {
+                    Ok(n) if n >= 1 => rt.maxclients = n,
+                    _ => return err(conn, &bad()),
+                },
+                "protected-mode" => match crate::config::parse_yes_no(&val) {
+                    Some(b) => rt.protected_mode = b,
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
+                },
+                "slowlog-log-slower-than" => match val.parse::<i64>() {
+                    Ok(n) => rt.slowlog_log_slower_than_us = n,
+                    Err(_) => return err(conn, &bad()),
+                },
+                "slowlog-max-len" => match val.parse::<usize>() {
+                    Ok(n) => rt.slowlog_max_len = n,
+                    Err(_) => return err(conn, &bad()),
+                },
+                "save" | "appendonly" => {}
+                "shutdown-checkpoint" => match crate::config::parse_yes_no(&val) {
+                    Some(b) => w.shared.shutdown_checkpoint.store(b, Ordering::SeqCst),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
+                },
+                _ if config_params(w).iter().any(|(k, _)| *k == name) => {
+                    return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
+                }
+                _ => return err(conn, &format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")),
+            }
+        }
+        *w.shared.runtime.write().expect("runtime lock") = rt;
+        conn.reply(|r| r.ok());
+    } else if eq_ic(sub, "resetstat") && a.len() == 2 {
+        let st = &w.shared.stats;
+        for c in [
+            &st.total_commands,
+            &st.total_connections,
+            &st.rejected_connections,
+            &st.net_input_bytes,
+            &st.net_output_bytes,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        conn.reply(|r| r.ok());
+    } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") {
+        let msg = format!(
+            "ERR wrong number of arguments for 'config|{}' command",
+            String::from_utf8_lossy(sub).to_ascii_lowercase()
+        );
+        return err(conn, &msg);
+    } else {
+        return unknown_sub(conn, "config", sub);
+    }
+    Outcome::Done
+}
+
+fn rusage() -> (f64, f64) {
+    // SAFETY: rusage is plain data filled by the kernel.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a live rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_stime), t(ru.ru_utime))
+}
+
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}
+
+/// Bytes the allocator has handed out and not got back (glibc mallinfo2).
+pub fn heap_bytes() -> u64 {
+    // SAFETY: mallinfo2 only reads allocator statistics.
+    let mi = unsafe { libc::mallinfo2() };
+    (mi.uordblks + mi.hblkhd) as u64
+}
+
+fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    let all: Vec<usize> = (0..w.shared.workers.len()).collect();
+    let Some((keys_per_db, shard_stats)) = w.with_workers(&all, |w| {
+        let mut keys = [0u64; 16];
+        let mut stats = Vec::new();
+        for s in w.shards.held() {
+            for (db, k) in keys.iter_mut().enumerate() {
+                *k += s.key_count(db as u8);
+            }
+            stats.push((s.id(), s.stats()));
+        }
+        (keys, stats)
+    }) else {
+        return Outcome::Retry;
+    };
+    let wanted: Vec<String> = a[1..]
+        .iter()
+        .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
+        .collect();
+    let all_sections = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|s| s == "all" || s == "everything" || s == "default");
+    let want = |name: &str| all_sections || wanted.iter().any(|s| s == name);
+    let sh = &w.shared;
+    let st = &sh.stats;
+    let uptime = sh.start.elapsed().as_secs();
+    let mut out = String::new();
+    if want("server") {
+        out.push_str(&format!(
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\nlavik_version:{}\r\nlavik_git_sha:{}\r\nredis_git_sha1:00000000\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nmultiplexing_api:io_uring\r\nprocess_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nio_threads_active:0\r\nlavik_workers:{}\r\nexecutable:{}\r\nconfig_file:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("LAVIK_GIT_SHA"),
+            std::env::consts::OS,
+            std::process::id(),
+            sh.settings.cli.port,
+            now_ms() * 1000,
+            uptime / 86400,
+            sh.workers.len(),
+            std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
+            sh.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        ));
+    }
+    if want("clients") {
+        out.push_str(&format!(
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\r\n",
+            st.connected_clients.load(Ordering::Relaxed),
+            sh.runtime.read().expect("runtime lock").maxclients
+        ));
+    }
+    let index_bytes: u64 = shard_stats.iter().map(|(_, s)| s.index_bytes).sum();
+    if want("memory") {
+        let used = heap_bytes();
+        out.push_str(&format!(
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{}\r\nused_memory_peak:{used}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nlavik_index_bytes:{index_bytes}\r\n\r\n",
+            used as f64 / (1 << 20) as f64,
+            rss_bytes()
+        ));
+    }
+    if want("persistence") {
+        let fsync = match w.fsync {
+            crate::storage::FsyncPolicy::Always => "always",
+            crate::storage::FsyncPolicy::EverySec => "everysec",
+            crate::storage::FsyncPolicy::No => "no",
+        };
+        let meaning = match w.fsync {
+            crate::storage::FsyncPolicy::Always => {
+                "a write is acknowledged only after it is durable on the device"
+            }
+            crate::storage::FsyncPolicy::EverySec => {
+                "acknowledged writes may be lost if the machine fails within flush-max-ms"
+            }
+            crate::storage::FsyncPolicy::No => {
+                "writes are handed to the device when staging fills; the device is never synced"
+            }
+        };
+        out.push_str(&format!(
+            "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n\r\n",
+            st.last_save_unix.load(Ordering::Relaxed),
+            sh.settings.cli.flush_max_ms,
+            st.flush_failures.load(Ordering::Relaxed),
+            sh.recovered_keys,
+            sh.recovery_ms,
+        ));
+    }
+    if want("stats") {
+        out.push_str(&format!(
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\r\n",
+            st.total_connections.load(Ordering::Relaxed),
+            st.total_commands.load(Ordering::Relaxed),
+            st.instantaneous_ops.load(Ordering::Relaxed),
+            st.net_input_bytes.load(Ordering::Relaxed),
+            st.net_output_bytes.load(Ordering::Relaxed),
+            st.rejected_connections.load(Ordering::Relaxed),
+        ));
+    }
+    if want("replication") {
+        out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_repl_offset:0\r\n\r\n");
+    }
+    if want("cpu") {
+        let (sys, user) = rusage();
+        out.push_str(&format!(
+            "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n"
+        ));
+    }
+    if want("storage") {
+        out.push_str(&format!(
+            "# Storage\r\nlavik_shards:{}\r\nlavik_index_bytes:{index_bytes}\r\n",
+            sh.shard_count
+        ));
+        for (id, s) in &shard_stats {
+            out.push_str(&format!("shard{id}:{}\r\n", stats_line(s)));
+        }
+        out.push_str("\r\n");
+    }
+    if want("keyspace") {
+        out.push_str("# Keyspace\r\n");
+        for (db, &k) in keys_per_db.iter().enumerate() {
+            if k > 0 {
+                out.push_str(&format!("db{db}:keys={k}\r\n"));
+            }
+        }
+        out.push_str("\r\n");
+    }
+    while out.ends_with("\r\n\r\n") {
+        out.truncate(out.len() - 2);
+    }
+    conn.reply(|r| r.verbatim(&out));
+    Outcome::Done
+}
+
+/// `ShardStats` as `field=value,...`, whatever fields the engine reports.
+fn stats_line(s: &crate::storage::ShardStats) -> String {
+    let dbg = format!("{s:?}");
+    let inner = dbg
+        .split_once('{')
+        .map(|(_, r)| r.trim_end_matches('}').trim())
+        .unwrap_or(&dbg);
+    inner.replace(": ", "=").replace(", ", ",")
+}

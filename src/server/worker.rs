@@ -1,0 +1,1009 @@
+//! The worker loop. See the module essay in `mod.rs`.
+
+use super::conn::{Conn, Slot};
+use super::{local, now_ms, ClientEntry, ConnToken, Msg, Shared};
+use crate::commands::table::key_positions;
+use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
+use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
+use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
+use crate::runtime::{split_user_data, user_data, OpKind};
+use crate::storage::{FsyncPolicy, Shard};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// Ring size: submissions per round before we must submit early.
+const RING_ENTRIES: u32 = 4096;
+/// Provided receive buffers per worker and their size (8 MiB in all).
+const RECV_BUFFERS: u16 = 512;
+const RECV_BUFFER_BYTES: usize = 16 * 1024;
+/// Commands a connection may have waiting on other workers before we stop
+/// reading its pipeline (back-pressure instead of unbounded queues).
+const PENDING_REPLIES_MAX: usize = 1024;
+/// Unsent reply bytes above which a connection's input is not parsed until
+/// the client reads (a slow reader cannot make us buffer without bound).
+const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
+/// Longest park when nothing is pending (active expiry, shutdown checks).
+const IDLE_WAIT_MS: u64 = 100;
+
+pub enum Outcome {
+    Done,
+    /// Could not run now (another coordinator holds the lock): retry later
+    /// without consuming the command.
+    Retry,
+}
+
+pub struct Worker {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    // Field order matters: the ring must be dropped before the buffer ring
+    // memory it references.
+    ring: IoUring,
+    bufring: BufRing,
+    pub shards: ShardSet,
+    conns: Vec<Option<Conn>>,
+    free_slots: Vec<u32>,
+    next_gen: u32,
+    listeners: Vec<OwnedFd>,
+    mailbox: mpsc::Receiver<Msg>,
+    wake_buf: Box<u64>,
+    ready: Vec<u32>,
+    retry_pending: bool,
+    outbox: Vec<Vec<Msg>>,
+    parsed: ParsedCommand,
+    pub fsync: FsyncPolicy,
+    pub max_bulk: usize,
+    query_limit: usize,
+    commands_this_round: u64,
+    cqes: Vec<(u64, i32, u32)>,
+}
+
+fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
+    loop {
+        // SAFETY: every SQE we build points at memory that outlives the
+        // operation: connection buffers are not touched while their send is
+        // in flight (`send_inflight`), receive buffers belong to the buffer
+        // ring, and the wake buffer is a Box owned by the worker.
+        if unsafe { ring.submission().push(sqe) }.is_ok() {
+            return;
+        }
+        let _ = ring.submit();
+    }
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        shards: ShardSet,
+        listeners: Vec<OwnedFd>,
+        mailbox: mpsc::Receiver<Msg>,
+    ) -> std::io::Result<Worker> {
+        let ring = IoUring::builder()
+            .setup_cqsize(RING_ENTRIES * 4)
+            .build(RING_ENTRIES)?;
+        let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
+        let workers = shared.workers.len();
+        Ok(Worker {
+            id,
+            fsync: shared.settings.appendfsync,
+            max_bulk: shared.settings.proto_max_bulk_len_bytes,
+            query_limit: shared.settings.client_query_buffer_limit_bytes,
+            shared,
+            ring,
+            bufring,
+            shards,
+            conns: Vec::new(),
+            free_slots: Vec::new(),
+            next_gen: 1,
+            listeners,
+            mailbox,
+            wake_buf: Box::new(0),
+            ready: Vec::new(),
+            retry_pending: false,
+            outbox: (0..workers).map(|_| Vec::new()).collect(),
+            parsed: ParsedCommand::default(),
+            commands_this_round: 0,
+            cqes: Vec::with_capacity(1024),
+        })
+    }
+
+    pub fn run(mut self) {
+        for i in 0..self.listeners.len() {
+            self.arm_accept(i);
+        }
+        self.arm_wake();
+        loop {
+            let now = now_ms();
+            self.reap(now);
+            self.drain_mailbox(now);
+            self.process_ready(now);
+            self.flush_storage(now);
+            self.send_outbox();
+            self.submit_sends();
+            self.background(now);
+            if self.commands_this_round > 0 {
+                self.shared
+                    .stats
+                    .total_commands
+                    .fetch_add(self.commands_this_round, Ordering::Relaxed);
+                self.commands_this_round = 0;
+            }
+            if self.shared.shutdown.load(Ordering::SeqCst) {
+                break;
+            }
+            self.wait();
+        }
+        self.finish();
+    }
+
+    fn finish(mut self) {
+        // Serve lend requests already queued so a coordinator never waits on
+        // a worker that is gone.
+        self.drain_mailbox(now_ms());
+        let checkpoint = self.shared.shutdown_checkpoint.load(Ordering::SeqCst);
+        for slot in self.shards.slots.iter_mut() {
+            if let Some(shard) = slot.take() {
+                let id = shard.id();
+                if let Err(e) = shard.shutdown(checkpoint) {
+                    tracing::error!("worker {}: shard {id} shutdown failed: {e}", self.id);
+                }
+            }
+        }
+        tracing::info!("worker {} stopped", self.id);
+    }
+
+    // ----- ring plumbing -------------------------------------------------
+
+    fn arm_accept(&mut self, i: usize) {
+        let fd = self.listeners[i].as_raw_fd();
+        let sqe = opcode::AcceptMulti::new(types::Fd(fd))
+            .build()
+            .user_data(user_data(OpKind::Accept, i as u64));
+        push_sqe(&mut self.ring, &sqe);
+    }
+
+    fn arm_wake(&mut self) {
+        let fd = self.shared.workers[self.id].wake.as_raw_fd();
+        let ptr = &mut *self.wake_buf as *mut u64 as *mut u8;
+        let sqe = opcode::Read::new(types::Fd(fd), ptr, 8)
+            .build()
+            .user_data(user_data(OpKind::Wake, 0));
+        push_sqe(&mut self.ring, &sqe);
+    }
+
+    fn arm_recv(&mut self, slot: u32) {
+        let Some(conn) = self.conns[slot as usize].as_mut() else {
+            return;
+        };
+        if conn.recv_armed || conn.closing {
+            return;
+        }
+        conn.recv_armed = true;
+        conn.ops_inflight += 1;
+        let token = ((conn.gen as u64) << 32) | slot as u64;
+        let sqe = opcode::RecvMulti::new(types::Fd(conn.fd.as_raw_fd()), RECV_GROUP_ID)
+            .build()
+            .user_data(user_data(OpKind::Recv, token));
+        push_sqe(&mut self.ring, &sqe);
+    }
+
+    fn conn_mut(&mut self, token: u64) -> Option<&mut Conn> {
+        let (slot, gen) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
+        self.conns.get_mut(slot)?.as_mut().filter(|c| c.gen == gen)
+    }
+
+    fn mark_ready(&mut self, slot: u32) {
+        if let Some(c) = self.conns[slot as usize].as_mut() {
+            if !c.in_ready {
+                c.in_ready = true;
+                self.ready.push(slot);
+            }
+        }
+    }
+
+    fn reap(&mut self, now: u64) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.clear();
+        for cqe in self.ring.completion() {
+            cqes.push((cqe.user_data(), cqe.result(), cqe.flags()));
+        }
+        for &(ud, res, flags) in &cqes {
+            let (kind, token) = split_user_data(ud);
+            match kind {
+                k if k == OpKind::Accept as u8 => self.on_accept(token as usize, res, flags, now),
+                k if k == OpKind::Recv as u8 => self.on_recv(token, res, flags),
+                k if k == OpKind::Send as u8 => self.on_send(token, res),
+                k if k == OpKind::Wake as u8 => self.arm_wake(),
+                _ => tracing::error!("unknown completion kind {kind}"),
+            }
+        }
+        self.cqes = cqes;
+    }
+
+    fn on_accept(&mut self, listener: usize, res: i32, flags: u32, now: u64) {
+        if !cqueue::more(flags) {
+            self.arm_accept(listener);
+        }
+        if res < 0 {
+            tracing::warn!("accept failed: {}", std::io::Error::from_raw_os_error(-res));
+            return;
+        }
+        // SAFETY: a successful accept returns a new fd that nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(res) };
+        let sock = socket2::SockRef::from(&fd);
+        let _ = sock.set_nodelay(true);
+        let peer = sock.peer_addr().ok().and_then(|a| a.as_socket());
+        let local_addr = sock.local_addr().ok().and_then(|a| a.as_socket());
+        let addr = peer.map(|a| a.to_string()).unwrap_or_else(|| "?:0".into());
+        let laddr = local_addr
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "?:0".into());
+        let rt = self
+            .shared
+            .runtime
+            .read()
+            .expect("runtime config lock")
+            .clone();
+        let stats = &self.shared.stats;
+        if stats.connected_clients.load(Ordering::Relaxed) >= rt.maxclients {
+            stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let _ = write_all_now(&fd, b"-ERR max number of clients reached\r\n");
+            return;
+        }
+        let loopback = peer.is_some_and(|a| a.ip().is_loopback());
+        if rt.protected_mode && rt.requirepass.is_none() && !loopback {
+            stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+            let _ = write_all_now(&fd, DENIED.as_bytes());
+            return;
+        }
+        stats.connected_clients.fetch_add(1, Ordering::Relaxed);
+        stats.total_connections.fetch_add(1, Ordering::Relaxed);
+        let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1).max(1);
+        let authenticated = rt.requirepass.is_none();
+        let conn = Conn::new(fd, gen, id, addr.clone(), laddr.clone(), now, authenticated);
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.conns.push(None);
+                (self.conns.len() - 1) as u32
+            }
+        };
+        let info = conn.client_info_line(now);
+        self.conns[slot as usize] = Some(conn);
+        self.shared.clients.lock().expect("clients lock").insert(
+            id,
+            ClientEntry {
+                worker: self.id,
+                token: ConnToken { slot, gen },
+                addr,
+                laddr,
+                info,
+            },
+        );
+        self.arm_recv(slot);
+    }
+
+    fn on_recv(&mut self, token: u64, res: i32, flags: u32) {
+        let slot = (token & 0xffff_ffff) as u32;
+        let more = cqueue::more(flags);
+        let bid = cqueue::buffer_select(flags);
+        if let (Some(bid), true) = (bid, res > 0) {
+            let data_len = res as usize;
+            if let Some(conn) = self.conns.get_mut(slot as usize).and_then(|c| c.as_mut()) {
+                if conn.gen == (token >> 32) as u32 && !conn.closing {
+                    conn.inbuf
+                        .extend_from_slice(self.bufring.data(bid, data_len));
+                }
+            }
+            self.bufring.recycle(bid);
+        } else if let Some(bid) = bid {
+            self.bufring.recycle(bid);
+        }
+        let Some(conn) = self.conn_mut(token) else {
+            return;
+        };
+        if !more {
+            conn.recv_armed = false;
+            conn.ops_inflight -= 1;
+        }
+        if res > 0 {
+            self.shared
+                .stats
+                .net_input_bytes
+                .fetch_add(res as u64, Ordering::Relaxed);
+            self.mark_ready(slot);
+            if !more {
+                self.arm_recv(slot);
+            }
+        } else if res == -libc::ENOBUFS {
+            // The buffer ring ran dry for a moment; buffers are recycled as
+            // soon as they are copied, so re-arming is enough.
+            if !more {
+                self.arm_recv(slot);
+            }
+        } else {
+            // EOF or error: the client is gone.
+            self.begin_close(slot);
+            self.maybe_free(slot);
+        }
+    }
+
+    fn on_send(&mut self, token: u64, res: i32) {
+        let slot = (token & 0xffff_ffff) as u32;
+        if res > 0 {
+            self.shared
+                .stats
+                .net_output_bytes
+                .fetch_add(res as u64, Ordering::Relaxed);
+        }
+        let Some(conn) = self.conn_mut(token) else {
+            return;
+        };
+        conn.ops_inflight -= 1;
+        conn.send_inflight = false;
+        if res < 0 {
+            conn.sending.clear();
+            self.begin_close(slot);
+            self.maybe_free(slot);
+            return;
+        }
+        conn.send_off += res as usize;
+        if conn.send_off >= conn.sending.len() {
+            conn.sending.clear();
+            conn.send_off = 0;
+        }
+        let resume = conn.unparsed() > 0 && !conn.closing;
+        if conn.closing {
+            self.maybe_free(slot);
+            return;
+        }
+        if resume {
+            self.mark_ready(slot);
+        }
+    }
+
+    /// Stops reading a connection and releases it once nothing is in flight.
+    fn begin_close(&mut self, slot: u32) {
+        let Some(conn) = self.conns[slot as usize].as_mut() else {
+            return;
+        };
+        if conn.closing {
+            return;
+        }
+        conn.closing = true;
+        // Ends the armed multishot receive (it completes with 0) and any send.
+        // SAFETY: plain syscall on an fd we own.
+        unsafe { libc::shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        let id = conn.id;
+        let was_monitor = conn.monitor;
+        self.shared
+            .stats
+            .connected_clients
+            .fetch_sub(1, Ordering::Relaxed);
+        self.shared
+            .clients
+            .lock()
+            .expect("clients lock")
+            .remove(&id);
+        if was_monitor {
+            let mut m = self.shared.monitors.lock().expect("monitors lock");
+            m.retain(|&(w, t)| !(w == self.id && t.slot == slot));
+            self.shared.monitor_count.store(m.len(), Ordering::SeqCst);
+        }
+    }
+
+    fn maybe_free(&mut self, slot: u32) {
+        let free = matches!(self.conns[slot as usize].as_ref(), Some(c) if c.closing && c.ops_inflight == 0);
+        if free {
+            self.conns[slot as usize] = None; // drops (closes) the fd
+            self.free_slots.push(slot);
+        }
+    }
+
+    // ----- mailbox ---------------------------------------------------------
+
+    fn drain_mailbox(&mut self, now: u64) {
+        while let Ok(msg) = self.mailbox.try_recv() {
+            match msg {
+                Msg::Request {
+                    from,
+                    token,
+                    seq,
+                    db,
+                    proto,
+                    args,
+                } => {
+                    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+                    let mut bytes = Vec::new();
+                    if let Some(spec) = lookup(refs[0]) {
+                        self.exec_handler(spec, &refs, db, proto, now, &mut bytes);
+                    }
+                    self.outbox[from].push(Msg::Reply { token, seq, bytes });
+                }
+                Msg::Reply { token, seq, bytes } => {
+                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    if let Some(conn) = self.conn_mut(tok) {
+                        conn.fill(seq, bytes);
+                        let resume = conn.unparsed() > 0;
+                        if resume {
+                            self.mark_ready(token.slot);
+                        }
+                    }
+                }
+                Msg::Lend { give, back } => {
+                    let mine: Vec<Shard> = self
+                        .shards
+                        .slots
+                        .iter_mut()
+                        .filter_map(|s| s.take())
+                        .collect();
+                    if give.send(mine).is_ok() {
+                        match back.recv() {
+                            Ok(returned) => {
+                                for s in returned {
+                                    let id = s.id() as usize;
+                                    self.shards.slots[id] = Some(s);
+                                }
+                            }
+                            Err(_) => panic!("coordinator dropped lent shards"),
+                        }
+                    }
+                }
+                Msg::Kill { token } => {
+                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    if self.conn_mut(tok).is_some() {
+                        self.begin_close(token.slot);
+                        self.maybe_free(token.slot);
+                    }
+                }
+                Msg::Monitor { token, line } => {
+                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    if let Some(conn) = self.conn_mut(tok) {
+                        if conn.pending.is_empty() {
+                            conn.out.extend_from_slice(&line);
+                        } else {
+                            conn.pending.push_back(Slot::Ready(line));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_outbox(&mut self) {
+        for w in 0..self.outbox.len() {
+            if self.outbox[w].is_empty() {
+                continue;
+            }
+            let link = &self.shared.workers[w];
+            for m in self.outbox[w].drain(..) {
+                let _ = link.tx.send(m);
+            }
+            crate::runtime::eventfd_signal(link.wake.as_raw_fd());
+        }
+    }
+
+    // ----- commands ----------------------------------------------------------
+
+    fn process_ready(&mut self, now: u64) {
+        self.retry_pending = false;
+        let ready = std::mem::take(&mut self.ready);
+        for &slot in &ready {
+            let Some(mut conn) = self.conns[slot as usize].take() else {
+                continue;
+            };
+            conn.in_ready = false;
+            self.process_conn(&mut conn, slot, now);
+            let close_now = conn.closing;
+            self.conns[slot as usize] = Some(conn);
+            if close_now {
+                self.maybe_free(slot);
+            }
+        }
+        let mut ready = ready;
+        ready.clear();
+        if self.ready.is_empty() {
+            self.ready = ready;
+        }
+    }
+
+    fn process_conn(&mut self, conn: &mut Conn, slot: u32, now: u64) {
+        let mut parsed = std::mem::take(&mut self.parsed);
+        loop {
+            if conn.closing || conn.close_after_reply {
+                break;
+            }
+            if conn.pending.len() >= PENDING_REPLIES_MAX || conn.out.len() > OUTPUT_HIGH_WATER_BYTES
+            {
+                break;
+            }
+            let start = conn.in_pos;
+            match parse_command(&conn.inbuf[start..], &mut parsed, self.max_bulk) {
+                Ok(None) => {
+                    if conn.unparsed() > self.query_limit {
+                        tracing::warn!("closing client {}: query buffer limit reached", conn.addr);
+                        conn.out.clear();
+                        conn.close_after_reply = true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    let text = e.reply_text();
+                    conn.reply(|r| r.error(&text));
+                    conn.close_after_reply = true;
+                    break;
+                }
+                Ok(Some(())) => {
+                    let consumed = parsed.consumed;
+                    if parsed.arg_count() == 0 {
+                        conn.in_pos += consumed;
+                        continue;
+                    }
+                    let inbuf = std::mem::take(&mut conn.inbuf);
+                    let mut args: Vec<&[u8]> = Vec::with_capacity(parsed.arg_count());
+                    parsed.args(&inbuf[start..], &mut args);
+                    let outcome = self.dispatch(conn, slot, &args, now);
+                    drop(args);
+                    conn.inbuf = inbuf;
+                    match outcome {
+                        Outcome::Done => conn.in_pos += consumed,
+                        Outcome::Retry => {
+                            self.retry_pending = true;
+                            conn.in_ready = true;
+                            self.ready.push(slot);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.parsed = parsed;
+        conn.compact_input();
+    }
+
+    fn dispatch(&mut self, conn: &mut Conn, slot: u32, args: &[&[u8]], now: u64) -> Outcome {
+        let Some(spec) = lookup(args[0]) else {
+            let mut msg = format!(
+                "ERR unknown command '{}', with args beginning with: ",
+                String::from_utf8_lossy(&args[0][..args[0].len().min(128)])
+            );
+            for a in &args[1..] {
+                msg.push_str(&format!(
+                    "'{}' ",
+                    String::from_utf8_lossy(&a[..a.len().min(128)])
+                ));
+            }
+            conn.reply(|r| r.error(&msg));
+            return Outcome::Done;
+        };
+        if (spec.arity > 0 && args.len() != spec.arity as usize)
+            || (spec.arity < 0 && args.len() < (-spec.arity) as usize)
+        {
+            let msg = crate::commands::wrong_args(spec.name);
+            conn.reply(|r| r.error(&msg));
+            return Outcome::Done;
+        }
+        if !conn.authenticated && !matches!(spec.name, "auth" | "hello" | "quit" | "reset") {
+            conn.reply(|r| r.error("NOAUTH Authentication required."));
+            return Outcome::Done;
+        }
+        let started = Instant::now();
+        let outcome = match spec.kind {
+            Kind::Local => local::run(self, conn, slot, spec, args, now),
+            Kind::Keyed => self.route_keyed(conn, slot, spec, args, now),
+            Kind::AllShards => {
+                let all: Vec<usize> = (0..self.shared.workers.len()).collect();
+                self.run_coordinated(conn, spec, args, now, &all)
+            }
+        };
+        if matches!(outcome, Outcome::Done) {
+            self.commands_this_round += 1;
+            conn.commands += 1;
+            conn.last_cmd_ms = now;
+            if self.shared.monitor_count.load(Ordering::Relaxed) > 0 && spec.name != "monitor" {
+                self.feed_monitors(conn, args);
+            }
+            let micros = started.elapsed().as_micros() as u64;
+            self.maybe_slowlog(conn, args, micros);
+        }
+        outcome
+    }
+
+    fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut line = format!(
+            "+{}.{:06} [{} {}]",
+            t.as_secs(),
+            t.subsec_micros(),
+            conn.db,
+            conn.addr
+        );
+        for a in args {
+            line.push_str(" \"");
+            for &b in a.iter() {
+                match b {
+                    b'"' => line.push_str("\\\""),
+                    b'\\' => line.push_str("\\\\"),
+                    b'\n' => line.push_str("\\n"),
+                    b'\r' => line.push_str("\\r"),
+                    32..=126 => line.push(b as char),
+                    _ => line.push_str(&format!("\\x{b:02x}")),
+                }
+            }
+            line.push('"');
+        }
+        line.push_str("\r\n");
+        let monitors = self.shared.monitors.lock().expect("monitors lock").clone();
+        for (w, token) in monitors {
+            if w == self.id {
+                let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                if let Some(c) = self.conn_mut(tok) {
+                    c.out.extend_from_slice(line.as_bytes());
+                }
+            } else {
+                self.outbox[w].push(Msg::Monitor {
+                    token,
+                    line: line.clone().into_bytes(),
+                });
+            }
+        }
+    }
+
+    fn maybe_slowlog(&self, conn: &Conn, args: &[&[u8]], micros: u64) {
+        let threshold = self
+            .shared
+            .runtime
+            .read()
+            .expect("runtime lock")
+            .slowlog_log_slower_than_us;
+        if threshold < 0 || micros < threshold as u64 {
+            return;
+        }
+        let max = self
+            .shared
+            .runtime
+            .read()
+            .expect("runtime lock")
+            .slowlog_max_len;
+        let mut log = self.shared.slowlog.lock().expect("slowlog lock");
+        let id = log.0;
+        log.0 += 1;
+        log.1.push_front(super::SlowEntry {
+            id,
+            unix: now_ms() / 1000,
+            micros,
+            args: args
+                .iter()
+                .take(32)
+                .map(|a| a[..a.len().min(128)].to_vec())
+                .collect(),
+            addr: conn.addr.clone(),
+            name: conn
+                .name
+                .as_deref()
+                .map(|n| String::from_utf8_lossy(n).into_owned())
+                .unwrap_or_default(),
+        });
+        log.1.truncate(max);
+    }
+
+    /// Runs a keyed handler on shards this thread holds, into `out`.
+    fn exec_handler(
+        &mut self,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        db: u8,
+        proto: Proto,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let handler = spec.handler.expect("keyed commands have handlers");
+        let mut ctx = Ctx {
+            shards: &mut self.shards,
+            db,
+            now_ms: now,
+            max_bulk: self.max_bulk,
+        };
+        let mut r = ReplyBuf::new(out, proto);
+        let mark = r.out.len();
+        if let Err(e) = handler(&mut ctx, args, &mut r) {
+            r.out.truncate(mark);
+            r.error(&e);
+        }
+    }
+
+    fn route_keyed(
+        &mut self,
+        conn: &mut Conn,
+        _slot: u32,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+    ) -> Outcome {
+        let mut target: Option<usize> = None;
+        let mut workers: Vec<usize> = Vec::new();
+        for pos in key_positions(spec, args.len()) {
+            let w = self.shared.worker_of_shard(self.shards.shard_id(args[pos]));
+            if target.is_none() {
+                target = Some(w);
+            }
+            if !workers.contains(&w) {
+                workers.push(w);
+            }
+        }
+        if workers.len() > 1 {
+            return self.run_coordinated(conn, spec, args, now, &workers);
+        }
+        let target = target.unwrap_or(self.id);
+        if target == self.id {
+            let (db, proto) = (conn.db, conn.proto);
+            if conn.pending.is_empty() {
+                let mut out = std::mem::take(&mut conn.out);
+                self.exec_handler(spec, args, db, proto, now, &mut out);
+                conn.out = out;
+            } else {
+                let mut out = Vec::new();
+                self.exec_handler(spec, args, db, proto, now, &mut out);
+                conn.pending.push_back(Slot::Ready(out));
+            }
+        } else {
+            let seq = conn.reserve();
+            let token = ConnToken {
+                slot: _slot,
+                gen: conn.gen,
+            };
+            self.outbox[target].push(Msg::Request {
+                from: self.id,
+                token,
+                seq,
+                db: conn.db,
+                proto: conn.proto,
+                args: args.iter().map(|a| a.to_vec()).collect(),
+            });
+        }
+        Outcome::Done
+    }
+
+    /// Borrows the shards of `workers` (other than ours), runs `f` with all
+    /// of them held, and gives them back. `None`: another coordinator is
+    /// active; retry on a later round.
+    pub fn with_workers<R>(
+        &mut self,
+        workers: &[usize],
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> Option<R> {
+        let others: Vec<usize> = workers.iter().copied().filter(|&w| w != self.id).collect();
+        if others.is_empty() {
+            return Some(f(self));
+        }
+        let shared = self.shared.clone();
+        let guard = shared.txn_lock.try_lock().ok()?;
+        let mut backs = Vec::new();
+        let mut gives = Vec::new();
+        for &w in &others {
+            let (give_tx, give_rx) = mpsc::channel();
+            let (back_tx, back_rx) = mpsc::channel();
+            self.shared.workers[w].send(Msg::Lend {
+                give: give_tx,
+                back: back_rx,
+            });
+            gives.push(give_rx);
+            backs.push(back_tx);
+        }
+        let mut lent: Vec<Vec<u32>> = Vec::new();
+        let mut complete = true;
+        for rx in gives {
+            match rx.recv() {
+                Ok(shards) => {
+                    lent.push(shards.iter().map(|s| s.id()).collect());
+                    for s in shards {
+                        let id = s.id() as usize;
+                        self.shards.slots[id] = Some(s);
+                    }
+                }
+                Err(_) => {
+                    lent.push(Vec::new());
+                    complete = false;
+                }
+            }
+        }
+        let result = if complete { Some(f(self)) } else { None };
+        if self.fsync == FsyncPolicy::Always {
+            for ids in &lent {
+                for &id in ids {
+                    if let Some(s) = self.shards.slots[id as usize].as_mut() {
+                        if s.has_unflushed() {
+                            if let Err(e) = s.flush() {
+                                tracing::error!("flush of lent shard {id} failed: {e}");
+                                self.shared
+                                    .stats
+                                    .flush_failures
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (ids, back) in lent.into_iter().zip(backs) {
+            let shards: Vec<Shard> = ids
+                .iter()
+                .filter_map(|&id| self.shards.slots[id as usize].take())
+                .collect();
+            let _ = back.send(shards);
+        }
+        drop(guard);
+        result
+    }
+
+    fn run_coordinated(
+        &mut self,
+        conn: &mut Conn,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+        workers: &[usize],
+    ) -> Outcome {
+        let (db, proto) = (conn.db, conn.proto);
+        let mut out = Vec::new();
+        let done = self.with_workers(workers, |w| {
+            w.exec_handler(spec, args, db, proto, now, &mut out)
+        });
+        if done.is_none() {
+            return Outcome::Retry;
+        }
+        if conn.pending.is_empty() {
+            conn.out.extend_from_slice(&out);
+        } else {
+            conn.pending.push_back(Slot::Ready(out));
+        }
+        Outcome::Done
+    }
+
+    // ----- storage and sending ----------------------------------------------
+
+    fn flush_storage(&mut self, now: u64) {
+        let mut failed: Option<String> = None;
+        for shard in self.shards.held() {
+            if shard.flush_due(now) {
+                if let Err(e) = shard.flush() {
+                    tracing::error!("shard {} flush failed: {e}", shard.id());
+                    failed = Some(e.to_string());
+                }
+            }
+        }
+        let Some(err) = failed else { return };
+        self.shared
+            .stats
+            .flush_failures
+            .fetch_add(1, Ordering::Relaxed);
+        if self.fsync == FsyncPolicy::No {
+            return;
+        }
+        // Replies of this round may acknowledge writes that are not durable:
+        // none of them leave. Local clients lose the connection (no false
+        // OK); remote requesters get an error in place of their reply.
+        let text = format!("-ERR storage flush failed, write not acknowledged: {err}\r\n");
+        for slot in 0..self.conns.len() as u32 {
+            let unsent = matches!(self.conns[slot as usize].as_ref(), Some(c) if !c.out.is_empty() && !c.closing);
+            if unsent {
+                if let Some(c) = self.conns[slot as usize].as_mut() {
+                    c.out.clear();
+                }
+                self.begin_close(slot);
+                self.maybe_free(slot);
+            }
+        }
+        for msgs in self.outbox.iter_mut() {
+            for m in msgs.iter_mut() {
+                if let Msg::Reply { bytes, .. } = m {
+                    *bytes = text.clone().into_bytes();
+                }
+            }
+        }
+    }
+
+    fn submit_sends(&mut self) {
+        for slot in 0..self.conns.len() {
+            let Some(conn) = self.conns[slot].as_mut() else {
+                continue;
+            };
+            if conn.closing || conn.send_inflight {
+                continue;
+            }
+            if conn.sending.is_empty() && !conn.out.is_empty() {
+                std::mem::swap(&mut conn.sending, &mut conn.out);
+                conn.send_off = 0;
+            }
+            if conn.sending.is_empty() {
+                if conn.close_after_reply && conn.pending.is_empty() {
+                    self.begin_close(slot as u32);
+                    self.maybe_free(slot as u32);
+                }
+                continue;
+            }
+            let rest = &conn.sending[conn.send_off..];
+            let token = ((conn.gen as u64) << 32) | slot as u64;
+            let sqe = opcode::Send::new(
+                types::Fd(conn.fd.as_raw_fd()),
+                rest.as_ptr(),
+                rest.len() as u32,
+            )
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(OpKind::Send, token));
+            conn.send_inflight = true;
+            conn.ops_inflight += 1;
+            push_sqe(&mut self.ring, &sqe);
+        }
+    }
+
+    fn background(&mut self, now: u64) {
+        let budget = self.shared.settings.cli.background_budget_us;
+        for shard in self.shards.held() {
+            if let Err(e) = shard.background(now, budget) {
+                tracing::warn!("shard {} background work failed: {e}", shard.id());
+            }
+        }
+    }
+
+    fn wait(&mut self) {
+        if !self.ready.is_empty() || self.retry_pending {
+            let _ = self.ring.submit();
+            if self.retry_pending {
+                std::thread::yield_now();
+            }
+            return;
+        }
+        let busy_us = self.shared.settings.cli.busy_poll_us;
+        if busy_us > 0 {
+            let _ = self.ring.submit();
+            let until = Instant::now() + Duration::from_micros(busy_us);
+            while Instant::now() < until {
+                if !self.ring.completion().is_empty() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let unflushed = self
+            .shards
+            .slots
+            .iter()
+            .flatten()
+            .any(|s| s.has_unflushed());
+        let wait_ms = if unflushed {
+            self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
+        } else {
+            IDLE_WAIT_MS
+        };
+        let ts = types::Timespec::new()
+            .sec(wait_ms / 1000)
+            .nsec(((wait_ms % 1000) * 1_000_000) as u32);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETIME)
+                    || e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => tracing::error!("io_uring wait failed: {e}"),
+        }
+    }
+}
+
+/// Writes a short message to a fresh socket before dropping it (used for
+/// the maxclients and protected-mode refusals, as Redis does).
+fn write_all_now(fd: &OwnedFd, msg: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut s = std::fs::File::from(fd.try_clone()?);
+    s.write_all(msg)
+}
+
+pub const DENIED: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Set up an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";

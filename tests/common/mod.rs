@@ -1,0 +1,241 @@
+//! Test harness: starts the real `lavik` binary on a free loopback port in a
+//! fresh directory and talks to it over TCP.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub child: Option<Child>,
+    pub args: Vec<String>,
+}
+
+static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("lavik-test-{}-{}-{}", tag, std::process::id(), n));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Server {
+    /// Starts lavik with `extra` flags (port and data file are chosen here).
+    pub fn start(tag: &str, extra: &[&str]) -> Server {
+        let dir = temp_dir(tag);
+        Server::start_in(dir, extra)
+    }
+
+    pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
+        let port = free_port();
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.to_string(),
+            "--data-file-size".into(),
+            "256mb".into(),
+            "--no-pin-workers".into(),
+        ];
+        if !extra.iter().any(|a| a.starts_with("--data-file")) {
+            args.push("--data-file".into());
+            args.push(dir.join("lavik.data").display().to_string());
+        }
+        if !extra.iter().any(|a| a.starts_with("--threads")) {
+            args.push("--threads".into());
+            args.push("2".into());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut s = Server {
+            port,
+            dir,
+            child: None,
+            args,
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let log =
+            std::fs::File::create(self.dir.join(format!("stderr-{}.log", self.port))).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_lavik"))
+            .args(&self.args)
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start lavik");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(mut c) = TcpStream::connect(("127.0.0.1", self.port)) {
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                if c.write_all(b"PING\r\n").is_ok() {
+                    let mut b = [0u8; 64];
+                    if let Ok(n) = c.read(&mut b) {
+                        if b[..n].starts_with(b"+PONG") || b[..n].starts_with(b"-NOAUTH") {
+                            return;
+                        }
+                    }
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("lavik exited early ({status}): {}", self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lavik did not start: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join(format!("stderr-{}.log", self.port)))
+            .unwrap_or_default()
+    }
+
+    pub fn raw(&self) -> Raw {
+        Raw::connect(self.port)
+    }
+
+    pub fn client(&self) -> redis::Connection {
+        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
+        c.get_connection().unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY-free: use the kill command to send SIGTERM to our own child.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(st) = c.try_wait().unwrap() {
+                    assert!(st.success(), "lavik exited with {st}");
+                    return;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    panic!("lavik did not stop on SIGTERM");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Restarts on the same directory, data file and port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn restart_after_kill(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A raw RESP connection for byte-exact checks.
+pub struct Raw {
+    pub s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    pub fn connect(port: u16) -> Raw {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Raw { s, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).unwrap();
+    }
+
+    /// Encodes `args` as a multibulk command and sends it.
+    pub fn cmd(&mut self, args: &[&[u8]]) {
+        let mut b = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            b.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            b.extend_from_slice(a);
+            b.extend_from_slice(b"\r\n");
+        }
+        self.send(&b);
+    }
+
+    /// Reads exactly `n` bytes.
+    pub fn read_exact(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            let mut tmp = [0u8; 65536];
+            let got = self.s.read(&mut tmp).expect("read reply");
+            assert!(
+                got > 0,
+                "connection closed; have {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+            self.buf.extend_from_slice(&tmp[..got]);
+        }
+        self.buf.drain(..n).collect()
+    }
+
+    /// Sends a command and checks the exact reply bytes.
+    pub fn expect(&mut self, args: &[&[u8]], reply: &[u8]) {
+        self.cmd(args);
+        let got = self.read_exact(reply.len());
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(reply),
+            "reply to {:?}",
+            args.iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// True when the server closed the connection (after any pending bytes).
+    pub fn is_closed(&mut self) -> bool {
+        let mut tmp = [0u8; 4096];
+        loop {
+            match self.s.read(&mut tmp) {
+                Ok(0) => return true,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(_) => return false,
+            }
+        }
+    }
+}
