@@ -952,6 +952,40 @@ mod tests {
         assert_eq!(GenericStatus::LbaOutOfRange.raw(), 0x80);
     }
 
+    // Proves the status field decodes and re-encodes losslessly for all 2^15 values.
+    #[test]
+    fn status_field_exhaustive_round_trip() {
+        for field in 0..0x8000u16 {
+            let st = Status::from_field(field);
+            assert_eq!(st.to_field(), field);
+            assert_eq!(st.is_success(), field & 0x7FF == 0, "{field:#x}");
+        }
+    }
+
+    proptest::proptest! {
+        // Proves building a completion entry and reading it back gives every field unchanged.
+        #[test]
+        fn completion_entry_round_trip(cid: u16, sqid: u16, sqhd: u16, phase: bool, status in 0u16..0x8000, dw0: u32) {
+            let e = CompletionEntry::build(cid, sqid, sqhd, phase, status, dw0);
+            proptest::prop_assert_eq!(
+                (e.command_id(), e.sq_id(), e.sq_head(), e.phase(), e.status().to_field(), e.dw0),
+                (cid, sqid, sqhd, phase, status, dw0)
+            );
+        }
+
+        // Proves Identify parsing never panics on arbitrary 4096-byte images and keeps the
+        // block size within 512 B..64 KiB when it reports one.
+        #[test]
+        fn identify_parse_arbitrary(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 4096)) {
+            let ns = IdentifyNamespace::parse(&bytes).expect("4096 bytes");
+            if let Some(bs) = ns.block_size_bytes() {
+                proptest::prop_assert!((512..=65536).contains(&bs));
+            }
+            let id = IdentifyController::parse(&bytes).expect("4096 bytes");
+            let _ = (id.serial(), id.model(), id.max_transfer_bytes(4096));
+        }
+    }
+
     // Proves Read/Write encode SLBA across CDW10/11 and a 0-based block count.
     #[test]
     fn read_write_command_encoding() {
