@@ -51,8 +51,9 @@ if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
     log "downloading $pkg"
     rm -rf "$work/deb" "$kdir"
     mkdir -p "$work/deb" "$kdir"
-    (cd "$work/deb" && apt-get download "$pkg" 2>/dev/null)
+    (cd "$work/deb" && apt-get download "$pkg" >/dev/null 2>&1) || { log "apt-get download $pkg failed"; exit 1; }
     dpkg-deb -x "$work"/deb/"$pkg"_*.deb "$kdir"
+    rm -rf "$work/deb"
 fi
 vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -1)
 kver=${vmlinuz##*/vmlinuz-}
