@@ -51,7 +51,7 @@ const PCI_COMMAND_OFFSET: u64 = 0x04;
 const PCI_COMMAND_MEMORY: u16 = 1 << 1;
 const PCI_COMMAND_BUS_MASTER: u16 = 1 << 2;
 
-/// Hugepage size assumed for `MAP_HUGETLB` allocations (the x86-64 default).
+/// Hugepage size requested (`MAP_HUGE_2MB`) for hugepage-backed DMA memory.
 pub const HUGEPAGE_SIZE_BYTES: usize = 2 * 1024 * 1024;
 /// Where the IOVA allocator starts (low addresses are left alone) and its ceiling
 /// (39-bit IOMMU address width, the smallest common one).
@@ -556,7 +556,9 @@ impl Container {
 fn map_anonymous(len: usize, backing: DmaBacking) -> io::Result<NonNull<u8>> {
     let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
     if backing == DmaBacking::Hugepages {
-        flags |= libc::MAP_HUGETLB;
+        // Ask for 2 MiB pages explicitly: the system default may be 1 GiB, which would
+        // not match the granule lengths are rounded to (and munmap would fail).
+        flags |= libc::MAP_HUGETLB | libc::MAP_HUGE_2MB;
     }
     // SAFETY: a fresh anonymous mapping (addr NULL) affects no existing memory.
     let p = unsafe {
