@@ -500,6 +500,29 @@ fn concurrent_workers(dev: &NvmeBlockDevice, bs: usize) -> Check {
     ))
 }
 
+/// Data written before a controller reset reads back after it, and the device keeps
+/// working on the recreated queues.
+fn reset_keeps_data(dev: &NvmeBlockDevice, bs: usize) -> Check {
+    let offset = dev.capacity_bytes() / 8;
+    let mut w = AlignedBuf::new_zeroed(256 << 10);
+    fill_pattern(w.as_mut_slice(), offset / bs as u64, bs, 31337);
+    dev.write_at(offset, &w)
+        .and_then(|_| dev.sync())
+        .map_err(|e| e.to_string())?;
+    let before = dev.resets();
+    dev.reset().map_err(|e| e.to_string())?;
+    if dev.resets() != before + 1 {
+        return Err(format!("reset count {} -> {}", before, dev.resets()));
+    }
+    let mut r = AlignedBuf::new_zeroed(256 << 10);
+    dev.read_at(offset, &mut r).map_err(|e| e.to_string())?;
+    if r.as_slice() != w.as_slice() {
+        return Err("data mismatch after reset".into());
+    }
+    let again = concurrent_workers(dev, bs)?;
+    Ok(format!("256 KiB intact across reset; then {again}"))
+}
+
 fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {
     // The raw checks ran on hugepage-backed rings; this device runs on locked 4 KiB pages,
     // chosen the way Lavik users choose it (BYCORF_EAL_ARGS=--no-huge).
@@ -553,6 +576,7 @@ fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {
         report.record(&format!("blockdev-round-trip-{len}"), check);
     }
     report.record("blockdev-concurrent-workers", concurrent_workers(&dev, bs));
+    report.record("blockdev-reset", reset_keeps_data(&dev, bs));
     let mut b = AlignedBuf::new_zeroed(8192);
     report.record(
         "blockdev-out-of-range",

@@ -297,6 +297,16 @@ impl NvmeBlockDevice {
         self.resets.load(Ordering::Relaxed)
     }
 
+    /// Resets the controller now (operator action or after an error seen elsewhere):
+    /// waits for requests in progress, then recreates every queue pair.
+    pub fn reset(&self) -> Result<(), DeviceError> {
+        self.reset_controller(self.resets.load(Ordering::Acquire));
+        if lock(&self.controller).is_none() {
+            return Err(self.failed());
+        }
+        Ok(())
+    }
+
     /// Normal shutdown (CC.SHN). Also done on drop; this form reports the outcome.
     pub fn shutdown(&self) -> Result<(), NvmeError> {
         let mut guards: Vec<_> = self.queues.iter().map(lock).collect();
