@@ -331,40 +331,11 @@ impl NvmeBlockDevice {
     }
 
     fn check_range(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
-        let bs = self.namespace.block_size_bytes;
-        if !offset_bytes.is_multiple_of(bs as u64) || !len_bytes.is_multiple_of(bs as u64) {
-            return Err(DeviceError::Misaligned {
-                offset_bytes,
-                len_bytes,
-                sector_size_bytes: bs,
-            });
-        }
-        let capacity_bytes = self.capacity_bytes();
-        if offset_bytes
-            .checked_add(len_bytes)
-            .is_none_or(|end| end > capacity_bytes)
-        {
-            return Err(DeviceError::OutOfRange {
-                offset_bytes,
-                len_bytes,
-                capacity_bytes,
-            });
-        }
-        Ok(())
+        check_range(self.namespace, offset_bytes, len_bytes)
     }
 
     fn map_command_error(&self, e: CommandError, offset_bytes: u64, len_bytes: u64) -> DeviceError {
-        match e.class() {
-            ErrorClass::OutOfRange => DeviceError::OutOfRange {
-                offset_bytes,
-                len_bytes,
-                capacity_bytes: self.capacity_bytes(),
-            },
-            ErrorClass::Media => {
-                DeviceError::Media(format!("{}: {e} at byte {offset_bytes}", self.uri))
-            }
-            _ => DeviceError::Io(std::io::Error::other(format!("{}: {e}", self.uri))),
-        }
+        map_command_error(self.uri, self.capacity_bytes(), e, offset_bytes, len_bytes)
     }
 
     fn failed(&self) -> DeviceError {
@@ -575,6 +546,49 @@ impl NvmeBlockDevice {
     }
 }
 
+/// Requests must be whole blocks inside the namespace.
+fn check_range(ns: NamespaceInfo, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
+    let bs = ns.block_size_bytes;
+    if !offset_bytes.is_multiple_of(bs as u64) || !len_bytes.is_multiple_of(bs as u64) {
+        return Err(DeviceError::Misaligned {
+            offset_bytes,
+            len_bytes,
+            sector_size_bytes: bs,
+        });
+    }
+    let capacity_bytes = ns.block_count * bs as u64;
+    if offset_bytes
+        .checked_add(len_bytes)
+        .is_none_or(|end| end > capacity_bytes)
+    {
+        return Err(DeviceError::OutOfRange {
+            offset_bytes,
+            len_bytes,
+            capacity_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// An NVMe error status as the engine's `DeviceError`.
+fn map_command_error(
+    uri: SpdkUri,
+    capacity_bytes: u64,
+    e: CommandError,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> DeviceError {
+    match e.class() {
+        ErrorClass::OutOfRange => DeviceError::OutOfRange {
+            offset_bytes,
+            len_bytes,
+            capacity_bytes,
+        },
+        ErrorClass::Media => DeviceError::Media(format!("{uri}: {e} at byte {offset_bytes}")),
+        _ => DeviceError::Io(std::io::Error::other(format!("{uri}: {e}"))),
+    }
+}
+
 /// A small per-thread number, handed out in order of first use, so workers spread over
 /// the queue pairs.
 fn thread_home_index() -> usize {
@@ -641,6 +655,83 @@ mod tests {
         ] {
             assert!(bad.parse::<SpdkUri>().is_err(), "{bad}");
         }
+    }
+
+    // Proves requests are checked for block alignment and namespace bounds, overflow included.
+    #[test]
+    fn range_and_alignment_checks() {
+        let ns = NamespaceInfo {
+            nsid: 1,
+            block_size_bytes: 4096,
+            block_count: 100,
+        };
+        assert!(check_range(ns, 0, 4096).is_ok());
+        assert!(check_range(ns, 99 * 4096, 4096).is_ok());
+        assert!(matches!(
+            check_range(ns, 99 * 4096, 8192),
+            Err(DeviceError::OutOfRange {
+                capacity_bytes: 409_600,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_range(ns, 512, 4096),
+            Err(DeviceError::Misaligned {
+                sector_size_bytes: 4096,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_range(ns, 0, 1000),
+            Err(DeviceError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            check_range(ns, u64::MAX - 4095, 8192),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+    }
+
+    // Proves NVMe statuses map to the engine's error kinds: range, media, everything else I/O.
+    #[test]
+    fn command_errors_map_to_device_errors() {
+        use crate::nvme::spec::{Status, StatusCodeType};
+        let uri: SpdkUri = "spdk://0000:00:04.0/1".parse().unwrap();
+        let err = |sct, sc| CommandError {
+            status: Status {
+                code_type: sct,
+                code: sc,
+                retry_delay: 0,
+                more: false,
+                do_not_retry: true,
+            },
+        };
+        let range = map_command_error(uri, 1 << 20, err(StatusCodeType::Generic, 0x80), 4096, 512);
+        assert!(matches!(
+            range,
+            DeviceError::OutOfRange {
+                offset_bytes: 4096,
+                len_bytes: 512,
+                capacity_bytes: 1_048_576
+            }
+        ));
+        match map_command_error(
+            uri,
+            1 << 20,
+            err(StatusCodeType::MediaAndDataIntegrity, 0x81),
+            8192,
+            512,
+        ) {
+            DeviceError::Media(m) => assert!(
+                m.contains("UnrecoveredReadError") && m.contains("8192"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let io = map_command_error(uri, 1 << 20, err(StatusCodeType::Generic, 0x06), 0, 512);
+        assert!(
+            matches!(io, DeviceError::Io(ref e) if e.to_string().contains("InternalError")),
+            "{io:?}"
+        );
     }
 
     // Proves data-file lists are validated before any device is opened: bad syntax,
