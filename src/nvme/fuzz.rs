@@ -151,7 +151,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+        #![proptest_config(crate::nvme::proptest_config(2000))]
         // Proves the completion-handling properties hold for arbitrary byte schedules.
         #[test]
         fn arbitrary_schedules(data in proptest::collection::vec(any::<u8>(), 0..512)) {

@@ -58,3 +58,15 @@ pub enum NvmeError {
     #[error("invalid: {0}")]
     Invalid(String),
 }
+
+/// Proptest settings for this module's tests: a fixed seed, so every run checks the same
+/// cases (deterministic CI); change the seed by hand to explore new ones.
+#[cfg(test)]
+pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6c61_7669_6b4e_564d),
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

@@ -862,6 +862,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(crate::nvme::proptest_config(256))]
         // Proves PRPs cover exactly the requested byte range, page by page, for any layout.
         #[test]
         fn prp_covers_range(page_index in 0u64..1000, offset_dw in 0u64..1024, len in 1usize..MAX_TRANSFER_BYTES) {

@@ -963,6 +963,7 @@ mod tests {
     }
 
     proptest::proptest! {
+        #![proptest_config(crate::nvme::proptest_config(256))]
         // Proves building a completion entry and reading it back gives every field unchanged.
         #[test]
         fn completion_entry_round_trip(cid: u16, sqid: u16, sqhd: u16, phase: bool, status in 0u16..0x8000, dw0: u32) {
