@@ -31,7 +31,6 @@ const VFIO_GROUP_GET_STATUS: libc::c_ulong = vfio_io(3);
 const VFIO_GROUP_SET_CONTAINER: libc::c_ulong = vfio_io(4);
 const VFIO_GROUP_GET_DEVICE_FD: libc::c_ulong = vfio_io(6);
 const VFIO_DEVICE_GET_REGION_INFO: libc::c_ulong = vfio_io(8);
-const VFIO_DEVICE_RESET: libc::c_ulong = vfio_io(11);
 const VFIO_IOMMU_MAP_DMA: libc::c_ulong = vfio_io(13);
 const VFIO_IOMMU_UNMAP_DMA: libc::c_ulong = vfio_io(14);
 const _: () = assert!(VFIO_GET_API_VERSION == 0x3B64 && VFIO_IOMMU_UNMAP_DMA == 0x3B72);
@@ -286,14 +285,6 @@ impl VfioDevice {
         let cmd = u16::from_le_bytes(raw) | PCI_COMMAND_MEMORY | PCI_COMMAND_BUS_MASTER;
         self.device
             .write_all_at(&cmd.to_le_bytes(), cfg.offset + PCI_COMMAND_OFFSET)
-    }
-
-    /// Function-level reset through VFIO (best effort; the controller reset via CC.EN is
-    /// what the driver relies on).
-    pub fn reset(&self) -> io::Result<()> {
-        // SAFETY: VFIO_DEVICE_RESET takes no argument.
-        let rc = unsafe { libc::ioctl(self.device.as_raw_fd(), VFIO_DEVICE_RESET) };
-        ioctl_result(rc, "VFIO_DEVICE_RESET").map(|_| ())
     }
 
     /// Maps BAR0 (the NVMe register file) into our address space.
