@@ -600,6 +600,84 @@ fn block_device_checks(uri: SpdkUri, ns: NamespaceInfo, report: &mut Report) {
     );
 }
 
+/// The medium of this controller fails reads of sector 4096 and writes of sector 8192
+/// (QEMU blkdebug): the errors must arrive as `DeviceError::Media`, cost no reset, and
+/// leave the rest of the device usable.
+fn media_error_checks(uri: SpdkUri, report: &mut Report) {
+    let dev = match NvmeBlockDevice::open(uri, NvmeOptions::default()) {
+        Ok(d) => d,
+        Err(e) => return report.record("media-open", Err(e.to_string())),
+    };
+    let mut buf = AlignedBuf::new_zeroed(4096);
+    let read_bad = match dev.read_at(4096 * 512, &mut buf) {
+        Err(DeviceError::Media(m)) => Ok(m),
+        other => Err(format!("{other:?}")),
+    };
+    report.record("media-error-read", read_bad);
+    let write_bad = match dev.write_at(8192 * 512, &buf) {
+        Err(DeviceError::Media(m)) => Ok(m),
+        other => Err(format!("{other:?}")),
+    };
+    report.record("media-error-write", write_bad);
+    let mut w = AlignedBuf::new_zeroed(64 << 10);
+    fill_pattern(w.as_mut_slice(), 0, 512, 5);
+    let healthy = dev
+        .write_at(0, &w)
+        .and_then(|_| dev.read_at(0, &mut buf))
+        .map_err(|e| e.to_string())
+        .and_then(|_| {
+            if buf.as_slice() != &w.as_slice()[..4096] {
+                return Err("mismatch".to_string());
+            }
+            match dev.resets() {
+                0 => Ok("other blocks fine, no reset".to_string()),
+                n => Err(format!("{n} resets for plain error statuses")),
+            }
+        });
+    report.record("media-error-rest-usable", healthy);
+}
+
+/// This controller is throttled to 1 I/O per second: with a 300 ms deadline a 3-command
+/// request must fail with `Timeout` and reset the controller; with a long deadline the
+/// device then works again and holds the data.
+fn timeout_checks(uri: SpdkUri, report: &mut Report) {
+    let opts = NvmeOptions {
+        io_timeout_ms: 300,
+        ..NvmeOptions::default()
+    };
+    let dev = match NvmeBlockDevice::open(uri, opts) {
+        Ok(d) => d,
+        Err(e) => return report.record("timeout-open", Err(e.to_string())),
+    };
+    let w = AlignedBuf::new_zeroed(1536 << 10);
+    let start = std::time::Instant::now();
+    let timed_out = match dev.write_at(0, &w) {
+        Err(DeviceError::Timeout) if dev.resets() == 1 => Ok(format!(
+            "Timeout after {} ms, controller reset",
+            start.elapsed().as_millis()
+        )),
+        other => Err(format!("{other:?}, {} resets", dev.resets())),
+    };
+    report.record("timeout-resets-controller", timed_out);
+    dev.set_io_timeout_ms(30_000);
+    let mut w = AlignedBuf::new_zeroed(4096);
+    fill_pattern(w.as_mut_slice(), 64, 512, 9);
+    let mut r = AlignedBuf::new_zeroed(4096);
+    let after = dev
+        .write_at(64 * 512, &w)
+        .and_then(|_| dev.read_at(64 * 512, &mut r));
+    report.record(
+        "timeout-then-usable",
+        match after {
+            Ok(()) if r.as_slice() == w.as_slice() => {
+                Ok("write + read after the reset verified".into())
+            }
+            Ok(()) => Err("mismatch".into()),
+            Err(e) => Err(e.to_string()),
+        },
+    );
+}
+
 fn main() -> ExitCode {
     let Ok(uri) = std::env::var("LAVIK_NVME_URI") else {
         eprintln!("nvme_guest: set LAVIK_NVME_URI=spdk://BDF/NSID (run tools/vm/run-nvme-test.sh)");
@@ -620,6 +698,19 @@ fn main() -> ExitCode {
         block_device_checks(uri, ns, &mut report);
     } else {
         report.failed += 1;
+    }
+    for (var, check) in [
+        (
+            "LAVIK_NVME_FAULTY_URI",
+            media_error_checks as fn(SpdkUri, &mut Report),
+        ),
+        ("LAVIK_NVME_SLOW_URI", timeout_checks),
+    ] {
+        match std::env::var(var).map(|u| u.parse::<SpdkUri>()) {
+            Ok(Ok(u)) => check(u, &mut report),
+            Ok(Err(e)) => report.record(var, Err(e)),
+            Err(_) => println!("SKIP {var} not set"),
+        }
     }
     let verdict = if report.failed == 0 { "PASS" } else { "FAIL" };
     println!("NVME-GUEST-RESULT: {verdict} ({} failed)", report.failed);

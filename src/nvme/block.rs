@@ -210,6 +210,7 @@ pub struct NvmeBlockDevice {
     controller: Mutex<Option<Controller>>,
     registers: Arc<Bar0>,
     resets: AtomicU64,
+    io_timeout_ms: AtomicU64,
 }
 
 /// The caller's side of one request.
@@ -275,11 +276,12 @@ impl NvmeBlockDevice {
             uri,
             namespace,
             chunk_bytes,
-            options,
             queues,
             registers: controller.registers(),
             controller: Mutex::new(Some(controller)),
             resets: AtomicU64::new(0),
+            io_timeout_ms: AtomicU64::new(options.io_timeout_ms),
+            options,
         })
     }
 
@@ -295,6 +297,15 @@ impl NvmeBlockDevice {
     /// Controller resets done so far (diagnostics).
     pub fn resets(&self) -> u64 {
         self.resets.load(Ordering::Relaxed)
+    }
+
+    /// Changes the deadline given to commands submitted from now on.
+    pub fn set_io_timeout_ms(&self, timeout_ms: u64) {
+        self.io_timeout_ms.store(timeout_ms, Ordering::Relaxed);
+    }
+
+    fn deadline_ns(&self) -> u64 {
+        now_ns() + self.io_timeout_ms.load(Ordering::Relaxed) * 1_000_000
     }
 
     /// Resets the controller now (operator action or after an error seen elsewhere):
@@ -425,7 +436,7 @@ impl NvmeBlockDevice {
                     buf.as_mut_slice()[..n].copy_from_slice(&src[next..next + n]);
                 }
                 let lba = (offset_bytes + next as u64) / bs;
-                let deadline = now_ns() + self.options.io_timeout_ms * 1_000_000;
+                let deadline = self.deadline_ns();
                 match queue.submit(
                     op,
                     lba,
@@ -520,7 +531,7 @@ impl NvmeBlockDevice {
             .queue
             .as_mut()
             .ok_or_else(|| Stop::Failed(self.failed()))?;
-        let deadline = now_ns() + self.options.io_timeout_ms * 1_000_000;
+        let deadline = self.deadline_ns();
         queue
             .submit(IoOp::Flush, 0, 0, None, 0, deadline)
             .map_err(|(e, _)| {

@@ -111,18 +111,23 @@ for m in $(cat /lib/modules/order); do
 done
 echo 64 > /proc/sys/vm/nr_hugepages
 echo "guest: hugepages $(cat /proc/sys/vm/nr_hugepages)"
-bdf=""
+n=0
 for d in /sys/bus/pci/devices/*; do
-    [ "$(cat $d/class)" = "0x010802" ] && bdf=$(basename $d)
-done
-if [ -z "$bdf" ]; then
-    echo "FAIL setup: no NVMe controller found"
-else
-    echo "guest: NVMe at $bdf, IOMMU group $(basename $(readlink /sys/bus/pci/devices/$bdf/iommu_group))"
-    echo vfio-pci > /sys/bus/pci/devices/$bdf/driver_override
+    [ "$(cat $d/class)" = "0x010802" ] || continue
+    bdf=$(basename $d)
+    echo vfio-pci > $d/driver_override
     echo $bdf > /sys/bus/pci/drivers_probe
-    echo "guest: bound to $(basename $(readlink /sys/bus/pci/devices/$bdf/driver))"
-    LAVIK_NVME_URI=spdk://$bdf/1 RUST_BACKTRACE=1 /nvme_guest
+    echo "guest: NVMe $bdf (IOMMU group $(basename $(readlink $d/iommu_group))) bound to $(basename $(readlink $d/driver))"
+    n=$((n + 1))
+done
+if [ $n -ne 3 ]; then
+    echo "FAIL setup: found $n NVMe controllers, want 3"
+else
+    # Slots are pinned by the host script: 04 healthy, 05 media errors, 06 throttled.
+    LAVIK_NVME_URI=spdk://0000:00:04.0/1 \
+    LAVIK_NVME_FAULTY_URI=spdk://0000:00:05.0/1 \
+    LAVIK_NVME_SLOW_URI=spdk://0000:00:06.0/1 \
+    RUST_BACKTRACE=1 /nvme_guest
     echo "guest: nvme_guest exit $?"
 fi
 echo "guest: done"
@@ -137,6 +142,27 @@ if [ "${LAVIK_VM_KEEP:-0}" != 1 ] || [ ! -f "$img" ]; then
     rm -f "$img"
     truncate -s 256M "$img"
 fi
+# A second controller whose medium fails reads of sector 4096 and writes of sector 8192
+# with EIO (QEMU's blkdebug), which the emulated controller reports as Unrecovered Read
+# Error / Write Fault; a third one throttled to 1 I/O per second, to provoke timeouts.
+faulty_img="$work/faulty.img"
+slow_img="$work/slow.img"
+rm -f "$faulty_img" "$slow_img"
+truncate -s 64M "$faulty_img"
+truncate -s 64M "$slow_img"
+cat > "$work/blkdebug.conf" <<'EOF'
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "4096"
+once = "off"
+
+[inject-error]
+event = "write_aio"
+errno = "5"
+sector = "8192"
+once = "off"
+EOF
 console="$work/console.log"
 log "booting $kver under $accel (timeout ${timeout_s}s); console in $console"
 set +e
@@ -147,7 +173,11 @@ timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 \
     -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
     -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=4" \
     -drive file="$img",if=none,id=n0,format=raw \
-    -device nvme,drive=n0,serial=lavik \
+    -device nvme,drive=n0,serial=lavik,addr=0x4 \
+    -drive file="blkdebug:$work/blkdebug.conf:$faulty_img",if=none,id=n1,format=raw \
+    -device nvme,drive=n1,serial=lavik-faulty,addr=0x5 \
+    -drive file="$slow_img",if=none,id=n2,format=raw,throttling.iops-total=1 \
+    -device nvme,drive=n2,serial=lavik-slow,addr=0x6 \
     </dev/null >"$console" 2>&1
 qemu_rc=$?
 set -e
