@@ -64,8 +64,8 @@ log "building tests/nvme_guest.rs (static)"
 host_target=x86_64-unknown-linux-gnu
 bin=$(cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo test --test nvme_guest --no-run \
     --target "$host_target" --message-format=json 2>"$work/build.log" |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    grep '"name":"nvme_guest"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+if [ -z "$bin" ] || [ ! -x "$bin" ] || [[ "$(basename "$bin")" != nvme_guest-* ]]; then
     log "build failed:"; tail -30 "$work/build.log" >&2; exit 1
 fi
 if ldd "$bin" 2>&1 | grep -q '=>'; then
