@@ -210,6 +210,7 @@ pub struct NvmeBlockDevice {
     controller: Mutex<Option<Controller>>,
     registers: Arc<Bar0>,
     resets: AtomicU64,
+    retries: AtomicU64,
     io_timeout_ms: AtomicU64,
 }
 
@@ -280,6 +281,7 @@ impl NvmeBlockDevice {
             registers: controller.registers(),
             controller: Mutex::new(Some(controller)),
             resets: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
             io_timeout_ms: AtomicU64::new(options.io_timeout_ms),
             options,
         })
@@ -297,6 +299,11 @@ impl NvmeBlockDevice {
     /// Controller resets done so far (diagnostics).
     pub fn resets(&self) -> u64 {
         self.resets.load(Ordering::Relaxed)
+    }
+
+    /// Commands resubmitted after a retryable error status so far (diagnostics).
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
     }
 
     /// Changes the deadline given to commands submitted from now on.
@@ -422,30 +429,35 @@ impl NvmeBlockDevice {
         data: &mut Data<'_>,
     ) -> Result<(), Stop> {
         let len = data.len();
-        let bs = self.namespace.block_size_bytes as u64;
+        let chunk = self.chunk_bytes;
         let QueueState { queue, pool } = qs;
         let queue = queue.as_mut().ok_or_else(|| Stop::Failed(self.failed()))?;
         let (mut next, mut outstanding) = (0usize, 0usize);
         let mut first_error: Option<DeviceError> = None;
+        // Chunks whose command failed with a retryable status, with their buffer (still
+        // holding the data for a write), and how often each chunk was retried.
+        let mut retry: Vec<(usize, DmaBuffer)> = Vec::new();
+        let mut retried: Vec<(usize, u32)> = Vec::new();
         let mut idle_since = Instant::now();
-        while next < len || outstanding > 0 {
+        while next < len || outstanding > 0 || (!retry.is_empty() && first_error.is_none()) {
+            while first_error.is_none() {
+                let Some((at, buf)) = retry.pop() else { break };
+                match self.submit_chunk(queue, op, offset_bytes, at, chunk.min(len - at), buf) {
+                    Ok(()) => outstanding += 1,
+                    Err((e, b)) => {
+                        pool.extend(b);
+                        first_error = Some(DeviceError::Io(std::io::Error::other(e.to_string())));
+                    }
+                }
+            }
             while next < len && first_error.is_none() {
                 let Some(mut buf) = pool.pop() else { break };
-                let n = self.chunk_bytes.min(len - next);
+                let n = chunk.min(len - next);
                 if let Data::Write(src) = data {
                     buf.as_mut_slice()[..n].copy_from_slice(&src[next..next + n]);
                 }
-                let lba = (offset_bytes + next as u64) / bs;
-                let deadline = self.deadline_ns();
-                match queue.submit(
-                    op,
-                    lba,
-                    (n as u64 / bs) as u32,
-                    Some(buf),
-                    next as u64,
-                    deadline,
-                ) {
-                    Ok(_) => {
+                match self.submit_chunk(queue, op, offset_bytes, next, n, buf) {
+                    Ok(()) => {
                         outstanding += 1;
                         next += n;
                     }
@@ -463,8 +475,7 @@ impl NvmeBlockDevice {
             if first_error.is_some() && outstanding == 0 {
                 break;
             }
-            let chunk = self.chunk_bytes;
-            let polled = queue.poll(self.options.max_completions_per_poll, |c| {
+            let polled = queue.poll(self.options.max_completions_per_poll, |mut c| {
                 outstanding -= 1;
                 let at = c.tag as usize;
                 let n = chunk.min(len - at);
@@ -475,6 +486,19 @@ impl NvmeBlockDevice {
                         }
                     }
                     Ok(_) => {}
+                    Err(e)
+                        if e.is_retryable()
+                            && c.buffer.is_some()
+                            && count_retry(&mut retried, at) =>
+                    {
+                        tracing::warn!(
+                            "{}: {e} at byte {}; retrying",
+                            self.uri,
+                            offset_bytes + at as u64
+                        );
+                        self.retries.fetch_add(1, Ordering::Relaxed);
+                        retry.extend(c.buffer.take().map(|b| (at, b)));
+                    }
                     Err(e) => {
                         first_error.get_or_insert_with(|| {
                             self.map_command_error(e, offset_bytes + at as u64, n as u64)
@@ -489,7 +513,26 @@ impl NvmeBlockDevice {
                 Err(e) => return Err(self.violation(e)),
             }
         }
+        pool.extend(retry.into_iter().map(|(_, b)| b));
         first_error.map_or(Ok(()), |e| Err(Stop::Failed(e)))
+    }
+
+    /// Submits the chunk at byte `at` of the request (`n` bytes) with its bounce buffer.
+    fn submit_chunk(
+        &self,
+        queue: &mut IoQueue,
+        op: IoOp,
+        offset_bytes: u64,
+        at: usize,
+        n: usize,
+        buf: DmaBuffer,
+    ) -> Result<(), (NvmeError, Option<DmaBuffer>)> {
+        let bs = self.namespace.block_size_bytes as u64;
+        let lba = (offset_bytes + at as u64) / bs;
+        let blocks = (n as u64 / bs) as u32;
+        queue
+            .submit(op, lba, blocks, Some(buf), at as u64, self.deadline_ns())
+            .map(|_| ())
     }
 
     fn violation(&self, e: NvmeError) -> Stop {
@@ -597,6 +640,24 @@ fn map_command_error(
         },
         ErrorClass::Media => DeviceError::Media(format!("{uri}: {e} at byte {offset_bytes}")),
         _ => DeviceError::Io(std::io::Error::other(format!("{uri}: {e}"))),
+    }
+}
+
+/// Resubmissions allowed per chunk for statuses with DNR clear.
+pub const RETRIES_PER_COMMAND_MAX: u32 = 2;
+
+/// Records one more retry of the chunk at `at`; false once it used up its retries.
+fn count_retry(retried: &mut Vec<(usize, u32)>, at: usize) -> bool {
+    match retried.iter_mut().find(|(a, _)| *a == at) {
+        Some((_, n)) if *n >= RETRIES_PER_COMMAND_MAX => false,
+        Some((_, n)) => {
+            *n += 1;
+            true
+        }
+        None => {
+            retried.push((at, 1));
+            true
+        }
     }
 }
 
@@ -743,6 +804,17 @@ mod tests {
             matches!(io, DeviceError::Io(ref e) if e.to_string().contains("InternalError")),
             "{io:?}"
         );
+    }
+
+    // Proves each chunk gets exactly RETRIES_PER_COMMAND_MAX retries, independently.
+    #[test]
+    fn retry_budget_per_chunk() {
+        let mut r = Vec::new();
+        for _ in 0..RETRIES_PER_COMMAND_MAX {
+            assert!(count_retry(&mut r, 4096));
+        }
+        assert!(!count_retry(&mut r, 4096));
+        assert!(count_retry(&mut r, 0), "another chunk has its own budget");
     }
 
     // Proves data-file lists are validated before any device is opened: bad syntax,

@@ -144,7 +144,8 @@ if [ "${LAVIK_VM_KEEP:-0}" != 1 ] || [ ! -f "$img" ]; then
 fi
 # A second controller whose medium fails reads of sector 4096 and writes of sector 8192
 # with EIO (QEMU's blkdebug), which the emulated controller reports as Unrecovered Read
-# Error / Write Fault; a third one throttled to 1 I/O per second, to provoke timeouts.
+# Error / Write Fault, and fails the first read of sector 12288 only (a transient error
+# a retry gets past); a third one throttled to 1 I/O per second, to provoke timeouts.
 faulty_img="$work/faulty.img"
 slow_img="$work/slow.img"
 rm -f "$faulty_img" "$slow_img"
@@ -162,6 +163,12 @@ event = "write_aio"
 errno = "5"
 sector = "8192"
 once = "off"
+
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "12288"
+once = "on"
 EOF
 console="$work/console.log"
 log "booting $kver under $accel (timeout ${timeout_s}s); console in $console"
