@@ -8,11 +8,13 @@
 //! - `runtime`: io_uring ring code, provided buffers, wake-ups, pinning.
 //! - `storage`: the engine: compact index, log-structured values, recovery.
 //! - `device`: block devices (files and raw devices, in-memory for tests).
+//! - `nvme`: the userspace NVMe driver over VFIO (appliance storage).
 //! - `server`: workers, connections, routing, command dispatch.
 //! - `commands`: the command table and one file per command family.
 pub mod commands;
 pub mod config;
 pub mod device;
+pub mod nvme;
 pub mod resp;
 pub mod runtime;
 pub mod server;

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Runs the userspace NVMe driver check (tests/nvme_guest.rs) inside a QEMU guest:
+# q35 + intel-iommu, an emulated NVMe controller on a raw disk image, bound to vfio-pci.
+#
+#   tools/vm/run-nvme-test.sh        # exit 0 = every in-guest check passed, 1 = not
+#
+# Steps: install qemu-system-x86 / busybox-static / cpio if missing; fetch Debian's
+# linux-image-amd64 dependency (the versioned linux-image-6.x-amd64 package) with
+# `apt-get download` and unpack it with `dpkg-deb -x` (never installed); build the check
+# as a statically linked glibc binary; pack it with busybox and the vfio modules into an
+# initramfs; boot it under software emulation (TCG) with a timeout; grep the serial
+# console for PASS/FAIL lines.
+#
+# Environment: LAVIK_VM_DIR (work dir, default target/nvme-vm), LAVIK_VM_TIMEOUT_S
+# (default 240), LAVIK_VM_ACCEL (default tcg; "kvm" where KVM works), LAVIK_VM_KEEP=1
+# keeps the disk image between runs.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+work=${LAVIK_VM_DIR:-$repo/target/nvme-vm}
+timeout_s=${LAVIK_VM_TIMEOUT_S:-240}
+accel=${LAVIK_VM_ACCEL:-tcg}
+mkdir -p "$work"
+log() { echo "run-nvme-test: $*" >&2; }
+
+# --- 1. host tools ------------------------------------------------------------------------
+need_pkgs=()
+command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
+[ -e /usr/share/doc/busybox-static ] || need_pkgs+=(busybox-static)
+command -v cpio >/dev/null || need_pkgs+=(cpio)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    log "installing ${need_pkgs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+busybox_bin=/bin/busybox
+[ -x "$busybox_bin" ] || busybox_bin=/usr/bin/busybox
+if ldd "$busybox_bin" 2>&1 | grep -q '=>'; then
+    log "$busybox_bin is dynamically linked; install busybox-static"; exit 1
+fi
+
+# --- 2. guest kernel (downloaded and unpacked, not installed) ------------------------------
+kdir="$work/kernel"
+if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
+    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+    if [ -z "$pkg" ]; then
+        apt-get update -qq
+        pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+    fi
+    [ -n "$pkg" ] || { log "cannot resolve linux-image-amd64 to a versioned package"; exit 1; }
+    log "downloading $pkg"
+    rm -rf "$work/deb" "$kdir"
+    mkdir -p "$work/deb" "$kdir"
+    (cd "$work/deb" && apt-get download "$pkg" >/dev/null 2>&1) || { log "apt-get download $pkg failed"; exit 1; }
+    dpkg-deb -x "$work"/deb/"$pkg"_*.deb "$kdir"
+    rm -rf "$work/deb"
+fi
+vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -1)
+kver=${vmlinuz##*/vmlinuz-}
+moddir="$kdir/lib/modules/$kver"
+
+# --- 3. the statically linked check binary -------------------------------------------------
+log "building tests/nvme_guest.rs (static)"
+host_target=x86_64-unknown-linux-gnu
+bin=$(cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo test --test nvme_guest --no-run \
+    --target "$host_target" --message-format=json 2>"$work/build.log" |
+    grep '"name":"nvme_guest"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+if [ -z "$bin" ] || [ ! -x "$bin" ] || [[ "$(basename "$bin")" != nvme_guest-* ]]; then
+    log "build failed:"; tail -30 "$work/build.log" >&2; exit 1
+fi
+if ldd "$bin" 2>&1 | grep -q '=>'; then
+    log "warning: $bin does not look statically linked"
+fi
+
+# --- 4. initramfs: busybox, vfio modules in dependency order, the binary, /init ------------
+root="$work/initramfs"
+rm -rf "$root"
+mkdir -p "$root"/{bin,dev,proc,sys,mnt,lib/modules}
+cp "$busybox_bin" "$root/bin/busybox"
+cp "$bin" "$root/nvme_guest"
+
+declare -A mod_path=() loaded=()
+while IFS= read -r f; do
+    n=$(basename "$f" .ko); mod_path[${n//-/_}]=$f
+done < <(find "$moddir/kernel" -name '*.ko')
+order=()
+add_module() {  # depth-first on the depends= field of .modinfo
+    local name=${1//-/_} dep
+    [ -n "${loaded[$name]:-}" ] && return 0
+    [ -n "${mod_path[$name]:-}" ] || { log "module $name not in $moddir"; exit 1; }
+    for dep in $(grep -a -o 'depends=[A-Za-z0-9_,-]*' "${mod_path[$name]}" | head -1 | cut -d= -f2 | tr ',' ' '); do
+        add_module "$dep"
+    done
+    loaded[$name]=1
+    order+=("$name")
+}
+add_module vfio_iommu_type1
+add_module vfio_pci
+for m in "${order[@]}"; do cp "${mod_path[$m]}" "$root/lib/modules/$m.ko"; done
+printf '%s\n' "${order[@]}" > "$root/lib/modules/order"
+
+cat > "$root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+echo "guest: kernel $(uname -r)"
+for m in $(cat /lib/modules/order); do
+    insmod /lib/modules/$m.ko || echo "guest: insmod $m failed"
+done
+echo 64 > /proc/sys/vm/nr_hugepages
+echo "guest: hugepages $(cat /proc/sys/vm/nr_hugepages)"
+n=0
+for d in /sys/bus/pci/devices/*; do
+    [ "$(cat $d/class)" = "0x010802" ] || continue
+    bdf=$(basename $d)
+    echo vfio-pci > $d/driver_override
+    echo $bdf > /sys/bus/pci/drivers_probe
+    echo "guest: NVMe $bdf (IOMMU group $(basename $(readlink $d/iommu_group))) bound to $(basename $(readlink $d/driver))"
+    n=$((n + 1))
+done
+if [ $n -ne 3 ]; then
+    echo "FAIL setup: found $n NVMe controllers, want 3"
+else
+    # Slots are pinned by the host script: 04 healthy, 05 media errors, 06 throttled.
+    LAVIK_NVME_URI=spdk://0000:00:04.0/1 \
+    LAVIK_NVME_FAULTY_URI=spdk://0000:00:05.0/1 \
+    LAVIK_NVME_SLOW_URI=spdk://0000:00:06.0/1 \
+    RUST_BACKTRACE=1 /nvme_guest
+    echo "guest: nvme_guest exit $?"
+fi
+echo "guest: done"
+poweroff -f
+EOF
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+
+# --- 5. boot -------------------------------------------------------------------------------
+img="$work/nvme.img"
+if [ "${LAVIK_VM_KEEP:-0}" != 1 ] || [ ! -f "$img" ]; then
+    rm -f "$img"
+    truncate -s 256M "$img"
+fi
+# A second controller whose medium fails reads of sector 4096 and writes of sector 8192
+# with EIO (QEMU's blkdebug), which the emulated controller reports as Unrecovered Read
+# Error / Write Fault, and fails the first read of sector 12288 only (a transient error
+# a retry gets past); a third one throttled to 1 I/O per second, to provoke timeouts.
+faulty_img="$work/faulty.img"
+slow_img="$work/slow.img"
+rm -f "$faulty_img" "$slow_img"
+truncate -s 64M "$faulty_img"
+truncate -s 64M "$slow_img"
+cat > "$work/blkdebug.conf" <<'EOF'
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "4096"
+once = "off"
+
+[inject-error]
+event = "write_aio"
+errno = "5"
+sector = "8192"
+once = "off"
+
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "12288"
+once = "on"
+EOF
+console="$work/console.log"
+log "booting $kver under $accel (timeout ${timeout_s}s); console in $console"
+set +e
+timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 \
+    -machine q35 -accel "$accel" -cpu max -smp 2 -m 1G \
+    -device intel-iommu \
+    -nographic -no-reboot \
+    -kernel "$vmlinuz" -initrd "$work/initramfs.gz" \
+    -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=4" \
+    -drive file="$img",if=none,id=n0,format=raw \
+    -device nvme,drive=n0,serial=lavik,addr=0x4 \
+    -drive file="blkdebug:$work/blkdebug.conf:$faulty_img",if=none,id=n1,format=raw \
+    -device nvme,drive=n1,serial=lavik-faulty,addr=0x5 \
+    -drive file="$slow_img",if=none,id=n2,format=raw,throttling.iops-total=1 \
+    -device nvme,drive=n2,serial=lavik-slow,addr=0x6 \
+    </dev/null >"$console" 2>&1
+qemu_rc=$?
+set -e
+
+grep -E '^(PASS|FAIL|guest:|NVME-GUEST-RESULT)' "$console" | tr -d '\r' >&2 || true
+if [ $qemu_rc -eq 124 ]; then log "timed out after ${timeout_s}s"; fi
+if grep -q '^NVME-GUEST-RESULT: PASS' "$console" && ! grep -q '^FAIL' "$console"; then
+    # The writes must have reached the emulated medium, not just guest memory.
+    if cmp -s -n 16384 "$img" /dev/zero; then
+        log "FAIL: guest reported PASS but the first 16 KiB of $img are still zero"
+        exit 1
+    fi
+    log "PASS (disk image holds the written data)"
+    exit 0
+fi
+log "FAIL (qemu exit $qemu_rc; last console lines follow)"
+tail -25 "$console" | tr -d '\r' >&2
+exit 1
