@@ -114,7 +114,30 @@ fn main() {
         ..StoreConfig::default()
     };
     let started = std::time::Instant::now();
-    let opened = match storage::open(&store_cfg) {
+    let opened_result = if settings.cli.storage == "spdk" {
+        let uris: Vec<String> = settings
+            .data_files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+        let options = lavik::nvme::block::NvmeOptions {
+            max_completions_per_poll: settings.cli.spdk_max_completions_per_poll as usize,
+            io_queue_pairs: threads.min(u16::MAX as usize) as u16,
+            ..lavik::nvme::block::NvmeOptions::from_env()
+        };
+        match lavik::nvme::block::open_spdk_data_files(&uris, &options) {
+            Ok(devices) => storage::open_on(devices, &store_cfg),
+            Err(e) => {
+                tracing::error!("cannot open NVMe devices: {e}");
+                eprintln!("lavik: cannot open NVMe devices: {e}");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        storage::open(&store_cfg)
+    };
+    let opened = match opened_result {
         Ok(o) => o,
         Err(e) => {
             tracing::error!("cannot open store: {e}");

@@ -380,7 +380,7 @@ impl Settings {
         }
         match cli.storage.as_str() {
             "uring" => {}
-            "spdk" => return Err("--storage=spdk: the userspace NVMe driver is not built into this binary yet (issue 6)".into()),
+            "spdk" => {}
             other => return Err(format!("--storage must be uring or spdk, got '{other}'")),
         }
         match cli.network.as_str() {
@@ -437,9 +437,16 @@ impl Settings {
             cli.data_file.iter().map(PathBuf::from).collect()
         };
         for f in &data_files {
-            if f.to_string_lossy().starts_with("spdk://") {
+            let is_spdk = f.to_string_lossy().starts_with("spdk://");
+            if is_spdk && cli.storage != "spdk" {
                 return Err(format!(
                     "{}: spdk:// data files need --storage=spdk",
+                    f.display()
+                ));
+            }
+            if !is_spdk && cli.storage == "spdk" {
+                return Err(format!(
+                    "--storage=spdk takes --data-file=spdk://BDF/NSID (e.g. spdk://0000:00:04.0/1), got {}",
                     f.display()
                 ));
             }
