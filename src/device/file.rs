@@ -158,6 +158,10 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(std::os::fd::AsRawFd::as_raw_fd(&self.file))
+    }
+
     fn describe(&self) -> String {
         self.path.display().to_string()
     }

@@ -149,6 +149,11 @@ pub trait BlockDevice: Send + Sync {
         buf.as_mut_slice()[range].copy_from_slice(tmp.as_slice());
         Ok(())
     }
+    /// The file descriptor to read with the caller's own io_uring, when the
+    /// backend is a kernel file or block device (`None` otherwise).
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// A sub-range of an `AlignedBuf` usable for a transfer: non-empty, 4096-aligned, inside.

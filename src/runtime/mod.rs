@@ -17,6 +17,8 @@ pub enum OpKind {
     Recv = 2,
     Send = 3,
     Wake = 4,
+    /// A device read for a GET (`storage::get_async`).
+    Read = 5,
 }
 
 /// Packs an operation kind and a 56-bit token (listener index or connection

@@ -4,10 +4,12 @@ use super::conn::{Conn, Slot};
 use super::{local, now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
+use crate::device::AlignedBuf;
 use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
-use crate::storage::{FsyncPolicy, Shard};
+use crate::storage::get_async::{GetStep, ReadPlan};
+use crate::storage::{FsyncPolicy, Shard, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -27,6 +29,36 @@ const PENDING_REPLIES_MAX: usize = 1024;
 const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 /// Longest park when nothing is pending (active expiry, shutdown checks).
 const IDLE_WAIT_MS: u64 = 100;
+/// GET device reads in flight per worker; beyond it GETs read synchronously.
+const READS_INFLIGHT_MAX: usize = 256;
+/// Size of a pooled read buffer (the engine's first read window).
+const READ_BUFFER_BYTES: usize = 8192;
+
+/// Where the answer to an asynchronous GET goes.
+#[derive(Clone, Copy)]
+enum ReadDest {
+    Local {
+        token: ConnToken,
+        seq: u64,
+    },
+    Remote {
+        from: usize,
+        token: ConnToken,
+        seq: u64,
+    },
+}
+
+/// A GET waiting for its device read. The buffer is owned here, untouched,
+/// until the read's completion arrives.
+struct PendingRead {
+    dest: ReadDest,
+    shard: u32,
+    db: u8,
+    proto: Proto,
+    key: Vec<u8>,
+    plan: ReadPlan,
+    buf: AlignedBuf,
+}
 
 pub enum Outcome {
     Done,
@@ -65,13 +97,18 @@ pub struct Worker {
     query_limit: usize,
     commands_this_round: u64,
     cqes: Vec<(u64, i32, u32)>,
+    reads: Vec<Option<PendingRead>>,
+    free_reads: Vec<usize>,
+    reads_inflight: usize,
+    read_bufs: Vec<AlignedBuf>,
 }
 
 fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
     loop {
         // SAFETY: every SQE we build points at memory that outlives the
         // operation: connection buffers are not touched while their send is
-        // in flight (`send_inflight`), receive buffers belong to the buffer
+        // in flight (`send_inflight`), GET read buffers are owned by their
+        // `PendingRead` until its completion, receive buffers belong to the buffer
         // ring, and the wake buffer is a Box owned by the worker.
         if unsafe { ring.submission().push(sqe) }.is_ok() {
             return;
@@ -115,6 +152,10 @@ impl Worker {
             parsed: ParsedCommand::default(),
             commands_this_round: 0,
             cqes: Vec::with_capacity(1024),
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            reads_inflight: 0,
+            read_bufs: Vec::new(),
         })
     }
 
@@ -148,6 +189,12 @@ impl Worker {
     }
 
     fn finish(mut self) {
+        // Device reads in flight write into buffers we own: wait for them.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.reads_inflight > 0 && Instant::now() < deadline {
+            let _ = self.ring.submit_and_wait(1);
+            self.reap(now_ms());
+        }
         // Serve lend requests already queued so a coordinator never waits on
         // a worker that is gone.
         self.drain_mailbox(now_ms());
@@ -225,6 +272,7 @@ impl Worker {
                 k if k == OpKind::Recv as u8 => self.on_recv(token, res, flags),
                 k if k == OpKind::Send as u8 => self.on_send(token, res),
                 k if k == OpKind::Wake as u8 => self.arm_wake(),
+                k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
                 _ => tracing::error!("unknown completion kind {kind}"),
             }
         }
@@ -426,6 +474,13 @@ impl Worker {
                     proto,
                     args,
                 } => {
+                    if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
+                        let dest = ReadDest::Remote { from, token, seq };
+                        if let Some(bytes) = self.try_get_async(dest, db, &args[1], proto, now) {
+                            self.outbox[from].push(Msg::Reply { token, seq, bytes });
+                        }
+                        continue;
+                    }
                     let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
                     let mut bytes = Vec::new();
                     if let Some(spec) = lookup(refs[0]) {
@@ -814,6 +869,24 @@ impl Worker {
             }
         }
         if all_held {
+            if spec.name == "get" {
+                let seq = conn.next_seq;
+                let dest = ReadDest::Local {
+                    token: ConnToken {
+                        slot,
+                        gen: conn.gen,
+                    },
+                    seq,
+                };
+                match self.try_get_async(dest, conn.db, args[1], conn.proto, now) {
+                    Some(bytes) => conn.reply(|r| r.out.extend_from_slice(&bytes)),
+                    None => {
+                        let reserved = conn.reserve();
+                        debug_assert_eq!(reserved, seq);
+                    }
+                }
+                return Outcome::Done;
+            }
             self.run_local(conn, spec, args, now);
             return Outcome::Done;
         }
@@ -919,6 +992,161 @@ impl Worker {
         }
         drop(guard);
         result
+    }
+
+    // ----- asynchronous GET ----------------------------------------------------
+
+    fn encode_get(proto: Proto, v: Result<Option<Value>, crate::storage::StorageError>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut r = ReplyBuf::new(&mut out, proto);
+        match v {
+            Ok(Some(v)) if v.kind != ValueKind::String => r.error(crate::commands::ERR_WRONGTYPE),
+            Ok(Some(v)) => r.bulk(&v.bytes),
+            Ok(None) => r.null(),
+            Err(e) => r.error(&crate::commands::storage_error(e)),
+        }
+        out
+    }
+
+    /// Starts a GET on one of our own shards. `Some(reply)`: answered now.
+    /// `None`: a device read is in flight and `dest` will get the reply.
+    fn try_get_async(
+        &mut self,
+        dest: ReadDest,
+        db: u8,
+        key: &[u8],
+        proto: Proto,
+        now: u64,
+    ) -> Option<Vec<u8>> {
+        let shard_id = self.shards.shard_id(key);
+        let own = shard_id as usize % self.shared.workers.len() == self.id;
+        let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
+            return Some(Self::encode_get(
+                proto,
+                Err(crate::storage::StorageError::Corrupt(
+                    "shard not held".into(),
+                )),
+            ));
+        };
+        if !own || self.reads_inflight >= READS_INFLIGHT_MAX {
+            return Some(Self::encode_get(proto, shard.get(db, key, now)));
+        }
+        match shard.get_begin(db, key, now) {
+            Ok(GetStep::Done(v)) => Some(Self::encode_get(proto, Ok(v))),
+            Err(e) => Some(Self::encode_get(proto, Err(e))),
+            Ok(GetStep::Read(plan)) => {
+                let buf = self.read_buf_for(plan.len_bytes);
+                let read = PendingRead {
+                    dest,
+                    shard: shard_id,
+                    db,
+                    proto,
+                    key: key.to_vec(),
+                    plan,
+                    buf,
+                };
+                self.submit_read(read);
+                None
+            }
+        }
+    }
+
+    fn read_buf_for(&mut self, len: usize) -> AlignedBuf {
+        if len <= READ_BUFFER_BYTES {
+            self.read_bufs
+                .pop()
+                .unwrap_or_else(|| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
+        } else {
+            AlignedBuf::new_zeroed(len)
+        }
+    }
+
+    fn submit_read(&mut self, mut read: PendingRead) {
+        let idx = match self.free_reads.pop() {
+            Some(i) => i,
+            None => {
+                self.reads.push(None);
+                self.reads.len() - 1
+            }
+        };
+        let len = read.plan.len_bytes.min(read.buf.len());
+        let ptr = read.buf.as_mut_slice().as_mut_ptr();
+        let sqe = opcode::Read::new(types::Fd(read.plan.fd), ptr, len as u32)
+            .offset(read.plan.offset_bytes)
+            .build()
+            .user_data(user_data(OpKind::Read, idx as u64));
+        self.reads[idx] = Some(read);
+        self.reads_inflight += 1;
+        push_sqe(&mut self.ring, &sqe);
+    }
+
+    fn on_read(&mut self, idx: usize, res: i32, now: u64) {
+        let Some(mut read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
+            return;
+        };
+        self.free_reads.push(idx);
+        self.reads_inflight -= 1;
+        let step = if res < 0 || (res as usize) < read.plan.len_bytes {
+            let e = if res < 0 {
+                std::io::Error::from_raw_os_error(-res)
+            } else {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short device read")
+            };
+            Err(crate::storage::StorageError::Device(
+                crate::device::DeviceError::Io(e),
+            ))
+        } else {
+            match self.shards.slots[read.shard as usize].as_mut() {
+                Some(shard) => {
+                    let plan = read.plan.clone();
+                    shard.get_continue(read.db, &read.key, plan, read.buf.as_slice(), now)
+                }
+                None => Err(crate::storage::StorageError::Corrupt(
+                    "shard not held at read completion".into(),
+                )),
+            }
+        };
+        match step {
+            Ok(GetStep::Read(plan)) => {
+                if plan.len_bytes > read.buf.len() {
+                    let old =
+                        std::mem::replace(&mut read.buf, AlignedBuf::new_zeroed(plan.len_bytes));
+                    if old.len() == READ_BUFFER_BYTES {
+                        self.read_bufs.push(old);
+                    }
+                }
+                read.plan = plan;
+                self.submit_read(read);
+            }
+            other => {
+                let v = other.map(|s| match s {
+                    GetStep::Done(v) => v,
+                    GetStep::Read(_) => None,
+                });
+                let bytes = Self::encode_get(read.proto, v);
+                if read.buf.len() == READ_BUFFER_BYTES {
+                    self.read_bufs.push(read.buf);
+                }
+                self.deliver(read.dest, bytes);
+            }
+        }
+    }
+
+    fn deliver(&mut self, dest: ReadDest, bytes: Vec<u8>) {
+        match dest {
+            ReadDest::Remote { from, token, seq } => {
+                self.outbox[from].push(Msg::Reply { token, seq, bytes })
+            }
+            ReadDest::Local { token, seq } => {
+                let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                if let Some(conn) = self.conn_mut(tok) {
+                    conn.fill(seq, bytes);
+                    if conn.unparsed() > 0 {
+                        self.mark_ready(token.slot);
+                    }
+                }
+            }
+        }
     }
 
     // ----- storage and sending ----------------------------------------------

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 mod alloc;
 pub mod format;
+pub mod get_async;
 mod hash;
 pub mod index;
 mod recovery;
