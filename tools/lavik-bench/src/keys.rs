@@ -111,8 +111,8 @@ impl KeyGen {
         }
     }
 
-    /// How many keys this generator walks before repeating (S and P); for R and G the
-    /// client's share of the range, used by `--requests=allkeys`.
+    /// How many keys this generator walks before repeating (S and P).
+    #[cfg(test)]
     pub fn walk_len(&self) -> u64 {
         self.high - self.low + 1
     }
