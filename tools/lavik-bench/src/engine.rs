@@ -130,14 +130,23 @@ impl Conn {
                 let bigger = self.input.len() * 2;
                 self.input.resize(bigger, 0);
             }
-            match self.stream.read(&mut self.input[self.input_len..]) {
+            let room = self.input.len() - self.input_len;
+            let read = match self.stream.read(&mut self.input[self.input_len..]) {
                 Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-                Ok(n) => self.input_len += n,
+                Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(replies),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
-            }
+            };
+            self.input_len += read;
             replies += self.consume(w, now, stats)?;
+            // A read that did not fill the buffer emptied the socket. Skipping the read
+            // that would return EAGAIN saves a third of the syscalls per request; it is
+            // safe with edge-triggered epoll on Linux because any byte arriving after this
+            // read queues a new readiness event.
+            if read < room {
+                return Ok(replies);
+            }
         }
     }
 
