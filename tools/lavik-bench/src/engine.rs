@@ -122,7 +122,12 @@ impl Conn {
     }
 
     /// Read everything available and account each complete reply. Returns replies seen.
-    fn read_replies(&mut self, w: &Workload, now: Instant, stats: &mut [OpStats]) -> io::Result<u64> {
+    fn read_replies(
+        &mut self,
+        w: &Workload,
+        now: Instant,
+        stats: &mut [OpStats],
+    ) -> io::Result<u64> {
         let mut replies = 0;
         loop {
             if self.input_len == self.input.len() {
@@ -204,15 +209,19 @@ fn run_thread(plan: ThreadPlan) -> io::Result<ThreadOutcome> {
         match Conn::connect(plan.addr, ClientGen::new(w, plan.first_client + i)) {
             Ok(mut c) => {
                 let token = Token(conns.len());
-                poll.registry()
-                    .register(&mut c.stream, token, Interest::READABLE | Interest::WRITABLE)?;
+                poll.registry().register(
+                    &mut c.stream,
+                    token,
+                    Interest::READABLE | Interest::WRITABLE,
+                )?;
                 conns.push(c);
             }
             Err(_) => connection_errors += 1,
         }
     }
     if connection_errors > 0 {
-        plan.connect_failures.fetch_add(connection_errors as usize, Ordering::Relaxed);
+        plan.connect_failures
+            .fetch_add(connection_errors as usize, Ordering::Relaxed);
     }
     plan.start.wait();
     let start = Instant::now();
@@ -452,8 +461,21 @@ mod tests {
     fn counts_every_reply() {
         let port = fake_server().to_string();
         let o = options(&[
-            "-s", "127.0.0.1", "-p", &port, "-t", "2", "-c", "3", "-n", "400", "--ratio=1:3",
-            "--pipeline=4", "--key-pattern=S:S", "--key-minimum=1", "--key-maximum=100",
+            "-s",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "2",
+            "-c",
+            "3",
+            "-n",
+            "400",
+            "--ratio=1:3",
+            "--pipeline=4",
+            "--key-pattern=S:S",
+            "--key-minimum=1",
+            "--key-maximum=100",
             "--hide-progress",
         ]);
         let r = run(&o, "").unwrap();
@@ -472,12 +494,25 @@ mod tests {
     fn timed_run_stops() {
         let port = fake_server().to_string();
         let o = options(&[
-            "-s", "127.0.0.1", "-p", &port, "-t", "1", "-c", "2", "--test-time=1",
-            "--ratio=0:1", "--hide-progress",
+            "-s",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "--test-time=1",
+            "--ratio=0:1",
+            "--hide-progress",
         ]);
         let t = Instant::now();
         let r = run(&o, "").unwrap();
-        assert!(t.elapsed() < Duration::from_secs(4), "took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            t.elapsed()
+        );
         assert!(r.op("Gets").unwrap().count > 0);
         assert_eq!(r.unanswered, 0);
     }
@@ -490,7 +525,19 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let port = port.to_string();
-        let o = options(&["-s", "127.0.0.1", "-p", &port, "-t", "1", "-c", "2", "-n", "5", "--hide-progress"]);
+        let o = options(&[
+            "-s",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+            "-c",
+            "2",
+            "-n",
+            "5",
+            "--hide-progress",
+        ]);
         let r = run(&o, "").unwrap();
         assert_eq!(r.connection_errors, 2);
         assert_eq!(r.totals().count, 0);

@@ -63,7 +63,10 @@ pub fn parallel_slice(min: u64, max: u64, index: u64, clients: u64) -> (u64, u64
     let len = u128::from(max - min) + 1;
     let start = u128::from(min) + len * u128::from(index) / u128::from(clients);
     let end = u128::from(min) + len * u128::from(index + 1) / u128::from(clients);
-    assert!(end > start, "a client got an empty slice: fewer keys than clients");
+    assert!(
+        end > start,
+        "a client got an empty slice: fewer keys than clients"
+    );
     (start as u64, (end - 1) as u64)
 }
 
@@ -185,7 +188,10 @@ mod tests {
             assert!((10..=19).contains(&k));
             counts[(k - 10) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     // Proves G concentrates around the median (~68 % within one stddev) and stays in range.

@@ -80,9 +80,14 @@ fn bench(o: &BenchOptions) -> Result<(), String> {
         let pretty = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
         std::fs::write(path, pretty).map_err(|e| format!("cannot write {path}: {e}"))?;
     }
-    let failures: u64 = runs.iter().map(|r| r.connection_errors + r.unanswered).sum();
+    let failures: u64 = runs
+        .iter()
+        .map(|r| r.connection_errors + r.unanswered)
+        .sum();
     if failures > 0 {
-        return Err(format!("{failures} connection errors or unanswered requests"));
+        return Err(format!(
+            "{failures} connection errors or unanswered requests"
+        ));
     }
     Ok(())
 }

@@ -33,7 +33,9 @@ impl KeyPattern {
             "R" => Ok(Self::Random),
             "G" => Ok(Self::Gaussian),
             "P" => Ok(Self::Parallel),
-            other => Err(OptionError(format!("unknown key pattern '{other}' (want S, R, G or P)"))),
+            other => Err(OptionError(format!(
+                "unknown key pattern '{other}' (want S, R, G or P)"
+            ))),
         }
     }
 
@@ -194,7 +196,11 @@ impl BenchOptions {
         if self.requests == Requests::AllKeys && self.key_count() < self.total_clients() {
             return fail("--requests=allkeys needs at least one key per client");
         }
-        if self.print_percentiles.iter().any(|p| !(0.0..=100.0).contains(p)) {
+        if self
+            .print_percentiles
+            .iter()
+            .any(|p| !(0.0..=100.0).contains(p))
+        {
             return fail("--print-percentiles values must be within 0..100");
         }
         if self.commands.iter().any(|c| c.ratio == 0) && self.commands.iter().all(|c| c.ratio == 0)
@@ -236,7 +242,10 @@ impl BenchOptions {
             format!("run_count = {}", self.run_count),
             format!("print-percentiles = {:?}", self.print_percentiles),
             format!("hide_histogram = {}", self.hide_histogram),
-            format!("json_out_file = {}", self.json_out_file.as_deref().unwrap_or("")),
+            format!(
+                "json_out_file = {}",
+                self.json_out_file.as_deref().unwrap_or("")
+            ),
         ];
         for c in &self.commands {
             lines.push(format!(
@@ -307,8 +316,16 @@ const SWITCHES: &[(&str, Option<char>)] = &[
 ];
 
 fn lookup_long(name: &str) -> Option<(&'static str, bool)> {
-    let valued = VALUED.iter().find(|(n, _)| *n == name).map(|(n, _)| (*n, true));
-    valued.or_else(|| SWITCHES.iter().find(|(n, _)| *n == name).map(|(n, _)| (*n, false)))
+    let valued = VALUED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, _)| (*n, true));
+    valued.or_else(|| {
+        SWITCHES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(n, _)| (*n, false))
+    })
 }
 
 fn lookup_short(letter: char) -> Option<(&'static str, bool)> {
@@ -396,7 +413,9 @@ fn apply(o: &mut BenchOptions, name: &str, value: Option<String>) -> Result<bool
         "port" => o.port = number(name, &v)?,
         "protocol" => {
             if !matches!(v.as_str(), "redis" | "resp2") {
-                return Err(OptionError(format!("--protocol {v} is not supported (redis only)")));
+                return Err(OptionError(format!(
+                    "--protocol {v} is not supported (redis only)"
+                )));
             }
         }
         "threads" => o.threads = number(name, &v)?,
@@ -613,7 +632,14 @@ mod tests {
             &["--ratio=0:0"],
             &["-c"],
             &["--hide-histogram=yes"],
-            &["-c", "10", "-t", "1", "--requests=allkeys", "--key-maximum=5"],
+            &[
+                "-c",
+                "10",
+                "-t",
+                "1",
+                "--requests=allkeys",
+                "--key-maximum=5",
+            ],
             &["--print-percentiles=50,101"],
         ];
         for case in bad {

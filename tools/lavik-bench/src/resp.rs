@@ -27,7 +27,7 @@ fn parse_len(line: &[u8]) -> Result<i64, ProtocolError> {
     let n: i64 = text
         .parse()
         .map_err(|_| ProtocolError(format!("bad length '{text}'")))?;
-    if n < -1 || n > AGGREGATE_LEN_MAX {
+    if !(-1..=AGGREGATE_LEN_MAX).contains(&n) {
         return Err(ProtocolError(format!("length out of range: {n}")));
     }
     Ok(n)
@@ -80,7 +80,11 @@ pub fn scan_reply(buf: &[u8]) -> Result<Option<(usize, ReplyKind)>, ProtocolErro
                 if n < 0 {
                     ReplyKind::Nil
                 } else {
-                    let per_entry = if matches!(kind_byte, b'%' | b'|') { 2 } else { 1 };
+                    let per_entry = if matches!(kind_byte, b'%' | b'|') {
+                        2
+                    } else {
+                        1
+                    };
                     pending += n as u64 * per_entry;
                     // An attribute precedes the real reply, which is still to come.
                     if kind_byte == b'|' {
@@ -91,7 +95,9 @@ pub fn scan_reply(buf: &[u8]) -> Result<Option<(usize, ReplyKind)>, ProtocolErro
                 }
             }
             other => {
-                return Err(ProtocolError(format!("unknown reply type byte 0x{other:02x}")));
+                return Err(ProtocolError(format!(
+                    "unknown reply type byte 0x{other:02x}"
+                )));
             }
         };
         top.get_or_insert(kind);
@@ -248,7 +254,11 @@ mod tests {
         for (bytes, kind) in cases {
             let mut buf = bytes.to_vec();
             buf.extend_from_slice(b"+NEXT\r\n");
-            assert_eq!(scan_reply(&buf), Ok(Some((bytes.len(), *kind))), "{bytes:?}");
+            assert_eq!(
+                scan_reply(&buf),
+                Ok(Some((bytes.len(), *kind))),
+                "{bytes:?}"
+            );
         }
     }
 

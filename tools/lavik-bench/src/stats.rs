@@ -47,7 +47,8 @@ impl OpStats {
     pub fn record(&mut self, latency_ns: u64) {
         self.count += 1;
         self.latency_sum_ns += latency_ns;
-        self.hist.saturating_record(latency_ns.clamp(1, LATENCY_MAX_NS));
+        self.hist
+            .saturating_record(latency_ns.clamp(1, LATENCY_MAX_NS));
     }
 
     pub fn merge(&mut self, other: &OpStats) {
@@ -112,7 +113,10 @@ impl RunResult {
 
     /// Stats for the op named `name` ("Gets", "Sets", ...).
     pub fn op(&self, name: &str) -> Option<&OpStats> {
-        self.op_names.iter().position(|n| n == name).map(|i| &self.ops[i])
+        self.op_names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| &self.ops[i])
     }
 
     fn rows(&self) -> Vec<(String, OpStats, bool)> {
@@ -123,7 +127,11 @@ impl RunResult {
             .zip(&self.op_is_read)
             .map(|((n, s), r)| (n.clone(), s.clone(), *r))
             .collect();
-        rows.push(("Totals".into(), self.totals(), self.op_is_read.iter().any(|r| *r)));
+        rows.push((
+            "Totals".into(),
+            self.totals(),
+            self.op_is_read.iter().any(|r| *r),
+        ));
         rows
     }
 
@@ -142,7 +150,10 @@ impl RunResult {
         for (name, s, read) in self.rows() {
             let rate = |n: u64| n as f64 / self.secs();
             let (hits, misses) = if read {
-                (format!("{:.2}", rate(s.hits)), format!("{:.2}", rate(s.misses)))
+                (
+                    format!("{:.2}", rate(s.hits)),
+                    format!("{:.2}", rate(s.misses)),
+                )
             } else {
                 ("---".into(), "---".into())
             };
@@ -174,7 +185,8 @@ impl RunResult {
 
     /// A compact latency distribution: cumulative percent at each histogram step.
     fn distribution(&self) -> String {
-        let mut out = String::from("\nRequest Latency Distribution\nType     <= msec         Percent\n");
+        let mut out =
+            String::from("\nRequest Latency Distribution\nType     <= msec         Percent\n");
         out.push_str(&"-".repeat(40));
         out.push('\n');
         for (name, s) in self.op_names.iter().zip(&self.ops) {
@@ -264,10 +276,26 @@ mod tests {
             s.record(us * 1000);
         }
         assert_eq!(s.count, 100_000);
-        assert!(close(s.percentile_ms(50.0), 50.0), "{}", s.percentile_ms(50.0));
-        assert!(close(s.percentile_ms(99.0), 99.0), "{}", s.percentile_ms(99.0));
-        assert!(close(s.percentile_ms(99.9), 99.9), "{}", s.percentile_ms(99.9));
-        assert!(close(s.percentile_ms(99.99), 99.99), "{}", s.percentile_ms(99.99));
+        assert!(
+            close(s.percentile_ms(50.0), 50.0),
+            "{}",
+            s.percentile_ms(50.0)
+        );
+        assert!(
+            close(s.percentile_ms(99.0), 99.0),
+            "{}",
+            s.percentile_ms(99.0)
+        );
+        assert!(
+            close(s.percentile_ms(99.9), 99.9),
+            "{}",
+            s.percentile_ms(99.9)
+        );
+        assert!(
+            close(s.percentile_ms(99.99), 99.99),
+            "{}",
+            s.percentile_ms(99.99)
+        );
         assert!(close(s.avg_ms(), 50.0005));
     }
 
@@ -324,6 +352,11 @@ mod tests {
         let j = r.json(&[50.0, 99.9], json!({}));
         assert_eq!(j["ALL STATS"]["Gets"]["Count"], 1);
         assert_eq!(j["ALL STATS"]["Totals"]["Count"], 1);
-        assert!(close(j["ALL STATS"]["Gets"]["Percentile Latencies"]["p99.90"].as_f64().unwrap(), 1.0));
+        assert!(close(
+            j["ALL STATS"]["Gets"]["Percentile Latencies"]["p99.90"]
+                .as_f64()
+                .unwrap(),
+            1.0
+        ));
     }
 }

@@ -44,7 +44,10 @@ impl Workload {
             vec![
                 OpSpec {
                     name: "Sets".into(),
-                    template: RequestTemplate::compile(&strings(&["SET", "__key__", "__data__"]), &data),
+                    template: RequestTemplate::compile(
+                        &strings(&["SET", "__key__", "__data__"]),
+                        &data,
+                    ),
                     pattern: o.key_pattern_set,
                     weight: o.ratio_set,
                     is_read: false,
@@ -143,7 +146,10 @@ impl ClientGen {
             sum += u64::from(op.weight);
             cumulative.push(sum);
         }
-        assert!(sum > 0, "options validation guarantees a positive total weight");
+        assert!(
+            sum > 0,
+            "options validation guarantees a positive total weight"
+        );
         Self {
             keygens,
             cumulative,
@@ -199,7 +205,8 @@ mod tests {
         let w = workload(&["--ratio=1:3", "-n", "8", "-t", "1", "-c", "1"]);
         let mut g = ClientGen::new(&w, 0);
         let mut out = Vec::new();
-        let ops: Vec<usize> = std::iter::from_fn(|| g.next_request(&w, &mut out).map(|r| r.0)).collect();
+        let ops: Vec<usize> =
+            std::iter::from_fn(|| g.next_request(&w, &mut out).map(|r| r.0)).collect();
         assert_eq!(ops, vec![0, 1, 1, 1, 0, 1, 1, 1]);
         assert!(g.exhausted());
     }
@@ -209,8 +216,18 @@ mod tests {
     #[test]
     fn allkeys_fill_sets_each_key_once() {
         let w = workload(&[
-            "--ratio=1:0", "--key-pattern=P:P", "--requests=allkeys", "-t", "2", "-c", "3",
-            "--key-minimum=1", "--key-maximum=50", "--key-prefix=k", "-d", "1",
+            "--ratio=1:0",
+            "--key-pattern=P:P",
+            "--requests=allkeys",
+            "-t",
+            "2",
+            "-c",
+            "3",
+            "--key-minimum=1",
+            "--key-maximum=50",
+            "--key-prefix=k",
+            "-d",
+            "1",
         ]);
         assert_eq!(w.total_requests(), Some(50));
         let mut keys = Vec::new();

@@ -63,16 +63,25 @@ impl Default for SweepConfig {
 }
 
 fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
-    v.parse().map_err(|_| format!("{key}: '{v}' is not a valid number"))
+    v.parse()
+        .map_err(|_| format!("{key}: '{v}' is not a valid number"))
 }
 
 fn server_line(v: &str) -> Result<ServerSpec, String> {
     let parts: Vec<&str> = v.splitn(3, '|').map(str::trim).collect();
     let [name, port, command] = parts[..] else {
-        return Err(format!("server: expected 'name | port | command', got '{v}'"));
+        return Err(format!(
+            "server: expected 'name | port | command', got '{v}'"
+        ));
     };
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(format!("server name '{name}' must be non-empty [A-Za-z0-9._-]"));
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(format!(
+            "server name '{name}' must be non-empty [A-Za-z0-9._-]"
+        ));
     }
     if command.is_empty() {
         return Err(format!("server {name}: empty command"));
@@ -96,7 +105,12 @@ pub fn parse(text: &str) -> Result<SweepConfig, String> {
             .split_once('=')
             .map(|(k, v)| (k.trim(), v.trim()))
             .ok_or_else(|| format!("line {}: expected key = value", n + 1))?;
-        let list = || value.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let list = || {
+            value
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
         match key {
             "out_dir" => c.out_dir = value.into(),
             "title" => c.title = value.into(),
@@ -135,7 +149,11 @@ fn validate(c: &SweepConfig) -> Result<(), String> {
     if names.len() != c.servers.len() {
         return Err("server names must be unique".into());
     }
-    if let Some(bad) = c.commands.iter().find(|m| !matches!(m.as_str(), "get" | "set")) {
+    if let Some(bad) = c
+        .commands
+        .iter()
+        .find(|m| !matches!(m.as_str(), "get" | "set"))
+    {
         return Err(format!("commands: '{bad}' is not get or set"));
     }
     if c.commands.is_empty() || c.connections.is_empty() {
@@ -147,7 +165,9 @@ fn validate(c: &SweepConfig) -> Result<(), String> {
     for &conns in &c.connections {
         let threads = c.client_threads.min(conns);
         if conns == 0 || conns % threads != 0 {
-            return Err(format!("{conns} connections do not split over {threads} client threads"));
+            return Err(format!(
+                "{conns} connections do not split over {threads} client threads"
+            ));
         }
     }
     if c.keys < u64::from(c.fill_connections.max(1)) {

@@ -209,7 +209,10 @@ pub fn point_command_line(cfg: &SweepConfig, command: &str) -> String {
     let (threads, clients) = if cfg.client_threads == 1 {
         ("1".to_string(), "N".to_string())
     } else {
-        (format!("min({},N)", cfg.client_threads), format!("N/min({},N)", cfg.client_threads))
+        (
+            format!("min({},N)", cfg.client_threads),
+            format!("N/min({},N)", cfg.client_threads),
+        )
     };
     format!(
         "lavik-bench -s 127.0.0.1 -p PORT -t {threads} -c {clients} --test-time={} --ratio={}:{} \\\n  \
@@ -271,7 +274,13 @@ fn fill_and_check(cfg: &SweepConfig, s: &Server, checks: &mut Vec<Check>) -> Res
     let io = |e: std::io::Error| format!("{name}: {e}");
     let mut probe = Probe::connect(s.spec.port).map_err(io)?;
     let flushed = probe.call(&["FLUSHALL"]).map_err(io)?;
-    check(checks, name, "FLUSHALL before fill", flushed == Reply::Text("OK".into()), format!("{flushed:?}"));
+    check(
+        checks,
+        name,
+        "FLUSHALL before fill",
+        flushed == Reply::Text("OK".into()),
+        format!("{flushed:?}"),
+    );
     let r = engine::run(&fill_options(cfg, s.spec.port), &format!("[{name} fill] "))
         .map_err(|e| e.to_string())?;
     let sets = r.op("Sets").map_or(0, |x| x.count);
@@ -280,10 +289,21 @@ fn fill_and_check(cfg: &SweepConfig, s: &Server, checks: &mut Vec<Check>) -> Res
         name,
         "fill: every SET answered, no errors",
         sets == cfg.keys && r.connection_errors == 0 && r.totals().error_replies == 0,
-        format!("{sets} SETs in {:.2} s ({:.0} ops/s), {} connection errors", r.elapsed.as_secs_f64(), r.ops_per_sec(&r.totals()), r.connection_errors),
+        format!(
+            "{sets} SETs in {:.2} s ({:.0} ops/s), {} connection errors",
+            r.elapsed.as_secs_f64(),
+            r.ops_per_sec(&r.totals()),
+            r.connection_errors
+        ),
     );
     let dbsize = probe.call(&["DBSIZE"]).map_err(io)?;
-    check(checks, name, "DBSIZE equals keys", dbsize == Reply::Integer(cfg.keys as i64), format!("{dbsize:?}, want {}", cfg.keys));
+    check(
+        checks,
+        name,
+        "DBSIZE equals keys",
+        dbsize == Reply::Integer(cfg.keys as i64),
+        format!("{dbsize:?}, want {}", cfg.keys),
+    );
     let samples = u64::from(cfg.strlen_samples).min(cfg.keys);
     let mut wrong = Vec::new();
     for i in 0..samples {
@@ -300,7 +320,11 @@ fn fill_and_check(cfg: &SweepConfig, s: &Server, checks: &mut Vec<Check>) -> Res
         name,
         "sampled STRLEN equals data_size",
         wrong.is_empty(),
-        format!("{samples} keys sampled, {} wrong {:?}", wrong.len(), wrong.iter().take(3).collect::<Vec<_>>()),
+        format!(
+            "{samples} keys sampled, {} wrong {:?}",
+            wrong.len(),
+            wrong.iter().take(3).collect::<Vec<_>>()
+        ),
     );
     Ok(())
 }
@@ -351,7 +375,11 @@ fn measure_point(
         error_replies: st.error_replies,
         connection_errors: r.connection_errors + r.unanswered,
         server_cpu_seconds: cpu,
-        ops_per_server_cpu_second: if cpu > 0.0 { st.count as f64 / cpu } else { 0.0 },
+        ops_per_server_cpu_second: if cpu > 0.0 {
+            st.count as f64 / cpu
+        } else {
+            0.0
+        },
         rss_kib: s.rss_kib()?,
         used_memory_bytes: used_memory(s.spec.port),
         redis_benchmark_rps: rb_rps,
@@ -366,15 +394,41 @@ fn record_point_checks(p: &Point, checks: &mut Vec<Check>) {
         "{} ops, {} misses, {} error replies, {} connection errors/unanswered",
         p.ops, p.misses, p.error_replies, p.connection_errors
     );
-    check(checks, &p.server, &format!("{what}: zero misses and errors"), ok, detail);
+    check(
+        checks,
+        &p.server,
+        &format!("{what}: zero misses and errors"),
+        ok,
+        detail,
+    );
 }
 
 /// The redis-benchmark command line for a point (the client is pinned by inheritance).
-pub fn redis_benchmark_args(cfg: &SweepConfig, port: u16, command: &str, conns: u32, requests: u64) -> Vec<String> {
+pub fn redis_benchmark_args(
+    cfg: &SweepConfig,
+    port: u16,
+    command: &str,
+    conns: u32,
+    requests: u64,
+) -> Vec<String> {
     [
-        "-h", "127.0.0.1", "-p", &port.to_string(), "-c", &conns.to_string(), "-n",
-        &requests.to_string(), "-t", command, "-d", &cfg.data_size_bytes.to_string(), "-r",
-        &cfg.keys.to_string(), "-P", &cfg.pipeline.to_string(), "--csv",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-c",
+        &conns.to_string(),
+        "-n",
+        &requests.to_string(),
+        "-t",
+        command,
+        "-d",
+        &cfg.data_size_bytes.to_string(),
+        "-r",
+        &cfg.keys.to_string(),
+        "-P",
+        &cfg.pipeline.to_string(),
+        "--csv",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -403,10 +457,17 @@ fn redis_benchmark(
 pub fn parse_redis_benchmark_csv(text: &str) -> Option<(f64, Option<f64>)> {
     let rows: Vec<Vec<String>> = text
         .lines()
-        .map(|l| l.split(',').map(|f| f.trim().trim_matches('"').to_string()).collect())
+        .map(|l| {
+            l.split(',')
+                .map(|f| f.trim().trim_matches('"').to_string())
+                .collect()
+        })
         .collect();
     let header = rows.iter().find(|r| r.first().is_some_and(|f| f == "test"));
-    let data = rows.iter().rev().find(|r| r.len() >= 2 && r[0] != "test" && r[1].parse::<f64>().is_ok())?;
+    let data = rows
+        .iter()
+        .rev()
+        .find(|r| r.len() >= 2 && r[0] != "test" && r[1].parse::<f64>().is_ok())?;
     let rps = data[1].parse().ok()?;
     let p99 = header
         .and_then(|h| h.iter().position(|f| f == "p99_latency_ms"))
@@ -422,8 +483,14 @@ mod tests {
     #[test]
     fn parses_redis_benchmark_csv() {
         let v7 = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"GET\",\"129769.02\",\"0.229\",\"0.056\",\"0.207\",\"0.383\",\"0.599\",\"4.927\"\n";
-        assert_eq!(parse_redis_benchmark_csv(v7), Some((129769.02, Some(0.599))));
-        assert_eq!(parse_redis_benchmark_csv("\"SET\",\"81234.50\"\n"), Some((81234.5, None)));
+        assert_eq!(
+            parse_redis_benchmark_csv(v7),
+            Some((129769.02, Some(0.599)))
+        );
+        assert_eq!(
+            parse_redis_benchmark_csv("\"SET\",\"81234.50\"\n"),
+            Some((81234.5, None))
+        );
         assert_eq!(parse_redis_benchmark_csv("garbage\n"), None);
     }
 
@@ -440,7 +507,10 @@ mod tests {
         assert_eq!((o.ratio_set, o.ratio_get), (1, 0));
         assert_eq!((o.key_minimum, o.key_maximum), (1, 1000));
         let one = point_options(&cfg, 7, "get", 1);
-        assert_eq!((one.threads, one.clients_per_thread, one.ratio_get), (1, 1, 1));
+        assert_eq!(
+            (one.threads, one.clients_per_thread, one.ratio_get),
+            (1, 1, 1)
+        );
         let fill = fill_options(&cfg, 7);
         assert_eq!(fill.requests, Requests::AllKeys);
         assert_eq!(fill.key_pattern_set, KeyPattern::Parallel);

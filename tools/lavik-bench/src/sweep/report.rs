@@ -76,7 +76,9 @@ pub fn panels(cfg: &SweepConfig, points: &[Point]) -> Vec<Panel> {
     let metrics: [Metric; 3] = [
         ("throughput", "ops/s", |p| p.ops_per_sec),
         ("p99.9 latency", "ms", |p| p.p999_ms),
-        ("requests per server CPU-second", "ops per CPU-s", |p| p.ops_per_server_cpu_second),
+        ("requests per server CPU-second", "ops per CPU-s", |p| {
+            p.ops_per_server_cpu_second
+        }),
     ];
     let mut out = Vec::new();
     for (title, unit, metric) in metrics {
@@ -117,7 +119,10 @@ fn tool_line(cmd: &str, args: &[&str]) -> String {
 }
 
 fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default().trim().to_string()
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// Machine, OS, tool versions, time and commit, as (name, value) rows.
@@ -125,26 +130,56 @@ pub fn environment(ctx: &Context) -> Vec<(String, String)> {
     let cpuinfo = read_trim("/proc/cpuinfo");
     let model = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|(_, v)| v.trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_default();
-    let cpus = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
-    let mem = read_trim("/proc/meminfo").lines().next().unwrap_or("").to_string();
+    let cpus = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let mem = read_trim("/proc/meminfo")
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
     let os = read_trim("/etc/os-release")
         .lines()
-        .find_map(|l| l.strip_prefix("PRETTY_NAME=").map(|v| v.trim_matches('"').to_string()))
+        .find_map(|l| {
+            l.strip_prefix("PRETTY_NAME=")
+                .map(|v| v.trim_matches('"').to_string())
+        })
         .unwrap_or_default();
     let mut rows = vec![
-        ("date (UTC)".into(), tool_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"])),
+        (
+            "date (UTC)".into(),
+            tool_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+        ),
         ("CPU".into(), format!("{model} ({cpus} logical CPUs)")),
-        ("memory".into(), mem.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")),
+        (
+            "memory".into(),
+            mem.split_whitespace().skip(1).collect::<Vec<_>>().join(" "),
+        ),
         ("OS".into(), os),
         ("kernel".into(), read_trim("/proc/sys/kernel/osrelease")),
         ("load average at end".into(), read_trim("/proc/loadavg")),
-        ("lavik-bench".into(), format!("{} (commit {})", env!("CARGO_PKG_VERSION"), tool_line("git", &["rev-parse", "--short", "HEAD"]))),
+        (
+            "lavik-bench".into(),
+            format!(
+                "{} (commit {})",
+                env!("CARGO_PKG_VERSION"),
+                tool_line("git", &["rev-parse", "--short", "HEAD"])
+            ),
+        ),
     ];
     for s in &ctx.cfg.servers {
         let bin = s.command.split_whitespace().next().unwrap_or("");
-        rows.push((format!("{} version", s.name), tool_line(bin, &["--version"])));
+        rows.push((
+            format!("{} version", s.name),
+            tool_line(bin, &["--version"]),
+        ));
     }
     if let Some(rb) = &ctx.cfg.redis_benchmark {
         rows.push(("redis-benchmark".into(), tool_line(rb, &["--version"])));
@@ -179,14 +214,25 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     s.push_str(ctx.config_text.trim_end());
     s.push_str("\n```\n\n## Checks\n\n| server | check | result | detail |\n|---|---|---|---|\n");
     for c in ctx.checks {
-        let _ = writeln!(s, "| {} | {} | {} | {} |", c.server, c.what, if c.ok { "ok" } else { "**FAILED**" }, c.detail);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} |",
+            c.server,
+            c.what,
+            if c.ok { "ok" } else { "**FAILED**" },
+            c.detail
+        );
     }
     s.push_str("\n## Results\n\n");
     let rb = cfg.redis_benchmark.is_some();
     for command in &cfg.commands {
         let _ = writeln!(s, "### {}\n", command.to_uppercase());
         s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | RSS MiB | used_memory MiB |");
-        s.push_str(if rb { " redis-benchmark ops/s | ours / theirs |\n" } else { "\n" });
+        s.push_str(if rb {
+            " redis-benchmark ops/s | ours / theirs |\n"
+        } else {
+            "\n"
+        });
         s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         s.push_str(if rb { "---:|---:|\n" } else { "\n" });
         for p in ctx.points.iter().filter(|p| &p.command == command) {
@@ -209,13 +255,16 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
         }
         s.push('\n');
     }
-    s.push_str("Files: `results.csv`, `results.json`, `charts.svg`, one `<server>.log` per server.\n");
+    s.push_str(
+        "Files: `results.csv`, `results.json`, `charts.svg`, one `<server>.log` per server.\n",
+    );
     s
 }
 
 pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
     let write = |name: &str, body: &str| {
-        std::fs::write(out.join(name), body).map_err(|e| format!("{}: {e}", out.join(name).display()))
+        std::fs::write(out.join(name), body)
+            .map_err(|e| format!("{}: {e}", out.join(name).display()))
     };
     let env = environment(ctx);
     write("results.csv", &csv(ctx.points))?;
@@ -226,14 +275,29 @@ pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
         "checks": ctx.checks.iter().map(|c| json!({"server": c.server, "check": c.what, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
         "points": ctx.points.iter().map(point_json).collect::<Vec<_>>(),
     });
-    write("results.json", &serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?)?;
+    write(
+        "results.json",
+        &serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+    )?;
     let subtitle = format!(
         "{} keys x {} B, pipeline {}, {} s per point, servers on CPU {}, client on CPU {}",
-        ctx.cfg.keys, ctx.cfg.data_size_bytes, ctx.cfg.pipeline, ctx.cfg.point_seconds,
-        ctx.cfg.server_cpus, ctx.cfg.client_cpus
+        ctx.cfg.keys,
+        ctx.cfg.data_size_bytes,
+        ctx.cfg.pipeline,
+        ctx.cfg.point_seconds,
+        ctx.cfg.server_cpus,
+        ctx.cfg.client_cpus
     );
     let columns = ctx.cfg.commands.len();
-    write("charts.svg", &render(&ctx.cfg.title, &subtitle, &panels(ctx.cfg, ctx.points), columns))?;
+    write(
+        "charts.svg",
+        &render(
+            &ctx.cfg.title,
+            &subtitle,
+            &panels(ctx.cfg, ctx.points),
+            columns,
+        ),
+    )?;
     write("README.md", &readme(ctx, &env))
 }
 
@@ -284,11 +348,19 @@ mod tests {
         let cfg = SweepConfig {
             servers: ["a", "b"]
                 .iter()
-                .map(|n| ServerSpec { name: n.to_string(), port: 1, command: "x".into() })
+                .map(|n| ServerSpec {
+                    name: n.to_string(),
+                    port: 1,
+                    command: "x".into(),
+                })
                 .collect(),
             ..SweepConfig::default()
         };
-        let pts = [point("a", "get", 1, 5.0), point("a", "get", 2, 7.0), point("b", "set", 2, 3.0)];
+        let pts = [
+            point("a", "get", 1, 5.0),
+            point("a", "get", 2, 7.0),
+            point("b", "set", 2, 3.0),
+        ];
         let p = panels(&cfg, &pts);
         assert_eq!(p.len(), 6);
         assert_eq!(p[0].title, "GET throughput");

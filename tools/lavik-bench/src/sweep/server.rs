@@ -77,7 +77,10 @@ fn decode(bytes: &[u8], kind: ReplyKind) -> Reply {
     match (kind, bytes.first()) {
         (ReplyKind::Nil, _) => Reply::Nil,
         (ReplyKind::Error, _) => Reply::Error(text.trim_end().trim_start_matches('-').into()),
-        (_, Some(b':')) => text[1..].trim_end().parse().map_or(Reply::Error(text.into()), Reply::Integer),
+        (_, Some(b':')) => text[1..]
+            .trim_end()
+            .parse()
+            .map_or(Reply::Error(text.into()), Reply::Integer),
         (_, Some(b'$')) => {
             let body = text.split_once("\r\n").map_or("", |(_, b)| b);
             Reply::Text(body.strip_suffix("\r\n").unwrap_or(body).to_string())
@@ -94,7 +97,11 @@ pub fn info_field(info: &str, field: &str) -> Option<u64> {
 }
 
 impl Server {
-    pub fn start(spec: &ServerSpec, cpus: &str, log_path: &std::path::Path) -> Result<Self, String> {
+    pub fn start(
+        spec: &ServerSpec,
+        cpus: &str,
+        log_path: &std::path::Path,
+    ) -> Result<Self, String> {
         let launched = if cpus.is_empty() {
             spec.command.clone()
         } else {
@@ -119,7 +126,11 @@ impl Server {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!("{} exited at start ({status}); see {}", spec.name, log_path.display()));
+                return Err(format!(
+                    "{} exited at start ({status}); see {}",
+                    spec.name,
+                    log_path.display()
+                ));
             }
             let pong = Probe::connect(spec.port).and_then(|mut p| p.call(&["PING"]));
             if matches!(pong, Ok(Reply::Text(ref t)) if t == "PONG") {
@@ -127,7 +138,10 @@ impl Server {
             }
             if Instant::now() > deadline {
                 server.stop();
-                return Err(format!("{} did not answer PING within {START_TIMEOUT:?}", spec.name));
+                return Err(format!(
+                    "{} did not answer PING within {START_TIMEOUT:?}",
+                    spec.name
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -158,7 +172,8 @@ impl Server {
     pub fn cpu_seconds(&self, clock_ticks_per_sec: f64) -> Result<f64, String> {
         let path = format!("/proc/{}/stat", self.pid());
         let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        let ticks = parse_stat_cpu_ticks(&stat).ok_or_else(|| format!("{path}: unexpected format"))?;
+        let ticks =
+            parse_stat_cpu_ticks(&stat).ok_or_else(|| format!("{path}: unexpected format"))?;
         Ok(ticks as f64 / clock_ticks_per_sec)
     }
 
@@ -224,10 +239,19 @@ mod tests {
     #[test]
     fn decodes_replies() {
         assert_eq!(decode(b":42\r\n", ReplyKind::Value), Reply::Integer(42));
-        assert_eq!(decode(b"+PONG\r\n", ReplyKind::Value), Reply::Text("PONG".into()));
+        assert_eq!(
+            decode(b"+PONG\r\n", ReplyKind::Value),
+            Reply::Text("PONG".into())
+        );
         assert_eq!(decode(b"$-1\r\n", ReplyKind::Nil), Reply::Nil);
-        assert_eq!(decode(b"$5\r\na\r\nbc\r\n", ReplyKind::Value), Reply::Text("a\r\nbc".into()));
-        assert_eq!(decode(b"-ERR no\r\n", ReplyKind::Error), Reply::Error("ERR no".into()));
+        assert_eq!(
+            decode(b"$5\r\na\r\nbc\r\n", ReplyKind::Value),
+            Reply::Text("a\r\nbc".into())
+        );
+        assert_eq!(
+            decode(b"-ERR no\r\n", ReplyKind::Error),
+            Reply::Error("ERR no".into())
+        );
         let info = "# Memory\r\nused_memory:123456\r\nused_memory_human:120K\r\n";
         assert_eq!(info_field(info, "used_memory"), Some(123456));
         assert_eq!(info_field(info, "used_memory_rss"), None);

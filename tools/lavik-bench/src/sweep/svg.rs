@@ -12,7 +12,9 @@ const MARGIN_RIGHT: f64 = 18.0;
 const MARGIN_TOP: f64 = 34.0;
 const MARGIN_BOTTOM: f64 = 46.0;
 const HEADER_HEIGHT: f64 = 64.0;
-const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
 
 /// One line: a server's values against connection count.
 #[derive(Clone, Debug)]
@@ -62,7 +64,9 @@ pub fn short_number(v: f64) -> String {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Render panels in a grid of `columns`, with a title and a shared legend.
@@ -122,7 +126,10 @@ fn legend(s: &mut String, panels: &[Panel], width: f64) {
 }
 
 fn color_of(panels_series_name: &str, all: &[&str]) -> &'static str {
-    let i = all.iter().position(|n| *n == panels_series_name).unwrap_or(0);
+    let i = all
+        .iter()
+        .position(|n| *n == panels_series_name)
+        .unwrap_or(0);
     COLORS[i % COLORS.len()]
 }
 
@@ -130,7 +137,10 @@ fn draw_panel(s: &mut String, panel: &Panel, x0: f64, y0: f64) {
     let plot_w = PANEL_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
     let plot_h = PANEL_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
     let (left, top) = (x0 + MARGIN_LEFT, y0 + MARGIN_TOP);
-    let xs = panel.series.iter().flat_map(|ser| ser.points.iter().map(|p| p.0));
+    let xs = panel
+        .series
+        .iter()
+        .flat_map(|ser| ser.points.iter().map(|p| p.0));
     let (mut lo, mut hi) = xs.fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(x), hi.max(x)));
     if lo > hi {
         (lo, hi) = (1.0, 2.0);
@@ -264,7 +274,13 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 4);
         assert!(svg.contains("GET &lt;throughput&gt;"));
-        for tick in [">1</text>", ">2</text>", ">4</text>", ">8</text>", ">16</text>"] {
+        for tick in [
+            ">1</text>",
+            ">2</text>",
+            ">4</text>",
+            ">8</text>",
+            ">16</text>",
+        ] {
             assert!(svg.contains(tick), "missing x tick {tick}");
         }
     }
