@@ -26,6 +26,9 @@ pub struct SweepConfig {
     /// "get" and/or "set", in sweep order.
     pub commands: Vec<String>,
     pub point_seconds: u64,
+    /// Each point is measured this many times per server (A B A B ...); reports show the
+    /// run with the median throughput, the CSV and JSON every run.
+    pub repeats: u32,
     pub warmup_seconds: u64,
     pub pipeline: u32,
     pub client_threads: u32,
@@ -50,6 +53,7 @@ impl Default for SweepConfig {
             connections: vec![1, 2, 4, 8, 16, 32, 64],
             commands: vec!["get".into(), "set".into()],
             point_seconds: 3,
+            repeats: 1,
             warmup_seconds: 2,
             pipeline: 1,
             client_threads: 1,
@@ -125,6 +129,7 @@ pub fn parse(text: &str) -> Result<SweepConfig, String> {
             "commands" => c.commands = list().map(|s| s.to_lowercase()).collect(),
             "point_seconds" => c.point_seconds = num(key, value)?,
             "warmup_seconds" => c.warmup_seconds = num(key, value)?,
+            "repeats" => c.repeats = num(key, value)?,
             "pipeline" => c.pipeline = num(key, value)?,
             "client_threads" => c.client_threads = num(key, value)?,
             "fill_connections" => c.fill_connections = num(key, value)?,
@@ -159,8 +164,15 @@ fn validate(c: &SweepConfig) -> Result<(), String> {
     if c.commands.is_empty() || c.connections.is_empty() {
         return Err("commands and connections must not be empty".into());
     }
-    if c.client_threads == 0 || c.pipeline == 0 || c.point_seconds == 0 || c.fill_pipeline == 0 {
-        return Err("client_threads, pipeline, point_seconds, fill_pipeline must be >= 1".into());
+    if c.client_threads == 0
+        || c.pipeline == 0
+        || c.point_seconds == 0
+        || c.fill_pipeline == 0
+        || c.repeats == 0
+    {
+        return Err(
+            "client_threads, pipeline, point_seconds, fill_pipeline, repeats must be >= 1".into(),
+        );
     }
     for &conns in &c.connections {
         let threads = c.client_threads.min(conns);

@@ -34,6 +34,8 @@ pub struct Point {
     pub server: String,
     pub command: String,
     pub connections: u32,
+    /// Which repetition of this point (0-based); reports use the median run.
+    pub repeat: u32,
     pub ops: u64,
     pub ops_per_sec: f64,
     pub avg_ms: f64,
@@ -49,9 +51,11 @@ pub struct Point {
     pub ops_per_server_cpu_second: f64,
     pub rss_kib: u64,
     pub used_memory_bytes: u64,
-    /// redis-benchmark's requests/s and p99 at the same point, when configured.
+    /// redis-benchmark's requests/s, p99 and requests per server CPU-second at the same
+    /// point, measured right after ours, when configured.
     pub redis_benchmark_rps: Option<f64>,
     pub redis_benchmark_p99_ms: Option<f64>,
+    pub redis_benchmark_ops_per_server_cpu_second: Option<f64>,
 }
 
 /// A pass/fail check recorded in the report.
@@ -156,21 +160,24 @@ fn measure_all(
             engine::run(&o, &format!("[{} warm-up] ", s.spec.name)).map_err(|e| e.to_string())?;
         }
     }
-    let total = cfg.commands.len() * cfg.connections.len() * servers.len();
+    let total = cfg.commands.len() * cfg.connections.len() * servers.len() * cfg.repeats as usize;
     let mut points = Vec::with_capacity(total);
     for command in &cfg.commands {
         for &conns in &cfg.connections {
             // A B A B: every server in turn at this point before moving on.
-            for s in servers.iter() {
-                let label = format!(
-                    "[{}/{total} {} {} c={conns}] ",
-                    points.len() + 1,
-                    s.spec.name,
-                    command.to_uppercase()
-                );
-                let p = measure_point(cfg, s, command, conns, ticks, &label)?;
-                record_point_checks(&p, checks);
-                points.push(p);
+            for repeat in 0..cfg.repeats {
+                for s in servers.iter() {
+                    let label = format!(
+                        "[{}/{total} {} {} c={conns}] ",
+                        points.len() + 1,
+                        s.spec.name,
+                        command.to_uppercase()
+                    );
+                    let mut p = measure_point(cfg, s, command, conns, ticks, &label)?;
+                    p.repeat = repeat;
+                    record_point_checks(&p, checks);
+                    points.push(p);
+                }
             }
         }
     }
@@ -355,14 +362,15 @@ fn measure_point(
     let name = if command == "get" { "Gets" } else { "Sets" };
     let st = r.op(name).ok_or("missing op stats")?;
     let ops_per_sec = r.ops_per_sec(st);
-    let (rb_rps, rb_p99) = match &cfg.redis_benchmark {
-        Some(bin) => redis_benchmark(bin, cfg, s.spec.port, command, conns, ops_per_sec)?,
-        None => (None, None),
+    let rb = match &cfg.redis_benchmark {
+        Some(bin) => redis_benchmark(bin, cfg, s, command, conns, ops_per_sec, ticks)?,
+        None => RedisBenchmark::default(),
     };
     Ok(Point {
         server: s.spec.name.clone(),
         command: command.into(),
         connections: conns,
+        repeat: 0,
         ops: st.count,
         ops_per_sec,
         avg_ms: st.avg_ms(),
@@ -382,8 +390,9 @@ fn measure_point(
         },
         rss_kib: s.rss_kib()?,
         used_memory_bytes: used_memory(s.spec.port),
-        redis_benchmark_rps: rb_rps,
-        redis_benchmark_p99_ms: rb_p99,
+        redis_benchmark_rps: rb.rps,
+        redis_benchmark_p99_ms: rb.p99_ms,
+        redis_benchmark_ops_per_server_cpu_second: rb.ops_per_server_cpu_second,
     })
 }
 
@@ -435,22 +444,46 @@ pub fn redis_benchmark_args(
     .collect()
 }
 
-/// Run redis-benchmark for about `point_seconds` and parse its CSV (rps, p99).
+#[derive(Default)]
+struct RedisBenchmark {
+    rps: Option<f64>,
+    p99_ms: Option<f64>,
+    ops_per_server_cpu_second: Option<f64>,
+}
+
+/// Run redis-benchmark for about `point_seconds`, parse its CSV and measure server CPU.
 fn redis_benchmark(
     bin: &str,
     cfg: &SweepConfig,
-    port: u16,
+    s: &Server,
     command: &str,
     conns: u32,
     our_rate: f64,
-) -> Result<(Option<f64>, Option<f64>), String> {
+    ticks: f64,
+) -> Result<RedisBenchmark, String> {
     let requests = ((our_rate * cfg.point_seconds as f64) as u64).max(10_000);
+    let cpu_before = s.cpu_seconds(ticks)?;
     let out = Command::new(bin)
-        .args(redis_benchmark_args(cfg, port, command, conns, requests))
+        .args(redis_benchmark_args(
+            cfg,
+            s.spec.port,
+            command,
+            conns,
+            requests,
+        ))
         .output()
         .map_err(|e| format!("cannot run {bin}: {e}"))?;
+    let cpu = s.cpu_seconds(ticks)? - cpu_before;
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok(parse_redis_benchmark_csv(&text).map_or((None, None), |(r, p)| (Some(r), p)))
+    let Some((rps, p99_ms)) = parse_redis_benchmark_csv(&text) else {
+        eprintln!("sweep: could not parse redis-benchmark output: {text}");
+        return Ok(RedisBenchmark::default());
+    };
+    Ok(RedisBenchmark {
+        rps: Some(rps),
+        p99_ms,
+        ops_per_server_cpu_second: (cpu > 0.0).then(|| requests as f64 / cpu),
+    })
 }
 
 /// From redis-benchmark 6/7 `--csv` output: requests/s and, when present, p99 ms.

@@ -18,7 +18,7 @@ pub struct Context<'a> {
     pub checks: &'a [Check],
 }
 
-pub const CSV_HEADER: &str = "server,command,connections,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms";
+pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second";
 
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
@@ -30,10 +30,11 @@ pub fn csv(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{},{},{},{}",
+            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{},{},{},{},{}",
             p.server,
             p.command,
             p.connections,
+            p.repeat,
             p.ops,
             p.ops_per_sec,
             p.avg_ms,
@@ -51,6 +52,7 @@ pub fn csv(points: &[Point]) -> String {
             p.used_memory_bytes,
             opt(p.redis_benchmark_rps),
             opt(p.redis_benchmark_p99_ms),
+            opt(p.redis_benchmark_ops_per_server_cpu_second),
         );
     }
     s
@@ -59,6 +61,7 @@ pub fn csv(points: &[Point]) -> String {
 fn point_json(p: &Point) -> serde_json::Value {
     json!({
         "server": p.server, "command": p.command, "connections": p.connections,
+        "repeat": p.repeat,
         "ops": p.ops, "ops_per_sec": p.ops_per_sec, "avg_ms": p.avg_ms,
         "p50_ms": p.p50_ms, "p99_ms": p.p99_ms, "p99.9_ms": p.p999_ms, "p99.99_ms": p.p9999_ms,
         "hits": p.hits, "misses": p.misses, "error_replies": p.error_replies,
@@ -67,7 +70,39 @@ fn point_json(p: &Point) -> serde_json::Value {
         "used_memory_bytes": p.used_memory_bytes,
         "redis_benchmark_rps": p.redis_benchmark_rps,
         "redis_benchmark_p99_ms": p.redis_benchmark_p99_ms,
+        "redis_benchmark_ops_per_server_cpu_second": p.redis_benchmark_ops_per_server_cpu_second,
     })
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.retain(|v| v.is_finite());
+    values.sort_by(f64::total_cmp);
+    values.get(values.len().saturating_sub(1) / 2).copied()
+}
+
+/// One point per (server, command, connections): the repetition with the median
+/// throughput (lower median for even counts), with redis-benchmark's figures replaced by
+/// their own medians over the repetitions. Keeps first-seen order.
+pub fn summarize(points: &[Point]) -> Vec<Point> {
+    let mut out: Vec<Point> = Vec::new();
+    for p in points {
+        let same = |q: &Point| {
+            q.server == p.server && q.command == p.command && q.connections == p.connections
+        };
+        if out.iter().any(same) {
+            continue;
+        }
+        let mut runs: Vec<&Point> = points.iter().filter(|q| same(q)).collect();
+        runs.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        let mut chosen = runs[(runs.len() - 1) / 2].clone();
+        let rb = |f: fn(&Point) -> Option<f64>| median(runs.iter().filter_map(|q| f(q)).collect());
+        chosen.redis_benchmark_rps = rb(|q| q.redis_benchmark_rps);
+        chosen.redis_benchmark_p99_ms = rb(|q| q.redis_benchmark_p99_ms);
+        chosen.redis_benchmark_ops_per_server_cpu_second =
+            rb(|q| q.redis_benchmark_ops_per_server_cpu_second);
+        out.push(chosen);
+    }
+    out
 }
 
 /// Build the chart panels: for each command, throughput, p99.9 and ops per CPU-second.
@@ -225,6 +260,14 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     }
     s.push_str("\n## Results\n\n");
     let rb = cfg.redis_benchmark.is_some();
+    let summary = summarize(ctx.points);
+    if cfg.repeats > 1 {
+        let _ = writeln!(
+            s,
+            "Each row is the median-throughput run of {} repetitions (all runs are in results.csv).\n",
+            cfg.repeats
+        );
+    }
     for command in &cfg.commands {
         let _ = writeln!(s, "### {}\n", command.to_uppercase());
         s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | RSS MiB | used_memory MiB |");
@@ -234,8 +277,8 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
             "\n"
         });
         s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        s.push_str(if rb { "---:|---:|\n" } else { "\n" });
-        for p in ctx.points.iter().filter(|p| &p.command == command) {
+        s.push_str(if rb { "---:|---:|---:|---:|\n" } else { "\n" });
+        for p in summary.iter().filter(|p| &p.command == command) {
             let _ = write!(
                 s,
                 "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} | {:.1} | {:.1} |",
@@ -244,11 +287,19 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
                 p.used_memory_bytes as f64 / 1048576.0
             );
             if rb {
-                match p.redis_benchmark_rps {
-                    Some(r) => {
-                        let _ = write!(s, " {r:.0} | {:.2} |", p.ops_per_sec / r);
+                for (ours, theirs) in [
+                    (p.ops_per_sec, p.redis_benchmark_rps),
+                    (
+                        p.ops_per_server_cpu_second,
+                        p.redis_benchmark_ops_per_server_cpu_second,
+                    ),
+                ] {
+                    match theirs {
+                        Some(r) if r > 0.0 => {
+                            let _ = write!(s, " {r:.0} | {:.2} |", ours / r);
+                        }
+                        _ => s.push_str(" n/a | |"),
                     }
-                    None => s.push_str(" n/a | |"),
                 }
             }
             s.push('\n');
@@ -289,12 +340,13 @@ pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
         ctx.cfg.client_cpus
     );
     let columns = ctx.cfg.commands.len();
+    let summary = summarize(ctx.points);
     write(
         "charts.svg",
         &render(
             &ctx.cfg.title,
             &subtitle,
-            &panels(ctx.cfg, ctx.points),
+            &panels(ctx.cfg, &summary),
             columns,
         ),
     )?;
@@ -311,6 +363,7 @@ mod tests {
             server: server.into(),
             command: command.into(),
             connections: conns,
+            repeat: 0,
             ops: 10,
             ops_per_sec: rate,
             avg_ms: 0.1,
@@ -328,6 +381,7 @@ mod tests {
             used_memory_bytes: 1 << 20,
             redis_benchmark_rps: Some(rate * 0.9),
             redis_benchmark_p99_ms: None,
+            redis_benchmark_ops_per_server_cpu_second: None,
         }
     }
 
@@ -339,7 +393,7 @@ mod tests {
         assert_eq!(lines.len(), 3);
         let columns = CSV_HEADER.split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == columns));
-        assert!(lines[2].starts_with("b,get,1,10,6.0,"));
+        assert!(lines[2].starts_with("b,get,1,0,10,6.0,"));
     }
 
     // Proves panels group points by command and metric, one series per server.
@@ -368,5 +422,23 @@ mod tests {
         assert!(p[0].series[1].points.is_empty());
         assert_eq!(p[1].series[1].points, vec![(2.0, 3.0)]);
         assert_eq!(p[3].title, "SET p99.9 latency");
+    }
+
+    // Proves the summary keeps one median run per point and takes redis-benchmark medians.
+    #[test]
+    fn summary_takes_medians() {
+        let mut runs = vec![
+            point("a", "get", 1, 5.0),
+            point("a", "get", 1, 9.0),
+            point("a", "get", 1, 7.0),
+            point("b", "get", 1, 1.0),
+        ];
+        runs[1].redis_benchmark_rps = Some(100.0);
+        let s = summarize(&runs);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].ops_per_sec, 7.0);
+        // redis-benchmark values 4.5, 100, 6.3: median 6.3.
+        assert!((s[0].redis_benchmark_rps.unwrap() - 6.3).abs() < 1e-9);
+        assert_eq!(s[1].server, "b");
     }
 }
