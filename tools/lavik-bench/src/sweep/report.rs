@@ -243,7 +243,7 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     s.push_str("```\n\n");
     if cfg.redis_benchmark.is_some() {
         let args = super::redis_benchmark_args(cfg, 0, "get|set", 0, 0).join(" ");
-        let _ = write!(s, "Cross-check, right after each point on the same server (-n = our rate x point seconds):\n\n```sh\nredis-benchmark {}\n```\n\n", args.replace("-p 0", "-p PORT").replace("-c 0", "-c N").replace("-n 0", "-n REQUESTS"));
+        let _ = write!(s, "Cross-check, right after each point on the same server (-n = our rate x point seconds;\nits `key:NNNNNNNNNNNN` keys were prefilled with 10 x keys random SETs, so DBSIZE and\nmemory during the sweep include them):\n\n```sh\nredis-benchmark {}\n```\n\n", args.replace("-p 0", "-p PORT").replace("-c 0", "-c N").replace("-n 0", "-n REQUESTS"));
     }
     s.push_str("Configuration file:\n\n```\n");
     s.push_str(ctx.config_text.trim_end());
@@ -272,7 +272,7 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
         let _ = writeln!(s, "### {}\n", command.to_uppercase());
         s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | RSS MiB | used_memory MiB |");
         s.push_str(if rb {
-            " redis-benchmark ops/s | ours / theirs |\n"
+            " redis-benchmark ops/s | ops/s ours / theirs | redis-benchmark ops per CPU-s | ops per CPU-s ours / theirs |\n"
         } else {
             "\n"
         });
