@@ -261,9 +261,12 @@ fn run_thread(plan: ThreadPlan) -> io::Result<ThreadOutcome> {
             if c.closed {
                 continue;
             }
-            let result = c.read_replies(w, now, &mut stats).and_then(|n| {
+            // Fresh clock reads per connection (vDSO, tens of ns): with hundreds of
+            // connections per poll round, one shared timestamp would skew latencies by the
+            // time spent on the connections handled before this one.
+            let result = c.read_replies(w, Instant::now(), &mut stats).and_then(|n| {
                 replies += n;
-                c.fill(w, plan.pipeline, now, stopping);
+                c.fill(w, plan.pipeline, Instant::now(), stopping);
                 c.flush()
             });
             if result.is_err() {

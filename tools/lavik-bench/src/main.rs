@@ -66,7 +66,14 @@ fn bench(o: &BenchOptions) -> Result<(), String> {
         std::fs::write(path, &text).map_err(|e| format!("cannot write {path}: {e}"))?;
     }
     if let Some(path) = &o.json_out_file {
-        let config = serde_json::json!({ "options": o.describe().lines().collect::<Vec<_>>() });
+        // memtier writes its configuration as a flat name -> value object.
+        let config: serde_json::Map<String, serde_json::Value> = o
+            .describe()
+            .lines()
+            .filter_map(|l| l.split_once(" = "))
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+            .collect();
+        let config = serde_json::Value::Object(config);
         let mut doc = runs
             .last()
             .expect("run_count >= 1")

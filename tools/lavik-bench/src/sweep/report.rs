@@ -222,6 +222,62 @@ pub fn environment(ctx: &Context) -> Vec<(String, String)> {
     rows
 }
 
+/// Agreement with redis-benchmark over all points: (ratios ours/theirs, share within 15 %).
+pub struct Agreement {
+    pub ratios: Vec<f64>,
+    pub median: f64,
+    pub within_15_percent: usize,
+}
+
+pub fn agreement(pairs: impl Iterator<Item = (f64, Option<f64>)>) -> Option<Agreement> {
+    let ratios: Vec<f64> = pairs
+        .filter_map(|(ours, theirs)| theirs.filter(|t| *t > 0.0).map(|t| ours / t))
+        .collect();
+    let median = median(ratios.clone())?;
+    let within_15_percent = ratios.iter().filter(|r| (0.85..=1.15).contains(*r)).count();
+    Some(Agreement {
+        ratios,
+        median,
+        within_15_percent,
+    })
+}
+
+fn cross_check_text(summary: &[Point]) -> String {
+    let mut s = String::from("\n## Cross-check with redis-benchmark\n\n");
+    s.push_str("Ratio of lavik-bench's figure to redis-benchmark's at the same point and server\n(summary rows below; 1.00 = identical).\n\n| figure | points | median ratio | points within ±15 % |\n|---|---:|---:|---:|\n");
+    let rows: [(&str, Option<Agreement>); 2] = [
+        (
+            "ops/s",
+            agreement(
+                summary
+                    .iter()
+                    .map(|p| (p.ops_per_sec, p.redis_benchmark_rps)),
+            ),
+        ),
+        (
+            "ops per server CPU-s",
+            agreement(summary.iter().map(|p| {
+                (
+                    p.ops_per_server_cpu_second,
+                    p.redis_benchmark_ops_per_server_cpu_second,
+                )
+            })),
+        ),
+    ];
+    for (name, a) in rows {
+        if let Some(a) = a {
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {:.2} | {} |",
+                a.ratios.len(),
+                a.median,
+                a.within_15_percent
+            );
+        }
+    }
+    s
+}
+
 fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     let cfg = ctx.cfg;
     let mut s = format!("# {}\n\n", cfg.title);
@@ -257,6 +313,9 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
             if c.ok { "ok" } else { "**FAILED**" },
             c.detail
         );
+    }
+    if cfg.redis_benchmark.is_some() {
+        s.push_str(&cross_check_text(&summarize(ctx.points)));
     }
     s.push_str("\n## Results\n\n");
     let rb = cfg.redis_benchmark.is_some();
@@ -440,5 +499,24 @@ mod tests {
         // redis-benchmark values 4.5, 100, 6.3: median 6.3.
         assert!((s[0].redis_benchmark_rps.unwrap() - 6.3).abs() < 1e-9);
         assert_eq!(s[1].server, "b");
+    }
+
+    // Proves the agreement summary counts ratios within ±15 % and skips missing figures.
+    #[test]
+    fn agreement_counts() {
+        let a = agreement(
+            [
+                (100.0, Some(100.0)),
+                (120.0, Some(100.0)),
+                (80.0, Some(100.0)),
+                (5.0, None),
+            ]
+            .into_iter(),
+        )
+        .unwrap();
+        assert_eq!(a.ratios.len(), 3);
+        assert_eq!(a.within_15_percent, 1);
+        assert!((a.median - 1.0).abs() < 1e-12);
+        assert!(agreement([(1.0, None)].into_iter()).is_none());
     }
 }
