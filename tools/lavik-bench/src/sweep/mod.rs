@@ -590,4 +590,31 @@ mod tests {
         assert_eq!(fill.requests, Requests::AllKeys);
         assert_eq!(fill.key_pattern_set, KeyPattern::Parallel);
     }
+
+    // Proves a whole sweep against two real redis-server instances passes every check and
+    // writes all four outputs. Needs redis-server and redis-benchmark on PATH; about a minute, so
+    // ignored by default: `cargo test -p lavik-bench -- --ignored`.
+    #[test]
+    #[ignore]
+    fn tiny_sweep_against_redis_server() {
+        let dir = std::env::temp_dir().join(format!("lavik-bench-sweep-{}", std::process::id()));
+        let text = format!(
+            "out_dir = {}\nkeys = 2000\nconnections = 1,4\npoint_seconds = 1\n\
+             warmup_seconds = 1\nrepeats = 2\nredis_benchmark = redis-benchmark\n\
+             server = a | 7461 | redis-server --port {{port}} --bind 127.0.0.1 --save \"\" --appendonly no\n\
+             server = b | 7462 | redis-server --port {{port}} --bind 127.0.0.1 --save \"\" --appendonly no\n",
+            dir.display()
+        );
+        let cfg = config::parse(&text).unwrap();
+        run(&cfg, "test.conf", &text).expect("sweep with all checks passing");
+        let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
+        // 2 commands x 2 connection counts x 2 repeats x 2 servers, plus the header.
+        assert_eq!(csv.lines().count(), 1 + 16);
+        for f in ["results.json", "charts.svg", "README.md"] {
+            assert!(dir.join(f).exists(), "{f} missing");
+        }
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(!readme.contains("FAILED"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
