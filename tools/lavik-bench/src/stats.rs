@@ -199,7 +199,7 @@ impl RunResult {
                 }
                 out.push_str(&format!(
                     "{:<8} {:>12.3} {:>14.3}\n",
-                    name.to_uppercase().trim_end_matches('S'),
+                    name,
                     s.hist.highest_equivalent(v.value_iterated_to()) as f64 / 1e6,
                     v.quantile_iterated_to() * 100.0
                 ));
