@@ -216,7 +216,13 @@ fn run_thread(plan: ThreadPlan) -> io::Result<ThreadOutcome> {
                 )?;
                 conns.push(c);
             }
-            Err(_) => connection_errors += 1,
+            Err(e) => {
+                // Say why once per thread (e.g. "Too many open files": raise `ulimit -n`).
+                if connection_errors == 0 {
+                    eprintln!("lavik-bench: connect to {}: {e}", plan.addr);
+                }
+                connection_errors += 1;
+            }
         }
     }
     if connection_errors > 0 {

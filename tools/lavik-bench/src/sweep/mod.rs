@@ -49,6 +49,9 @@ pub struct Point {
     pub connection_errors: u64,
     pub server_cpu_seconds: f64,
     pub ops_per_server_cpu_second: f64,
+    /// CPU seconds of the load generator itself; near `point_seconds` x client threads
+    /// means the client, not the server, was the limit.
+    pub client_cpu_seconds: f64,
     pub rss_kib: u64,
     pub used_memory_bytes: u64,
     /// redis-benchmark's requests/s, p99 and requests per server CPU-second at the same
@@ -81,11 +84,14 @@ pub fn main(args: &[String]) -> Result<(), String> {
     run(&cfg, &path, &text)
 }
 
-/// Re-execute this sweep under `taskset -c CPUS` so the client is pinned as configured.
+/// Re-execute this sweep under `taskset -c CPUS` so the client is pinned as configured,
+/// with the open-file limit raised (best effort) for sweeps with many connections.
 fn rerun_pinned(cpus: &str, args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let status = Command::new("taskset")
-        .args(["-c", cpus])
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -n 65536 2>/dev/null; exec taskset -c "$0" "$@""#)
+        .arg(cpus)
         .arg(exe)
         .arg("sweep")
         .args(args)
@@ -399,8 +405,10 @@ fn measure_point(
 ) -> Result<Point, String> {
     let o = point_options(cfg, s.spec.port, command, conns);
     let cpu_before = s.cpu_seconds(ticks)?;
+    let client_before = server::own_cpu_seconds(ticks)?;
     let r = engine::run(&o, label).map_err(|e| e.to_string())?;
     let cpu = s.cpu_seconds(ticks)? - cpu_before;
+    let client_cpu_seconds = server::own_cpu_seconds(ticks)? - client_before;
     let name = if command == "get" { "Gets" } else { "Sets" };
     let st = r.op(name).ok_or("missing op stats")?;
     let ops_per_sec = r.ops_per_sec(st);
@@ -430,6 +438,7 @@ fn measure_point(
         } else {
             0.0
         },
+        client_cpu_seconds,
         rss_kib: s.rss_kib()?,
         used_memory_bytes: used_memory(s.spec.port),
         redis_benchmark_rps: rb.rps,

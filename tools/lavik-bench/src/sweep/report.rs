@@ -18,7 +18,7 @@ pub struct Context<'a> {
     pub checks: &'a [Check],
 }
 
-pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second";
+pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second";
 
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
@@ -30,7 +30,7 @@ pub fn csv(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{},{},{},{},{}",
+            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{:.2},{},{},{},{},{}",
             p.server,
             p.command,
             p.connections,
@@ -48,6 +48,7 @@ pub fn csv(points: &[Point]) -> String {
             p.connection_errors,
             p.server_cpu_seconds,
             p.ops_per_server_cpu_second,
+            p.client_cpu_seconds,
             p.rss_kib,
             p.used_memory_bytes,
             opt(p.redis_benchmark_rps),
@@ -66,7 +67,8 @@ fn point_json(p: &Point) -> serde_json::Value {
         "p50_ms": p.p50_ms, "p99_ms": p.p99_ms, "p99.9_ms": p.p999_ms, "p99.99_ms": p.p9999_ms,
         "hits": p.hits, "misses": p.misses, "error_replies": p.error_replies,
         "connection_errors": p.connection_errors, "server_cpu_seconds": p.server_cpu_seconds,
-        "ops_per_server_cpu_second": p.ops_per_server_cpu_second, "rss_kib": p.rss_kib,
+        "ops_per_server_cpu_second": p.ops_per_server_cpu_second,
+        "client_cpu_seconds": p.client_cpu_seconds, "rss_kib": p.rss_kib,
         "used_memory_bytes": p.used_memory_bytes,
         "redis_benchmark_rps": p.redis_benchmark_rps,
         "redis_benchmark_p99_ms": p.redis_benchmark_p99_ms,
@@ -329,20 +331,21 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     }
     for command in &cfg.commands {
         let _ = writeln!(s, "### {}\n", command.to_uppercase());
-        s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | RSS MiB | used_memory MiB |");
+        s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | client CPU s | RSS MiB | used_memory MiB |");
         s.push_str(if rb {
             " redis-benchmark ops/s | ops/s ours / theirs | redis-benchmark ops per CPU-s | ops per CPU-s ours / theirs |\n"
         } else {
             "\n"
         });
-        s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         s.push_str(if rb { "---:|---:|---:|---:|\n" } else { "\n" });
         for p in summary.iter().filter(|p| &p.command == command) {
             let _ = write!(
                 s,
-                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} | {:.1} | {:.1} |",
+                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} |",
                 p.connections, p.server, p.ops_per_sec, p.p50_ms, p.p99_ms, p.p999_ms, p.p9999_ms,
-                p.server_cpu_seconds, p.ops_per_server_cpu_second, p.rss_kib as f64 / 1024.0,
+                p.server_cpu_seconds, p.ops_per_server_cpu_second,
+                p.client_cpu_seconds, p.rss_kib as f64 / 1024.0,
                 p.used_memory_bytes as f64 / 1048576.0
             );
             if rb {
@@ -436,6 +439,7 @@ mod tests {
             connection_errors: 0,
             server_cpu_seconds: 1.0,
             ops_per_server_cpu_second: 10.0,
+            client_cpu_seconds: 0.5,
             rss_kib: 2048,
             used_memory_bytes: 1 << 20,
             redis_benchmark_rps: Some(rate * 0.9),

@@ -196,6 +196,13 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// User + system CPU seconds of this process (all its threads, not its children).
+pub fn own_cpu_seconds(clock_ticks_per_sec: f64) -> Result<f64, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| e.to_string())?;
+    let ticks = parse_stat_cpu_ticks(&stat).ok_or("/proc/self/stat: unexpected format")?;
+    Ok(ticks as f64 / clock_ticks_per_sec)
+}
+
 pub fn parse_status_rss_kib(status: &str) -> Option<u64> {
     status
         .lines()
