@@ -90,7 +90,7 @@ fn rerun_pinned(cpus: &str, args: &[String]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let status = Command::new("sh")
         .arg("-c")
-        .arg(r#"ulimit -n 65536 2>/dev/null; exec taskset -c "$0" "$@""#)
+        .arg(r#"ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec taskset -c "$0" "$@""#)
         .arg(cpus)
         .arg(exe)
         .arg("sweep")
@@ -109,6 +109,7 @@ fn run(cfg: &SweepConfig, config_path: &str, config_text: &str) -> Result<(), St
     let out = Path::new(&cfg.out_dir);
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let ticks = server::clock_ticks_per_sec();
+    let load_at_start = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut checks = Vec::new();
     let mut servers = Vec::new();
     for spec in &cfg.servers {
@@ -132,6 +133,7 @@ fn run(cfg: &SweepConfig, config_path: &str, config_text: &str) -> Result<(), St
         cfg,
         config_path,
         config_text,
+        load_at_start: load_at_start.trim(),
         launched: &launched,
         points: &points,
         checks: &checks,

@@ -12,6 +12,8 @@ pub struct Context<'a> {
     pub cfg: &'a SweepConfig,
     pub config_path: &'a str,
     pub config_text: &'a str,
+    /// /proc/loadavg before the servers started.
+    pub load_at_start: &'a str,
     /// (server name, exact launch command).
     pub launched: &'a [(String, String)],
     pub points: &'a [Point],
@@ -201,6 +203,10 @@ pub fn environment(ctx: &Context) -> Vec<(String, String)> {
         ),
         ("OS".into(), os),
         ("kernel".into(), read_trim("/proc/sys/kernel/osrelease")),
+        (
+            "load average at start".into(),
+            ctx.load_at_start.to_string(),
+        ),
         ("load average at end".into(), read_trim("/proc/loadavg")),
         (
             "lavik-bench".into(),
@@ -387,6 +393,7 @@ pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
         "servers": ctx.launched.iter().map(|(n, c)| json!({"name": n, "command": c})).collect::<Vec<_>>(),
         "checks": ctx.checks.iter().map(|c| json!({"server": c.server, "check": c.what, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
         "points": ctx.points.iter().map(point_json).collect::<Vec<_>>(),
+        "summary": summarize(ctx.points).iter().map(point_json).collect::<Vec<_>>(),
     });
     write(
         "results.json",
