@@ -200,11 +200,11 @@ struct ThreadPlan {
     connect_failures: Arc<AtomicUsize>,
 }
 
-fn run_thread(plan: ThreadPlan) -> io::Result<ThreadOutcome> {
+/// Open and register this thread's connections. Returns them and the failure count.
+fn connect_all(plan: &ThreadPlan, poll: &Poll) -> io::Result<(Vec<Conn>, u64)> {
     let w = &*plan.workload;
-    let mut poll = Poll::new()?;
     let mut conns = Vec::with_capacity(plan.clients as usize);
-    let mut connection_errors = 0;
+    let mut failures = 0;
     for i in 0..plan.clients {
         match Conn::connect(plan.addr, ClientGen::new(w, plan.first_client + i)) {
             Ok(mut c) => {
@@ -218,17 +218,24 @@ fn run_thread(plan: ThreadPlan) -> io::Result<ThreadOutcome> {
             }
             Err(e) => {
                 // Say why once per thread (e.g. "Too many open files": raise `ulimit -n`).
-                if connection_errors == 0 {
+                if failures == 0 {
                     eprintln!("lavik-bench: connect to {}: {e}", plan.addr);
                 }
-                connection_errors += 1;
+                failures += 1;
             }
         }
     }
-    if connection_errors > 0 {
+    if failures > 0 {
         plan.connect_failures
-            .fetch_add(connection_errors as usize, Ordering::Relaxed);
+            .fetch_add(failures as usize, Ordering::Relaxed);
     }
+    Ok((conns, failures))
+}
+
+fn run_thread(plan: ThreadPlan) -> io::Result<ThreadOutcome> {
+    let w = &*plan.workload;
+    let mut poll = Poll::new()?;
+    let (mut conns, mut connection_errors) = connect_all(&plan, &poll)?;
     plan.start.wait();
     let start = Instant::now();
     let deadline = plan.test_time.map(|t| start + t);

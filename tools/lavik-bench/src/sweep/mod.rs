@@ -59,6 +59,8 @@ pub struct Point {
     pub redis_benchmark_rps: Option<f64>,
     pub redis_benchmark_p99_ms: Option<f64>,
     pub redis_benchmark_ops_per_server_cpu_second: Option<f64>,
+    /// CPU microseconds redis-benchmark itself used per request (client efficiency).
+    pub redis_benchmark_client_us_per_request: Option<f64>,
 }
 
 /// A pass/fail check recorded in the report.
@@ -446,6 +448,7 @@ fn measure_point(
         redis_benchmark_rps: rb.rps,
         redis_benchmark_p99_ms: rb.p99_ms,
         redis_benchmark_ops_per_server_cpu_second: rb.ops_per_server_cpu_second,
+        redis_benchmark_client_us_per_request: rb.client_us_per_request,
     })
 }
 
@@ -502,6 +505,7 @@ struct RedisBenchmark {
     rps: Option<f64>,
     p99_ms: Option<f64>,
     ops_per_server_cpu_second: Option<f64>,
+    client_us_per_request: Option<f64>,
 }
 
 /// Run redis-benchmark for about `point_seconds`, parse its CSV and measure server CPU.
@@ -516,6 +520,7 @@ fn redis_benchmark(
 ) -> Result<RedisBenchmark, String> {
     let requests = ((our_rate * cfg.point_seconds as f64) as u64).max(10_000);
     let cpu_before = s.cpu_seconds(ticks)?;
+    let client_before = server::children_cpu_seconds(ticks)?;
     let out = Command::new(bin)
         .args(redis_benchmark_args(
             cfg,
@@ -527,6 +532,7 @@ fn redis_benchmark(
         .output()
         .map_err(|e| format!("cannot run {bin}: {e}"))?;
     let cpu = s.cpu_seconds(ticks)? - cpu_before;
+    let client_cpu = server::children_cpu_seconds(ticks)? - client_before;
     let text = String::from_utf8_lossy(&out.stdout);
     let Some((rps, p99_ms)) = parse_redis_benchmark_csv(&text) else {
         eprintln!("sweep: could not parse redis-benchmark output: {text}");
@@ -536,6 +542,7 @@ fn redis_benchmark(
         rps: Some(rps),
         p99_ms,
         ops_per_server_cpu_second: (cpu > 0.0).then(|| requests as f64 / cpu),
+        client_us_per_request: Some(client_cpu * 1e6 / requests as f64),
     })
 }
 

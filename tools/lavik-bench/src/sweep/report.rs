@@ -20,7 +20,7 @@ pub struct Context<'a> {
     pub checks: &'a [Check],
 }
 
-pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second";
+pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second,redis_benchmark_client_us_per_request";
 
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
@@ -32,7 +32,7 @@ pub fn csv(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{:.2},{},{},{},{},{}",
+            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{:.2},{},{},{},{},{},{}",
             p.server,
             p.command,
             p.connections,
@@ -56,6 +56,7 @@ pub fn csv(points: &[Point]) -> String {
             opt(p.redis_benchmark_rps),
             opt(p.redis_benchmark_p99_ms),
             opt(p.redis_benchmark_ops_per_server_cpu_second),
+            opt(p.redis_benchmark_client_us_per_request),
         );
     }
     s
@@ -75,6 +76,7 @@ fn point_json(p: &Point) -> serde_json::Value {
         "redis_benchmark_rps": p.redis_benchmark_rps,
         "redis_benchmark_p99_ms": p.redis_benchmark_p99_ms,
         "redis_benchmark_ops_per_server_cpu_second": p.redis_benchmark_ops_per_server_cpu_second,
+        "redis_benchmark_client_us_per_request": p.redis_benchmark_client_us_per_request,
     })
 }
 
@@ -104,6 +106,8 @@ pub fn summarize(points: &[Point]) -> Vec<Point> {
         chosen.redis_benchmark_p99_ms = rb(|q| q.redis_benchmark_p99_ms);
         chosen.redis_benchmark_ops_per_server_cpu_second =
             rb(|q| q.redis_benchmark_ops_per_server_cpu_second);
+        chosen.redis_benchmark_client_us_per_request =
+            rb(|q| q.redis_benchmark_client_us_per_request);
         out.push(chosen);
     }
     out
@@ -283,6 +287,25 @@ fn cross_check_text(summary: &[Point]) -> String {
             );
         }
     }
+    let ours = median(
+        summary
+            .iter()
+            .filter(|p| p.ops > 0)
+            .map(|p| p.client_cpu_seconds * 1e6 / p.ops as f64)
+            .collect(),
+    );
+    let theirs = median(
+        summary
+            .iter()
+            .filter_map(|p| p.redis_benchmark_client_us_per_request)
+            .collect(),
+    );
+    if let (Some(ours), Some(theirs)) = (ours, theirs) {
+        let _ = writeln!(
+            s,
+            "\nClient CPU per request (median over points): lavik-bench {ours:.2} µs, redis-benchmark {theirs:.2} µs."
+        );
+    }
     s
 }
 
@@ -452,6 +475,7 @@ mod tests {
             redis_benchmark_rps: Some(rate * 0.9),
             redis_benchmark_p99_ms: None,
             redis_benchmark_ops_per_server_cpu_second: None,
+            redis_benchmark_client_us_per_request: None,
         }
     }
 

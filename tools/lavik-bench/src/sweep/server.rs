@@ -188,12 +188,26 @@ impl Server {
 /// utime + stime (fields 14 and 15) from `/proc/PID/stat`. The command name (field 2) may
 /// contain spaces and parentheses, so fields are counted after the last ')'.
 pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    Some(stat_field(stat, 14)? + stat_field(stat, 15)?)
+}
+
+/// cutime + cstime (fields 16 and 17): CPU of children that have been waited for.
+pub fn parse_stat_children_cpu_ticks(stat: &str) -> Option<u64> {
+    Some(stat_field(stat, 16)? + stat_field(stat, 17)?)
+}
+
+/// Numeric field `n` (1-based, as in proc(5)) of a stat line.
+fn stat_field(stat: &str, n: usize) -> Option<u64> {
     let after = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
     // `after` starts at field 3 (state), so field N is at index N - 3.
-    let utime: u64 = fields.get(14 - 3)?.parse().ok()?;
-    let stime: u64 = fields.get(15 - 3)?.parse().ok()?;
-    Some(utime + stime)
+    after.split_whitespace().nth(n - 3)?.parse().ok()
+}
+
+/// CPU seconds of this process's finished, waited-for children (e.g. redis-benchmark).
+pub fn children_cpu_seconds(clock_ticks_per_sec: f64) -> Result<f64, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| e.to_string())?;
+    let ticks = parse_stat_children_cpu_ticks(&stat).ok_or("/proc/self/stat: unexpected format")?;
+    Ok(ticks as f64 / clock_ticks_per_sec)
 }
 
 /// User + system CPU seconds of this process (all its threads, not its children).
@@ -231,6 +245,9 @@ mod tests {
         let stat = "1234 (weird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 \
                     250 75 0 0 20 0 4 0 1000 1000000 500 18446744073709551615";
         assert_eq!(parse_stat_cpu_ticks(stat), Some(325));
+        assert_eq!(parse_stat_children_cpu_ticks(stat), Some(0));
+        let with_children = stat.replace(" 250 75 0 0 ", " 250 75 30 12 ");
+        assert_eq!(parse_stat_children_cpu_ticks(&with_children), Some(42));
         assert_eq!(parse_stat_cpu_ticks("1 (x) S 1"), None);
     }
 
