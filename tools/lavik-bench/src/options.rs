@@ -203,8 +203,7 @@ impl BenchOptions {
         {
             return fail("--print-percentiles values must be within 0..100");
         }
-        if self.commands.iter().any(|c| c.ratio == 0) && self.commands.iter().all(|c| c.ratio == 0)
-        {
+        if !self.commands.is_empty() && self.commands.iter().all(|c| c.ratio == 0) {
             return fail("every --command has ratio 0");
         }
         Ok(())
@@ -641,6 +640,8 @@ mod tests {
                 "--key-maximum=5",
             ],
             &["--print-percentiles=50,101"],
+            &["--command=GET __key__", "--command-ratio=0"],
+            &["--run-count=0"],
         ];
         for case in bad {
             assert!(parse(&args(case)).is_err(), "accepted {case:?}");
