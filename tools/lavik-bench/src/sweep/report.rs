@@ -114,6 +114,16 @@ pub fn summarize(points: &[Point]) -> Vec<Point> {
 }
 
 /// Build the chart panels: for each command, throughput, p99.9 and ops per CPU-second.
+fn points_of<'a>(
+    points: &'a [Point],
+    server: &'a str,
+    command: &'a str,
+) -> impl Iterator<Item = &'a Point> + 'a {
+    points
+        .iter()
+        .filter(move |p| p.server == server && p.command == command)
+}
+
 pub fn panels(cfg: &SweepConfig, points: &[Point]) -> Vec<Panel> {
     type Metric = (&'static str, &'static str, fn(&Point) -> f64);
     let metrics: [Metric; 3] = [
@@ -126,18 +136,36 @@ pub fn panels(cfg: &SweepConfig, points: &[Point]) -> Vec<Panel> {
     let mut out = Vec::new();
     for (title, unit, metric) in metrics {
         for command in &cfg.commands {
-            let series = cfg
+            let mut series: Vec<Series> = cfg
                 .servers
                 .iter()
                 .map(|s| Series {
                     name: s.name.clone(),
-                    points: points
-                        .iter()
-                        .filter(|p| p.server == s.name && &p.command == command)
+                    points: points_of(points, &s.name, command)
                         .map(|p| (f64::from(p.connections), metric(p)))
                         .collect(),
+                    dashed: false,
                 })
                 .collect();
+            // redis-benchmark's own figures at the same points, dashed, where measured.
+            let reference: Option<fn(&Point) -> Option<f64>> = match title {
+                "throughput" => Some(|p| p.redis_benchmark_rps),
+                "requests per server CPU-second" => {
+                    Some(|p| p.redis_benchmark_ops_per_server_cpu_second)
+                }
+                _ => None,
+            };
+            if let Some(reference) = reference.filter(|_| cfg.redis_benchmark.is_some()) {
+                for s in &cfg.servers {
+                    series.push(Series {
+                        name: format!("{} (redis-benchmark)", s.name),
+                        points: points_of(points, &s.name, command)
+                            .filter_map(|p| Some((f64::from(p.connections), reference(p)?)))
+                            .collect(),
+                        dashed: true,
+                    });
+                }
+            }
             out.push(Panel {
                 title: format!("{} {title}", command.to_uppercase()),
                 y_label: unit.into(),

@@ -21,7 +21,11 @@ const COLORS: [&str; 6] = [
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
+    /// Drawn dashed (used for reference measurements such as redis-benchmark's).
+    pub dashed: bool,
 }
+
+const DASH: &str = r#" stroke-dasharray="6 4""#;
 
 #[derive(Clone, Debug)]
 pub struct Panel {
@@ -93,30 +97,43 @@ pub fn render(title: &str, subtitle: &str, panels: &[Panel], columns: usize) -> 
         width / 2.0,
         escape(subtitle)
     );
-    legend(&mut s, panels, width);
+    let names = series_names(panels);
+    legend(&mut s, &names, width);
     for (i, panel) in panels.iter().enumerate() {
         let x0 = PANEL_WIDTH * (i % columns) as f64;
         let y0 = HEADER_HEIGHT + PANEL_HEIGHT * (i / columns) as f64;
-        draw_panel(&mut s, panel, x0, y0);
+        draw_panel(&mut s, panel, &names, x0, y0);
     }
     s.push_str("</svg>\n");
     s
 }
 
-fn legend(s: &mut String, panels: &[Panel], width: f64) {
-    let mut names: Vec<&str> = Vec::new();
+/// Every series name once, in first-seen order; a name's index picks its colour in all
+/// panels, so one server has one colour throughout.
+fn series_names(panels: &[Panel]) -> Vec<(&str, bool)> {
+    let mut names: Vec<(&str, bool)> = Vec::new();
     for series in panels.iter().flat_map(|p| &p.series) {
-        if !names.contains(&series.name.as_str()) {
-            names.push(&series.name);
+        if !names.iter().any(|(n, _)| *n == series.name) {
+            names.push((&series.name, series.dashed));
         }
     }
-    let item_width = 150.0;
+    names
+}
+
+fn color_of(name: &str, all: &[(&str, bool)]) -> &'static str {
+    let i = all.iter().position(|(n, _)| *n == name).unwrap_or(0);
+    COLORS[i % COLORS.len()]
+}
+
+fn legend(s: &mut String, names: &[(&str, bool)], width: f64) {
+    let item_width = if names.len() > 3 { 220.0 } else { 150.0 };
     let mut x = width / 2.0 - item_width * names.len() as f64 / 2.0;
-    for (i, name) in names.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    for (name, dashed) in names {
+        let color = color_of(name, names);
+        let dash = if *dashed { DASH } else { "" };
         let _ = writeln!(
             s,
-            r#"<line x1="{x}" y1="54" x2="{}" y2="54" stroke="{color}" stroke-width="3"/><text x="{}" y="58">{}</text>"#,
+            r#"<line x1="{x}" y1="54" x2="{}" y2="54" stroke="{color}" stroke-width="3"{dash}/><text x="{}" y="58">{}</text>"#,
             x + 24.0,
             x + 30.0,
             escape(name)
@@ -125,15 +142,7 @@ fn legend(s: &mut String, panels: &[Panel], width: f64) {
     }
 }
 
-fn color_of(panels_series_name: &str, all: &[&str]) -> &'static str {
-    let i = all
-        .iter()
-        .position(|n| *n == panels_series_name)
-        .unwrap_or(0);
-    COLORS[i % COLORS.len()]
-}
-
-fn draw_panel(s: &mut String, panel: &Panel, x0: f64, y0: f64) {
+fn draw_panel(s: &mut String, panel: &Panel, names: &[(&str, bool)], x0: f64, y0: f64) {
     let plot_w = PANEL_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
     let plot_h = PANEL_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
     let (left, top) = (x0 + MARGIN_LEFT, y0 + MARGIN_TOP);
@@ -208,9 +217,9 @@ fn draw_panel(s: &mut String, panel: &Panel, x0: f64, y0: f64) {
         r#"<text x="{lx}" y="{ly}" text-anchor="middle" transform="rotate(-90 {lx} {ly})">{}</text>"#,
         escape(&panel.y_label)
     );
-    let names: Vec<&str> = panel.series.iter().map(|ser| ser.name.as_str()).collect();
-    for ser in &panel.series {
-        let color = color_of(&ser.name, &names);
+    for ser in panel.series.iter().filter(|ser| !ser.points.is_empty()) {
+        let color = color_of(&ser.name, names);
+        let dash = if ser.dashed { DASH } else { "" };
         let mut pts: Vec<(f64, f64)> = ser.points.clone();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let path: Vec<String> = pts
@@ -219,7 +228,7 @@ fn draw_panel(s: &mut String, panel: &Panel, x0: f64, y0: f64) {
             .collect();
         let _ = writeln!(
             s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{}"/>"#,
             path.join(" ")
         );
         for (x, y) in &pts {
@@ -264,6 +273,7 @@ mod tests {
         let series = |n: &str| Series {
             name: n.into(),
             points: vec![(1.0, 10.0), (4.0, 30.0), (16.0, 20.0)],
+            dashed: n == "b",
         };
         let panel = Panel {
             title: "GET <throughput>".into(),
@@ -273,6 +283,8 @@ mod tests {
         let svg = render("t", "sub", &[panel.clone(), panel], 2);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches("<polyline").count(), 4);
+        // Series b is dashed in both panels and in the legend.
+        assert_eq!(svg.matches("stroke-dasharray").count(), 3);
         assert!(svg.contains("GET &lt;throughput&gt;"));
         for tick in [
             ">1</text>",
