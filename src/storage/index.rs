@@ -397,11 +397,20 @@ impl Subtable {
     /// A fragment at which a scan that has visited every bucket up to and including
     /// `bucket_number` can resume without missing anything: entries with a smaller
     /// fragment all live at or before that bucket. Runs are ordered, so the bucket's
-    /// largest fragment qualifies; after a non-full home bucket nothing homed at or before
-    /// it lives later, so the next bucket's first fragment qualifies too.
+    /// largest fragment qualifies (one past it when the next bucket starts higher); after
+    /// a non-full home bucket nothing homed at or before it lives later, so the next
+    /// bucket's first fragment qualifies too.
     fn resume_after(&self, bucket_number: usize) -> Option<u32> {
         let bucket = &self.buckets[bucket_number];
-        let largest = bucket.entries().map(Entry::fragment).max();
+        let mut largest = bucket.entries().map(Entry::fragment).max();
+        // If nothing later shares the largest fragment, resume just past it.
+        let later = self.buckets.get(bucket_number + 1);
+        let later_smallest = later.and_then(|b| b.entries().map(Entry::fragment).min());
+        if let Some(l) = largest {
+            if later_smallest.is_none_or(|s| s > l) && u64::from(l) < FRAGMENT_MASK {
+                largest = Some(l + 1);
+            }
+        }
         let next_home = bucket_number + 1;
         if !bucket.is_full() && next_home < self.home_buckets as usize {
             let first = first_fragment_of(next_home, self.home_buckets);
@@ -427,7 +436,9 @@ impl Subtable {
         let mut visited = 0;
         for bucket_number in self.home(fragment)..self.buckets.len() {
             let bucket = &self.buckets[bucket_number];
-            for entry in bucket.entries() {
+            // Entries below the cursor were visited by earlier calls (or arrived since,
+            // which SCAN does not promise to report): skipping them avoids repeats.
+            for entry in bucket.entries().filter(|e| e.fragment() >= fragment) {
                 f(position_base | u64::from(entry.fragment()), entry.address());
                 visited += 1;
             }
@@ -1473,6 +1484,24 @@ mod tests {
         let miss_ns = started.elapsed().as_nanos() as f64 / keys as f64;
         let per_key = index.memory_bytes() as f64 / keys as f64;
         let probed: usize = misses.iter().map(|&h| miss_probe_buckets(&index, h)).sum();
+        let walked: usize = misses.iter().map(|&h| insert_walk_buckets(&index, h)).sum();
+        println!(
+            "buckets walked per insert (to the end of the run): {:.3}",
+            walked as f64 / keys as f64
+        );
+        let (mut calls, mut visited, mut cursor) = (0usize, 0usize, 0);
+        loop {
+            cursor = index.scan(cursor, 10, |_, _| visited += 1);
+            calls += 1;
+            if cursor == 0 {
+                break;
+            }
+        }
+        println!(
+            "scan count 10: {calls} calls, {:.2} entries per call, {:.4} visits per entry",
+            visited as f64 / calls as f64,
+            visited as f64 / keys as f64
+        );
         println!(
             "buckets read per miss (and per full candidates() walk): {:.3}",
             probed as f64 / keys as f64
@@ -1502,6 +1531,18 @@ mod tests {
             .take_while(|b| !b.ends_run_for(fragment))
             .count();
         (run + 1).min(table.buckets.len() - table.home(fragment))
+    }
+
+    /// Buckets an insert of `hash` touches: from its home through the first non-full bucket.
+    fn insert_walk_buckets(index: &Index, hash: u64) -> usize {
+        let (subtable, fragment) = split_hash(hash);
+        let table = &index.subtables[subtable];
+        let home = table.home(fragment);
+        let run = table.buckets[home..]
+            .iter()
+            .take_while(|b| b.is_full())
+            .count();
+        (run + 1).min(table.buckets.len() - home)
     }
 
     fn resident_bytes() -> usize {
