@@ -1,5 +1,5 @@
-//! The compact key index: 64-bit key hash → 40-bit device address, in about 10–13
-//! bytes of RAM per key.
+//! The compact key index: 64-bit key hash → 40-bit device address, in about 9.6 bytes
+//! of RAM per key (10 M keys; see `docs/index.md`).
 //!
 //! What it owns: a table of 8-byte entries `[hash fragment 24 bits | address+1 40 bits]`
 //! packed eight to a 64-byte bucket (one cache line). Keys are never stored; the caller
@@ -17,20 +17,25 @@
 //! - bits 27..0 are not used. Two hashes that agree on bits 63..28 (36 bits) are
 //!   indistinguishable to the index and both show up as candidates.
 //!
-//! Invariants:
+//! Invariants (checked by the tests' `check_invariants`):
 //! - Buckets are compact: a bucket's entries fill slots `0..count`, so an empty slot
 //!   means "bucket not full".
 //! - Bucketed linear probing: an entry lives in its home bucket or, if that was full, in
 //!   a later one. An entry at bucket `j` with home `h < j` implies buckets `h..j` are all
-//!   full. Lookups therefore stop after the first non-full bucket. Deletion restores the
-//!   invariant by shifting later entries back (no tombstones). Entries that run past the
-//!   last home bucket go to spill buckets appended to the sub-table (no wrap-around), so
-//!   bucket order follows fragment order, which is what makes SCAN resize-proof.
+//!   full. Entries that run past the last home bucket go to spill buckets appended to
+//!   the sub-table (no wrap-around).
+//! - Ordered runs: every fragment in a bucket is ≤ every fragment in the next bucket
+//!   (within a bucket, slots are unordered). Insertion keeps this by swapping the new
+//!   entry for a bucket's largest fragment and carrying that one on (Robin Hood style);
+//!   deletion shifts the next bucket's smallest entry back while its home allows (no
+//!   tombstones). So a lookup stops at the first bucket that has room or holds a larger
+//!   fragment, and a SCAN can resume at any bucket boundary by fragment value, which is
+//!   what makes it resize-proof.
 //! - A sub-table grows by a factor of [`GROWTH_FACTOR`] when it holds more than
-//!   [`GROW_LOAD_UNITS`]/16 of its home slots, and shrinks when it falls
-//!   far below. Sub-table `i` at level `L` has `ceil(GROWTH_FACTOR^(L + i/SUBTABLE_COUNT))`
-//!   home buckets: the fractional phase spreads the sub-tables' resize points evenly, so
-//!   the total size grows smoothly with the key count instead of in global steps.
+//!   [`GROW_LOAD_UNITS`]/16 of its home slots, and shrinks when it falls far below.
+//!   Sub-table `i` at level `L` has `ceil(GROWTH_FACTOR^(L + i/SUBTABLE_COUNT))` home
+//!   buckets: the fractional phase spreads the sub-tables' resize points evenly, so the
+//!   total size grows smoothly with the key count instead of in global steps.
 //!
 //! Deliberately missing: incremental rehash (a resize rebuilds one sub-table, 1/4096 of
 //! the index, in one go; the transient is that sub-table's old plus new buckets),
