@@ -172,7 +172,7 @@ impl Bucket {
             .iter()
             .enumerate()
             .max_by_key(|(_, e)| e.fragment())
-            .unwrap();
+            .expect("index: largest_slot of an empty bucket");
         slot
     }
 
@@ -194,8 +194,9 @@ impl Bucket {
 
     /// Removes the entry in `slot`, moving the last entry into its place.
     fn take(&mut self, slot: usize) -> Entry {
-        let last = self.count() - 1;
-        assert!(slot <= last, "index: take from an empty slot");
+        let count = self.count();
+        assert!(slot < count, "index: take from an empty slot");
+        let last = count - 1;
         let entry = self.slots[slot];
         self.slots[slot] = self.slots[last];
         self.slots[last] = Entry::EMPTY;
