@@ -95,6 +95,11 @@ const _: () = assert!(size_of::<Bucket>() == 64);
 const _: () = assert!(GROW_LOAD_UNITS < LOAD_UNITS_PER_HOME_BUCKET);
 // After shrinking, the load must be below the growth trigger (hysteresis).
 const _: () = assert!(SHRINK_LOAD_UNITS < GROW_LOAD_UNITS);
+// A shard (and its index) moves to the worker thread that owns it.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Index>();
+};
 
 /// One stored word: fragment in the top 24 bits, `address + 1` in the low 40 (0 = empty).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
