@@ -751,6 +751,9 @@ impl Iterator for Candidates<'_> {
     }
 }
 
+// Once a walk has ended, `next` keeps returning None.
+impl std::iter::FusedIterator for Candidates<'_> {}
+
 /// SplitMix64 step: a small, well-mixed sequence from any seed.
 fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
