@@ -418,7 +418,11 @@ impl Subtable {
         let later = self.buckets.get(bucket_number + 1);
         let later_smallest = later.and_then(|b| b.entries().map(Entry::fragment).min());
         if let Some(l) = largest {
-            if !later_smallest.is_some_and(|s| s <= l) && u64::from(l) < FRAGMENT_MASK {
+            let next_starts_higher = match later_smallest {
+                Some(smallest) => smallest > l,
+                None => true,
+            };
+            if next_starts_higher && u64::from(l) < FRAGMENT_MASK {
                 largest = Some(l + 1);
             }
         }
