@@ -1,5 +1,5 @@
-//! The compact key index: 64-bit key hash → 40-bit device address, in about 10–13
-//! bytes of RAM per key.
+//! The compact key index: 64-bit key hash → 40-bit device address, in about 9.6 bytes
+//! of RAM per key (10 M keys; see `docs/index.md`).
 //!
 //! What it owns: a table of 8-byte entries `[hash fragment 24 bits | address+1 40 bits]`
 //! packed eight to a 64-byte bucket (one cache line). Keys are never stored; the caller
@@ -17,20 +17,25 @@
 //! - bits 27..0 are not used. Two hashes that agree on bits 63..28 (36 bits) are
 //!   indistinguishable to the index and both show up as candidates.
 //!
-//! Invariants:
+//! Invariants (checked by the tests' `check_invariants`):
 //! - Buckets are compact: a bucket's entries fill slots `0..count`, so an empty slot
 //!   means "bucket not full".
 //! - Bucketed linear probing: an entry lives in its home bucket or, if that was full, in
 //!   a later one. An entry at bucket `j` with home `h < j` implies buckets `h..j` are all
-//!   full. Lookups therefore stop after the first non-full bucket. Deletion restores the
-//!   invariant by shifting later entries back (no tombstones). Entries that run past the
-//!   last home bucket go to spill buckets appended to the sub-table (no wrap-around), so
-//!   bucket order follows fragment order, which is what makes SCAN resize-proof.
+//!   full. Entries that run past the last home bucket go to spill buckets appended to
+//!   the sub-table (no wrap-around).
+//! - Ordered runs: every fragment in a bucket is ≤ every fragment in the next bucket
+//!   (within a bucket, slots are unordered). Insertion keeps this by swapping the new
+//!   entry for a bucket's largest fragment and carrying that one on (Robin Hood style);
+//!   deletion shifts the next bucket's smallest entry back while its home allows (no
+//!   tombstones). So a lookup stops at the first bucket that has room or holds a larger
+//!   fragment, and a SCAN can resume at any bucket boundary by fragment value, which is
+//!   what makes it resize-proof.
 //! - A sub-table grows by a factor of [`GROWTH_FACTOR`] when it holds more than
-//!   [`GROW_LOAD_UNITS`]/16 of its home slots, and shrinks when it falls
-//!   far below. Sub-table `i` at level `L` has `ceil(GROWTH_FACTOR^(L + i/SUBTABLE_COUNT))`
-//!   home buckets: the fractional phase spreads the sub-tables' resize points evenly, so
-//!   the total size grows smoothly with the key count instead of in global steps.
+//!   [`GROW_LOAD_UNITS`]/16 of its home slots, and shrinks when it falls far below.
+//!   Sub-table `i` at level `L` has `ceil(GROWTH_FACTOR^(L + i/SUBTABLE_COUNT))` home
+//!   buckets: the fractional phase spreads the sub-tables' resize points evenly, so the
+//!   total size grows smoothly with the key count instead of in global steps.
 //!
 //! Deliberately missing: incremental rehash (a resize rebuilds one sub-table, 1/4096 of
 //! the index, in one go; the transient is that sub-table's old plus new buckets),
@@ -90,6 +95,11 @@ const _: () = assert!(size_of::<Bucket>() == 64);
 const _: () = assert!(GROW_LOAD_UNITS < LOAD_UNITS_PER_HOME_BUCKET);
 // After shrinking, the load must be below the growth trigger (hysteresis).
 const _: () = assert!(SHRINK_LOAD_UNITS < GROW_LOAD_UNITS);
+// A shard (and its index) moves to the worker thread that owns it.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Index>();
+};
 
 /// One stored word: fragment in the top 24 bits, `address + 1` in the low 40 (0 = empty).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -167,7 +177,7 @@ impl Bucket {
             .iter()
             .enumerate()
             .max_by_key(|(_, e)| e.fragment())
-            .unwrap();
+            .expect("index: largest_slot of an empty bucket");
         slot
     }
 
@@ -189,8 +199,9 @@ impl Bucket {
 
     /// Removes the entry in `slot`, moving the last entry into its place.
     fn take(&mut self, slot: usize) -> Entry {
-        let last = self.count() - 1;
-        assert!(slot <= last, "index: take from an empty slot");
+        let count = self.count();
+        assert!(slot < count, "index: take from an empty slot");
+        let last = count - 1;
         let entry = self.slots[slot];
         self.slots[slot] = self.slots[last];
         self.slots[last] = Entry::EMPTY;
@@ -397,11 +408,24 @@ impl Subtable {
     /// A fragment at which a scan that has visited every bucket up to and including
     /// `bucket_number` can resume without missing anything: entries with a smaller
     /// fragment all live at or before that bucket. Runs are ordered, so the bucket's
-    /// largest fragment qualifies; after a non-full home bucket nothing homed at or before
-    /// it lives later, so the next bucket's first fragment qualifies too.
+    /// largest fragment qualifies (one past it when the next bucket starts higher); after
+    /// a non-full home bucket nothing homed at or before it lives later, so the next
+    /// bucket's first fragment qualifies too.
     fn resume_after(&self, bucket_number: usize) -> Option<u32> {
         let bucket = &self.buckets[bucket_number];
-        let largest = bucket.entries().map(Entry::fragment).max();
+        let mut largest = bucket.entries().map(Entry::fragment).max();
+        // If nothing later shares the largest fragment, resume just past it.
+        let later = self.buckets.get(bucket_number + 1);
+        let later_smallest = later.and_then(|b| b.entries().map(Entry::fragment).min());
+        if let Some(l) = largest {
+            let next_starts_higher = match later_smallest {
+                Some(smallest) => smallest > l,
+                None => true,
+            };
+            if next_starts_higher && u64::from(l) < FRAGMENT_MASK {
+                largest = Some(l + 1);
+            }
+        }
         let next_home = bucket_number + 1;
         if !bucket.is_full() && next_home < self.home_buckets as usize {
             let first = first_fragment_of(next_home, self.home_buckets);
@@ -427,7 +451,9 @@ impl Subtable {
         let mut visited = 0;
         for bucket_number in self.home(fragment)..self.buckets.len() {
             let bucket = &self.buckets[bucket_number];
-            for entry in bucket.entries() {
+            // Entries below the cursor were visited by earlier calls (or arrived since,
+            // which SCAN does not promise to report): skipping them avoids repeats.
+            for entry in bucket.entries().filter(|e| e.fragment() >= fragment) {
                 f(position_base | u64::from(entry.fragment()), entry.address());
                 visited += 1;
             }
@@ -729,6 +755,9 @@ impl Iterator for Candidates<'_> {
     }
 }
 
+// Once a walk has ended, `next` keeps returning None.
+impl std::iter::FusedIterator for Candidates<'_> {}
+
 /// SplitMix64 step: a small, well-mixed sequence from any seed.
 fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -984,7 +1013,7 @@ mod tests {
             index.insert(h & NARROW_MASK, Address(i as u64));
         }
         let home_buckets_before = index.shape().home_buckets;
-        let keep = |i: usize| i.is_multiple_of(7);
+        let keep = |i: usize| i % 7 == 3;
         let mut seen = HashSet::new();
         let mut cursor = 0;
         let mut doomed = (0..hashes.len()).filter(|&i| !keep(i));
@@ -1473,6 +1502,24 @@ mod tests {
         let miss_ns = started.elapsed().as_nanos() as f64 / keys as f64;
         let per_key = index.memory_bytes() as f64 / keys as f64;
         let probed: usize = misses.iter().map(|&h| miss_probe_buckets(&index, h)).sum();
+        let walked: usize = misses.iter().map(|&h| insert_walk_buckets(&index, h)).sum();
+        println!(
+            "buckets walked per insert (to the end of the run): {:.3}",
+            walked as f64 / keys as f64
+        );
+        let (mut calls, mut visited, mut cursor) = (0usize, 0usize, 0);
+        loop {
+            cursor = index.scan(cursor, 10, |_, _| visited += 1);
+            calls += 1;
+            if cursor == 0 {
+                break;
+            }
+        }
+        println!(
+            "scan count 10: {calls} calls, {:.2} entries per call, {:.4} visits per entry",
+            visited as f64 / calls as f64,
+            visited as f64 / keys as f64
+        );
         println!(
             "buckets read per miss (and per full candidates() walk): {:.3}",
             probed as f64 / keys as f64
@@ -1502,6 +1549,18 @@ mod tests {
             .take_while(|b| !b.ends_run_for(fragment))
             .count();
         (run + 1).min(table.buckets.len() - table.home(fragment))
+    }
+
+    /// Buckets an insert of `hash` touches: from its home through the first non-full bucket.
+    fn insert_walk_buckets(index: &Index, hash: u64) -> usize {
+        let (subtable, fragment) = split_hash(hash);
+        let table = &index.subtables[subtable];
+        let home = table.home(fragment);
+        let run = table.buckets[home..]
+            .iter()
+            .take_while(|b| b.is_full())
+            .count();
+        (run + 1).min(table.buckets.len() - home)
     }
 
     fn resident_bytes() -> usize {
