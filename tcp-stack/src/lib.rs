@@ -1,2 +1,5 @@
-//! Sans-IO TCP/IP stack for lavik's appliance mode (issue 5). Work in progress.
+//! Sans-IO TCP/IP stack for lavik's appliance mode (issue 5).
 #![forbid(unsafe_code)]
+
+pub mod time;
+pub mod wire;
