@@ -1,0 +1,1132 @@
+//! One TCP connection's state machine (RFC 9293 §3.10), sans IO.
+//!
+//! A [`TcpSocket`] owns a send ring and a receive ring, sized at creation. The interface
+//! feeds it parsed segments ([`TcpSocket::process`]) and asks it for the next segment to
+//! send ([`TcpSocket::dispatch`]), always passing `now`. Invariants:
+//!
+//! - `snd_una <= snd_nxt <= snd_max`; the send ring holds exactly the bytes from
+//!   `data_start()` (= `snd_una`, plus one while our SYN is unacknowledged) onwards.
+//! - The receive ring's allocated bytes are in-order data the application has not read;
+//!   out-of-order data sits in its free space, tracked by the assembler, so the right
+//!   edge of the advertised window never moves left.
+//! - One retransmission timer serves SYN, data, FIN and zero-window probes.
+//!
+//! Deliberately missing: SACK-based recovery (we parse SACK options but recover with
+//! NewReno), PAWS (timestamps are used for RTT only), urgent data, delayed ACKs (every
+//! data segment is ACKed at once — lavik's request/response pattern gains little from
+//! delaying), Nagle (lavik writes whole replies; it behaves like `TCP_NODELAY`).
+
+use std::net::Ipv4Addr;
+
+use crate::limits::*;
+use crate::storage::{Assembler, RingBuffer};
+use crate::time::{Duration, Instant};
+use crate::wire::tcp::{self, SeqNumber, TcpRepr, MAX_WINDOW_SCALE_SHIFT};
+
+/// Connection states of RFC 9293 §3.3.2 (LISTEN is a separate listener object).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// No connection: never opened, reset, timed out, or finished.
+    Closed,
+    /// Active open: SYN sent, waiting for SYN-ACK.
+    SynSent,
+    /// Passive open: SYN received, SYN-ACK sent.
+    SynReceived,
+    /// Data flows both ways.
+    Established,
+    /// We closed first; our FIN is not acknowledged yet.
+    FinWait1,
+    /// Our FIN is acknowledged; waiting for the peer's.
+    FinWait2,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// Both closed at once; waiting for the ACK of our FIN.
+    Closing,
+    /// The peer closed, then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// Both FINs done; lingering 2 × MSL to absorb stray segments.
+    TimeWait,
+}
+
+/// Per-socket settings.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpConfig {
+    /// Receive ring size; also the largest window we advertise.
+    pub rx_buffer_bytes: usize,
+    /// Send ring size.
+    pub tx_buffer_bytes: usize,
+    /// TIME-WAIT duration (2 × MSL).
+    pub time_wait: Duration,
+    /// Idle time before keepalive probing starts; `None` disables keepalive.
+    pub keepalive_idle: Option<Duration>,
+    /// Time between unanswered keepalive probes.
+    pub keepalive_interval: Duration,
+    /// Offer and accept RFC 7323 timestamps.
+    pub timestamps: bool,
+    /// Offer and accept RFC 7323 window scaling.
+    pub window_scaling: bool,
+}
+
+impl Default for TcpConfig {
+    fn default() -> TcpConfig {
+        TcpConfig {
+            rx_buffer_bytes: RX_BUFFER_DEFAULT_BYTES,
+            tx_buffer_bytes: TX_BUFFER_DEFAULT_BYTES,
+            time_wait: TIME_WAIT_DEFAULT,
+            keepalive_idle: None,
+            keepalive_interval: KEEPALIVE_INTERVAL_DEFAULT,
+            timestamps: true,
+            window_scaling: true,
+        }
+    }
+}
+
+impl TcpConfig {
+    fn validate(&self) {
+        assert!(
+            self.rx_buffer_bytes > 0 && self.rx_buffer_bytes <= BUFFER_MAX_BYTES,
+            "bad rx_buffer_bytes"
+        );
+        assert!(self.tx_buffer_bytes > 0, "bad tx_buffer_bytes");
+    }
+}
+
+/// Both ends of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FourTuple {
+    /// Our address.
+    pub local_addr: Ipv4Addr,
+    /// Our port.
+    pub local_port: u16,
+    /// Peer's address.
+    pub remote_addr: Ipv4Addr,
+    /// Peer's port.
+    pub remote_port: u16,
+}
+
+/// What the interface must do after a segment was processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Nothing beyond what the socket will dispatch itself.
+    Done,
+    /// Answer the segment with a RST built from it (RFC 9293 §3.10.7.1 rules).
+    SendReset,
+}
+
+/// Why a connection ended, for counters and for the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// Still open, or closed before it ever opened.
+    None,
+    /// Orderly close (FINs both ways).
+    Graceful,
+    /// The peer sent an acceptable RST.
+    ResetByPeer,
+    /// The application called abort.
+    Aborted,
+    /// Retransmissions or keepalive probes went unanswered.
+    TimedOut,
+    /// Active open refused by the peer.
+    Refused,
+}
+
+/// Counters a socket reports to the interface as it goes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SocketEvents {
+    pub(crate) retransmits: u64,
+    pub(crate) fast_retransmits: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) reassembly_drops: u64,
+    pub(crate) challenge_acks: u64,
+}
+
+/// A TCP connection.
+#[derive(Debug)]
+pub struct TcpSocket {
+    config: TcpConfig,
+    state: State,
+    tuple: FourTuple,
+    close_reason: CloseReason,
+    events: SocketEvents,
+
+    // Send side.
+    iss: SeqNumber,
+    snd_una: SeqNumber,
+    snd_nxt: SeqNumber,
+    snd_max: SeqNumber,
+    snd_wnd_bytes: usize,
+    snd_wl1: SeqNumber,
+    snd_wl2: SeqNumber,
+    snd_shift: u8,
+    remote_mss_bytes: usize,
+    syn_outstanding: bool,
+    fin_queued: bool,
+    fin_acked: bool,
+    scaling_enabled: bool,
+    tx: RingBuffer,
+
+    // Receive side.
+    irs: SeqNumber,
+    rcv_nxt: SeqNumber,
+    rcv_shift: u8,
+    rx: RingBuffer,
+    assembler: Assembler,
+    fin_received: bool,
+    ack_pending: bool,
+    rst_pending: bool,
+    window_sent_bytes: usize,
+
+    // Timestamps (RFC 7323).
+    ts_enabled: bool,
+    ts_recent: u32,
+
+    // Timers and RTT (RFC 6298).
+    rto: Duration,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rtt_probe: Option<(SeqNumber, Instant)>,
+    retransmit_at: Option<Instant>,
+    retransmit_count: u32,
+    probe_due: bool,
+    timewait_until: Option<Instant>,
+    keepalive_at: Option<Instant>,
+    keepalive_probes_sent: u32,
+    keepalive_probe_due: bool,
+
+    // Congestion control (RFC 5681, NewReno RFC 6582).
+    cwnd_bytes: usize,
+    ssthresh_bytes: usize,
+    dup_acks: u32,
+    recover: Option<SeqNumber>,
+    retransmit_front: bool,
+}
+
+fn window_shift_for(buffer_bytes: usize) -> u8 {
+    let mut shift = 0;
+    while (buffer_bytes >> shift) > usize::from(u16::MAX) && shift < MAX_WINDOW_SCALE_SHIFT {
+        shift += 1;
+    }
+    shift
+}
+
+fn ts_clock(now: Instant) -> u32 {
+    // The timestamp clock ticks in milliseconds and wraps (RFC 7323 §5.4).
+    now.total_millis() as u32
+}
+
+impl TcpSocket {
+    fn new(config: TcpConfig, tuple: FourTuple, iss: SeqNumber, state: State) -> TcpSocket {
+        config.validate();
+        TcpSocket {
+            config,
+            state,
+            tuple,
+            close_reason: CloseReason::None,
+            events: SocketEvents::default(),
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd_bytes: 0,
+            snd_wl1: SeqNumber(0),
+            snd_wl2: iss,
+            snd_shift: 0,
+            remote_mss_bytes: DEFAULT_REMOTE_MSS_BYTES,
+            syn_outstanding: true,
+            fin_queued: false,
+            fin_acked: false,
+            scaling_enabled: false,
+            tx: RingBuffer::new(config.tx_buffer_bytes),
+            irs: SeqNumber(0),
+            rcv_nxt: SeqNumber(0),
+            rcv_shift: 0,
+            rx: RingBuffer::new(config.rx_buffer_bytes),
+            assembler: Assembler::default(),
+            fin_received: false,
+            ack_pending: false,
+            rst_pending: false,
+            window_sent_bytes: 0,
+            ts_enabled: false,
+            ts_recent: 0,
+            rto: RTO_INITIAL,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rtt_probe: None,
+            retransmit_at: None,
+            retransmit_count: 0,
+            probe_due: false,
+            timewait_until: None,
+            keepalive_at: None,
+            keepalive_probes_sent: 0,
+            keepalive_probe_due: false,
+            cwnd_bytes: INITIAL_CWND_SEGMENTS * DEFAULT_REMOTE_MSS_BYTES,
+            ssthresh_bytes: usize::MAX,
+            dup_acks: 0,
+            recover: None,
+            retransmit_front: false,
+        }
+    }
+
+    /// A socket for an active open; its first dispatch sends the SYN.
+    pub(crate) fn connect(config: TcpConfig, tuple: FourTuple, iss: SeqNumber) -> TcpSocket {
+        let mut socket = TcpSocket::new(config, tuple, iss, State::SynSent);
+        socket.ts_enabled = config.timestamps;
+        socket.scaling_enabled = config.window_scaling;
+        socket.rcv_shift = if config.window_scaling {
+            window_shift_for(config.rx_buffer_bytes)
+        } else {
+            0
+        };
+        socket
+    }
+
+    /// A socket for a passive open from the peer's SYN; its first dispatch sends SYN-ACK.
+    pub(crate) fn accept_syn(
+        config: TcpConfig,
+        tuple: FourTuple,
+        iss: SeqNumber,
+        syn: &TcpRepr,
+        now: Instant,
+    ) -> TcpSocket {
+        debug_assert!(syn.syn && syn.ack_number.is_none());
+        let mut socket = TcpSocket::new(config, tuple, iss, State::SynReceived);
+        socket.negotiate(syn);
+        socket.irs = syn.seq_number;
+        socket.rcv_nxt = syn.seq_number + 1;
+        socket.snd_wnd_bytes = usize::from(syn.window_len);
+        socket.snd_wl1 = syn.seq_number;
+        socket.touch(now);
+        socket
+    }
+
+    /// Applies the options of the peer's SYN: MSS, window scale, timestamps.
+    fn negotiate(&mut self, syn: &TcpRepr) {
+        let mss = syn
+            .max_seg_size
+            .map_or(DEFAULT_REMOTE_MSS_BYTES, usize::from);
+        self.remote_mss_bytes = mss.clamp(MIN_REMOTE_MSS_BYTES, LOCAL_MSS_BYTES);
+        match (self.config.window_scaling, syn.window_scale) {
+            (true, Some(shift)) => {
+                self.scaling_enabled = true;
+                self.snd_shift = shift;
+                self.rcv_shift = window_shift_for(self.config.rx_buffer_bytes);
+            }
+            _ => {
+                self.scaling_enabled = false;
+                self.snd_shift = 0;
+                self.rcv_shift = 0;
+            }
+        }
+        self.ts_enabled = self.config.timestamps && syn.timestamp.is_some();
+        if let Some((value, _)) = syn.timestamp {
+            self.ts_recent = value;
+        }
+        self.cwnd_bytes = INITIAL_CWND_SEGMENTS * self.mss();
+    }
+
+    /// Bytes of data per segment, after timestamp option overhead.
+    fn mss(&self) -> usize {
+        self.remote_mss_bytes - if self.ts_enabled { 12 } else { 0 }
+    }
+
+    /// Connection state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Why the connection closed.
+    pub fn close_reason(&self) -> CloseReason {
+        self.close_reason
+    }
+
+    /// Both ends of the connection.
+    pub fn tuple(&self) -> FourTuple {
+        self.tuple
+    }
+
+    /// Current retransmission timeout.
+    pub fn rto(&self) -> Duration {
+        self.rto
+    }
+
+    /// Current congestion window in bytes.
+    pub fn cwnd_bytes(&self) -> usize {
+        self.cwnd_bytes
+    }
+
+    /// True when the connection is closed and has nothing left to send (a pending RST).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.state == State::Closed && !self.rst_pending
+    }
+
+    pub(crate) fn take_events(&mut self) -> SocketEvents {
+        core::mem::take(&mut self.events)
+    }
+
+    /// True when in-order data is waiting to be read.
+    pub fn can_recv(&self) -> bool {
+        !self.rx.is_empty()
+    }
+
+    /// True while more data may still arrive or is buffered (the peer has not finished,
+    /// or unread data remains).
+    pub fn may_recv(&self) -> bool {
+        !self.rx.is_empty()
+            || matches!(
+                self.state,
+                State::SynSent
+                    | State::SynReceived
+                    | State::Established
+                    | State::FinWait1
+                    | State::FinWait2
+            )
+    }
+
+    /// True when the application may queue data and there is room for it.
+    pub fn can_send(&self) -> bool {
+        self.may_send() && self.tx.free() > 0
+    }
+
+    fn may_send(&self) -> bool {
+        matches!(
+            self.state,
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait
+        ) && !self.fin_queued
+    }
+
+    /// Bytes buffered for the application to read.
+    pub fn recv_queue_bytes(&self) -> usize {
+        self.rx.len()
+    }
+
+    /// Bytes queued for sending or awaiting acknowledgment.
+    pub fn send_queue_bytes(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// True when the peer has finished sending and all its data has been read.
+    pub fn peer_finished(&self) -> bool {
+        self.fin_received && self.rx.is_empty()
+    }
+
+    /// Zero-copy read: `reader` sees the contiguous in-order bytes at the front of the
+    /// receive ring (possibly only part of them if the ring wraps) and returns how many it
+    /// consumed.
+    pub fn recv<F: FnOnce(&[u8]) -> usize>(&mut self, reader: F) -> usize {
+        let consumed = reader(self.rx.readable_at(0));
+        self.rx.consume(consumed);
+        if consumed > 0 && self.window_update_worthwhile() {
+            self.ack_pending = true;
+        }
+        consumed
+    }
+
+    /// True when the window grew enough since we last advertised it that the peer should
+    /// hear about it (RFC 9293 §3.8.6.2.2 receiver-side silly window avoidance).
+    fn window_update_worthwhile(&self) -> bool {
+        let window = self.rx.free();
+        let threshold = (self.rx.capacity() / 2).min(2 * LOCAL_MSS_BYTES);
+        window >= self.window_sent_bytes + threshold
+    }
+
+    /// Zero-copy write: `writer` fills the contiguous free space of the send ring and
+    /// returns how many bytes it wrote. Returns 0 when sending is not allowed.
+    pub fn send<F: FnOnce(&mut [u8]) -> usize>(&mut self, writer: F) -> usize {
+        if !self.may_send() {
+            return 0;
+        }
+        let space = self.tx.writable();
+        let space_len = space.len();
+        let written = writer(space);
+        assert!(
+            written <= space_len,
+            "send writer claimed more bytes than it was given"
+        );
+        self.tx.commit(written);
+        written
+    }
+
+    /// Graceful close: queue a FIN after the buffered data.
+    pub fn close(&mut self) {
+        match self.state {
+            State::SynSent => self.set_closed(CloseReason::None),
+            // In SYN-RECEIVED the FIN waits until the handshake completes.
+            State::SynReceived => self.fin_queued = true,
+            State::Established => {
+                self.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Abortive close: send a RST (if synchronized) and drop everything.
+    pub fn abort(&mut self) {
+        let synchronized = !matches!(self.state, State::Closed | State::SynSent | State::TimeWait);
+        if synchronized {
+            self.rst_pending = true;
+        }
+        self.set_closed(CloseReason::Aborted);
+    }
+
+    fn set_closed(&mut self, reason: CloseReason) {
+        if self.state != State::Closed && self.close_reason == CloseReason::None {
+            self.close_reason = reason;
+        }
+        self.state = State::Closed;
+        self.retransmit_at = None;
+        self.keepalive_at = None;
+        self.timewait_until = None;
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.retransmit_at = None;
+        self.keepalive_at = None;
+        self.timewait_until = Some(now + self.config.time_wait);
+    }
+
+    /// Records activity from the peer: restarts the keepalive idle timer.
+    fn touch(&mut self, now: Instant) {
+        self.keepalive_probes_sent = 0;
+        self.keepalive_probe_due = false;
+        self.keepalive_at = self.config.keepalive_idle.map(|idle| now + idle);
+    }
+
+    fn data_start(&self) -> SeqNumber {
+        self.snd_una + usize::from(self.syn_outstanding)
+    }
+
+    fn fin_seq(&self) -> Option<SeqNumber> {
+        (self.fin_queued && !self.fin_acked).then(|| self.data_start() + self.tx.len())
+    }
+
+    fn rcv_window_bytes(&self) -> usize {
+        self.rx.free()
+    }
+}
+
+// Receiving.
+impl TcpSocket {
+    /// Processes a segment addressed to this connection.
+    pub(crate) fn process(&mut self, now: Instant, repr: &TcpRepr) -> Verdict {
+        match self.state {
+            State::Closed => {
+                return if repr.rst {
+                    Verdict::Done
+                } else {
+                    Verdict::SendReset
+                }
+            }
+            State::SynSent => return self.process_syn_sent(now, repr),
+            _ => {}
+        }
+        if !self.segment_acceptable(repr) {
+            if repr.rst {
+                return Verdict::Done;
+            }
+            if self.state == State::SynReceived && repr.syn && repr.seq_number == self.irs {
+                // Our SYN-ACK was lost: the peer retransmitted its SYN. Resend.
+                self.snd_nxt = self.iss;
+                return Verdict::Done;
+            }
+            self.ack_pending = true;
+            return Verdict::Done;
+        }
+        self.touch(now);
+        if repr.rst {
+            return self.process_rst(repr);
+        }
+        if repr.syn {
+            // RFC 5961 §4: a SYN in a synchronized state gets a challenge ACK.
+            self.events.challenge_acks += 1;
+            self.ack_pending = true;
+            return Verdict::Done;
+        }
+        if self.ts_enabled {
+            if let Some((value, _)) = repr.timestamp {
+                if repr.seq_number <= self.rcv_nxt {
+                    self.ts_recent = value;
+                }
+            }
+        }
+        let Some(ack) = repr.ack_number else {
+            return Verdict::Done;
+        };
+        if self.process_ack(now, ack, repr) == Verdict::SendReset {
+            return Verdict::SendReset;
+        }
+        if self.state == State::Closed {
+            return Verdict::Done;
+        }
+        self.process_data(repr);
+        self.process_fin(now, repr);
+        Verdict::Done
+    }
+
+    /// RFC 9293 §3.10.7.4 first check: does any part of the segment fall in the window?
+    fn segment_acceptable(&self, repr: &TcpRepr) -> bool {
+        let seq = repr.seq_number;
+        let len = repr.segment_len();
+        let window = self.rcv_window_bytes();
+        let in_window = |s: SeqNumber| s >= self.rcv_nxt && s < self.rcv_nxt + window;
+        match (len, window) {
+            (0, 0) => seq == self.rcv_nxt,
+            (0, _) => in_window(seq),
+            (_, 0) => false,
+            _ => in_window(seq) || in_window(seq + (len - 1)),
+        }
+    }
+
+    /// RFC 5961 §3: only an exactly in-sequence RST resets; others get a challenge ACK.
+    fn process_rst(&mut self, repr: &TcpRepr) -> Verdict {
+        if repr.seq_number == self.rcv_nxt {
+            self.set_closed(CloseReason::ResetByPeer);
+        } else {
+            self.events.challenge_acks += 1;
+            self.ack_pending = true;
+        }
+        Verdict::Done
+    }
+
+    fn process_syn_sent(&mut self, now: Instant, repr: &TcpRepr) -> Verdict {
+        if let Some(ack) = repr.ack_number {
+            if ack <= self.iss || ack > self.snd_max {
+                return if repr.rst {
+                    Verdict::Done
+                } else {
+                    Verdict::SendReset
+                };
+            }
+        }
+        if repr.rst {
+            if repr.ack_number.is_some() {
+                self.set_closed(CloseReason::Refused);
+            }
+            return Verdict::Done;
+        }
+        if !repr.syn {
+            return Verdict::Done;
+        }
+        self.negotiate(repr);
+        self.irs = repr.seq_number;
+        self.rcv_nxt = repr.seq_number + 1;
+        self.touch(now);
+        match repr.ack_number {
+            Some(ack) => {
+                self.sample_rtt(now, ack, repr);
+                self.snd_una = ack;
+                self.snd_nxt = self.snd_nxt.max(ack);
+                self.syn_outstanding = false;
+                self.snd_wnd_bytes = usize::from(repr.window_len);
+                self.snd_wl1 = repr.seq_number;
+                self.snd_wl2 = ack;
+                self.retransmit_at = None;
+                self.retransmit_count = 0;
+                self.state = State::Established;
+                self.ack_pending = true;
+            }
+            None => {
+                // Simultaneous open (RFC 9293 §3.5): answer with SYN-ACK.
+                self.state = State::SynReceived;
+                self.snd_nxt = self.iss;
+                self.snd_wnd_bytes = usize::from(repr.window_len);
+                self.snd_wl1 = repr.seq_number;
+            }
+        }
+        Verdict::Done
+    }
+
+    fn process_ack(&mut self, now: Instant, ack: SeqNumber, repr: &TcpRepr) -> Verdict {
+        if self.state == State::SynReceived {
+            if ack <= self.snd_una || ack > self.snd_max {
+                return Verdict::SendReset;
+            }
+            self.state = if self.fin_queued {
+                State::FinWait1
+            } else {
+                State::Established
+            };
+        }
+        if ack > self.snd_max {
+            // Acknowledges something never sent (RFC 9293 §3.10.7.4): ACK and drop.
+            self.ack_pending = true;
+            return Verdict::Done;
+        }
+        let window_bytes = usize::from(repr.window_len) << self.snd_shift;
+        if ack > self.snd_una {
+            self.process_new_ack(now, ack, repr);
+        } else if ack == self.snd_una
+            && repr.payload.is_empty()
+            && !repr.fin
+            && window_bytes == self.snd_wnd_bytes
+            && self.snd_max > self.snd_una
+        {
+            self.process_dup_ack();
+        }
+        if self.snd_wl1 < repr.seq_number
+            || (self.snd_wl1 == repr.seq_number && self.snd_wl2 <= ack)
+        {
+            self.snd_wnd_bytes = window_bytes;
+            self.snd_wl1 = repr.seq_number;
+            self.snd_wl2 = ack;
+        }
+        if self.snd_wnd_bytes == 0 {
+            // The peer is alive and answering; persist probing never gives up on it.
+            self.retransmit_count = 0;
+        }
+        self.arm_persist_timer(now);
+        self.after_fin_acked(now);
+        Verdict::Done
+    }
+
+    fn process_new_ack(&mut self, now: Instant, ack: SeqNumber, repr: &TcpRepr) {
+        let acked = ack - self.snd_una;
+        self.sample_rtt(now, ack, repr);
+        let mut data_acked = acked;
+        if let Some(fin_seq) = self.fin_seq() {
+            if ack > fin_seq {
+                self.fin_acked = true;
+                data_acked -= 1;
+            }
+        }
+        if self.syn_outstanding {
+            self.syn_outstanding = false;
+            data_acked -= 1;
+        }
+        self.tx.consume(data_acked.min(self.tx.len()));
+        self.snd_una = ack;
+        self.snd_nxt = self.snd_nxt.max(ack);
+        self.retransmit_count = 0;
+        self.on_ack_congestion(acked, ack);
+        self.retransmit_at = (self.snd_max > self.snd_una).then(|| now + self.rto);
+    }
+
+    fn on_ack_congestion(&mut self, acked: usize, ack: SeqNumber) {
+        let mss = self.mss();
+        match self.recover {
+            Some(recover) if ack >= recover => {
+                // Full acknowledgment: leave fast recovery (RFC 6582 §3.2 step 3).
+                let flight = self.snd_max - self.snd_una;
+                self.cwnd_bytes = self.ssthresh_bytes.min(flight + mss).max(mss);
+                self.recover = None;
+                self.dup_acks = 0;
+            }
+            Some(_) => {
+                // Partial acknowledgment: retransmit the next hole, deflate the window.
+                self.retransmit_front = true;
+                self.cwnd_bytes = self.cwnd_bytes.saturating_sub(acked).max(mss) + mss;
+            }
+            None => {
+                self.dup_acks = 0;
+                if self.cwnd_bytes < self.ssthresh_bytes {
+                    self.cwnd_bytes += acked.min(mss);
+                } else {
+                    self.cwnd_bytes += (mss * mss / self.cwnd_bytes).max(1);
+                }
+            }
+        }
+        self.cwnd_bytes = self
+            .cwnd_bytes
+            .min(self.config.tx_buffer_bytes.max(mss) * 2);
+    }
+
+    fn process_dup_ack(&mut self) {
+        self.dup_acks += 1;
+        let mss = self.mss();
+        if self.recover.is_none() && self.dup_acks == DUP_ACK_THRESHOLD {
+            let flight = self.snd_max - self.snd_una;
+            self.ssthresh_bytes = (flight / 2).max(2 * mss);
+            self.cwnd_bytes = self.ssthresh_bytes + 3 * mss;
+            self.recover = Some(self.snd_max);
+            self.retransmit_front = true;
+            self.events.fast_retransmits += 1;
+        } else if self.recover.is_some() {
+            self.cwnd_bytes += mss;
+        }
+    }
+
+    /// Takes an RTT sample: from the echoed timestamp when negotiated, otherwise from
+    /// the one timed segment (Karn's rule: retransmissions cancel the timing).
+    fn sample_rtt(&mut self, now: Instant, ack: SeqNumber, repr: &TcpRepr) {
+        let sample = match (self.ts_enabled, repr.timestamp, self.rtt_probe) {
+            (true, Some((_, echo)), _) if echo != 0 => Some(Duration::from_millis(u64::from(
+                ts_clock(now).wrapping_sub(echo),
+            ))),
+            (_, _, Some((seq, sent_at))) if ack > seq => Some(now.saturating_since(sent_at)),
+            _ => None,
+        };
+        if self.rtt_probe.is_some_and(|(seq, _)| ack > seq) {
+            self.rtt_probe = None;
+        }
+        if let Some(sample) = sample {
+            self.update_rto(sample);
+        }
+    }
+
+    /// RFC 6298 §2.2–2.4 with alpha = 1/8, beta = 1/4, K = 4.
+    fn update_rto(&mut self, sample: Duration) {
+        let (srtt, rttvar) = match self.srtt {
+            None => (sample, Duration::from_micros(sample.total_micros() / 2)),
+            Some(srtt) => {
+                let error = srtt.total_micros().abs_diff(sample.total_micros());
+                let rttvar = (self.rttvar.total_micros() * 3 + error) / 4;
+                let srtt = (srtt.total_micros() * 7 + sample.total_micros()) / 8;
+                (Duration::from_micros(srtt), Duration::from_micros(rttvar))
+            }
+        };
+        self.srtt = Some(srtt);
+        self.rttvar = rttvar;
+        let rto = srtt + rttvar.saturating_mul(4).max(Duration::from_millis(1));
+        self.rto = rto.clamp(RTO_MIN, RTO_MAX);
+    }
+
+    /// Arms the persist timer when the peer's window is closed and data is waiting.
+    fn arm_persist_timer(&mut self, now: Instant) {
+        let unsent = self.tx.len() > (self.snd_nxt - self.data_start()).min(self.tx.len());
+        if self.snd_wnd_bytes == 0 && unsent && self.retransmit_at.is_none() {
+            self.retransmit_at = Some(now + self.rto);
+        }
+    }
+
+    fn after_fin_acked(&mut self, now: Instant) {
+        if !self.fin_acked {
+            return;
+        }
+        match self.state {
+            State::FinWait1 => self.state = State::FinWait2,
+            State::Closing => self.enter_time_wait(now),
+            State::LastAck => self.set_closed(CloseReason::Graceful),
+            _ => {}
+        }
+    }
+
+    fn process_data(&mut self, repr: &TcpRepr) {
+        if repr.payload.is_empty()
+            || !matches!(
+                self.state,
+                State::Established | State::FinWait1 | State::FinWait2
+            )
+        {
+            return;
+        }
+        let (offset, data) = if repr.seq_number < self.rcv_nxt {
+            let skip = (self.rcv_nxt - repr.seq_number).min(repr.payload.len());
+            (0, &repr.payload[skip..])
+        } else {
+            (repr.seq_number - self.rcv_nxt, repr.payload)
+        };
+        self.ack_pending = true;
+        let written = self.rx.write_unallocated(offset, data);
+        if written == 0 {
+            return;
+        }
+        if self.assembler.add(offset, offset + written).is_err() {
+            self.events.reassembly_drops += 1;
+            return;
+        }
+        let contiguous = self.assembler.take_front();
+        self.rx.commit(contiguous);
+        self.rcv_nxt = self.rcv_nxt + contiguous;
+    }
+
+    fn process_fin(&mut self, now: Instant, repr: &TcpRepr) {
+        if !repr.fin || repr.seq_number + repr.payload.len() != self.rcv_nxt {
+            // An out-of-order FIN is dropped; the peer retransmits it.
+            return;
+        }
+        self.rcv_nxt = self.rcv_nxt + 1;
+        self.fin_received = true;
+        self.ack_pending = true;
+        match self.state {
+            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::FinWait1 if self.fin_acked => self.enter_time_wait(now),
+            State::FinWait1 => self.state = State::Closing,
+            State::FinWait2 | State::TimeWait => self.enter_time_wait(now),
+            _ => {}
+        }
+    }
+}
+
+// Timers and sending.
+impl TcpSocket {
+    /// Fires due timers: TIME-WAIT expiry, retransmission/persist, keepalive.
+    pub(crate) fn handle_timers(&mut self, now: Instant) {
+        if let Some(until) = self.timewait_until {
+            if now >= until {
+                self.set_closed(CloseReason::Graceful);
+            }
+            return;
+        }
+        if self.retransmit_at.is_some_and(|at| now >= at) {
+            self.on_retransmit_timeout();
+        }
+        if self.keepalive_at.is_some_and(|at| now >= at) {
+            self.on_keepalive_timer(now);
+        }
+    }
+
+    fn on_retransmit_timeout(&mut self) {
+        self.retransmit_at = None;
+        self.retransmit_count += 1;
+        if self.retransmit_count > RETRANSMISSIONS_MAX {
+            self.events.timeouts += 1;
+            self.rst_pending = !matches!(self.state, State::SynSent);
+            self.set_closed(CloseReason::TimedOut);
+            return;
+        }
+        self.rto = self.rto.saturating_mul(2).min(RTO_MAX);
+        self.rtt_probe = None;
+        if self.snd_max > self.snd_una {
+            // Go back N (RFC 5681 §3.1 eq. 4 for ssthresh, cwnd to one segment).
+            let mss = self.mss();
+            let flight = self.snd_max - self.snd_una;
+            self.ssthresh_bytes = (flight / 2).max(2 * mss);
+            self.cwnd_bytes = mss;
+            self.recover = None;
+            self.dup_acks = 0;
+            self.snd_nxt = self.snd_una;
+            self.events.retransmits += 1;
+        } else {
+            self.probe_due = true;
+        }
+    }
+
+    fn on_keepalive_timer(&mut self, now: Instant) {
+        if !matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait2
+        ) || self.snd_max > self.snd_una
+        {
+            // Retransmission already probes the peer; look again after an interval.
+            self.keepalive_at = Some(now + self.config.keepalive_interval);
+            return;
+        }
+        if self.keepalive_probes_sent >= KEEPALIVE_PROBES_MAX {
+            self.events.timeouts += 1;
+            self.rst_pending = true;
+            self.set_closed(CloseReason::TimedOut);
+            return;
+        }
+        self.keepalive_probes_sent += 1;
+        self.keepalive_probe_due = true;
+        self.keepalive_at = Some(now + self.config.keepalive_interval);
+    }
+
+    /// When the socket next needs attention: `Some(t <= now)` means "has something to
+    /// send now", `None` means "only when a segment arrives".
+    pub(crate) fn poll_at(&self, now: Instant) -> Option<Instant> {
+        if self.rst_pending
+            || self.ack_pending
+            || self.keepalive_probe_due
+            || self.has_segment_to_send()
+        {
+            return Some(now);
+        }
+        [self.timewait_until, self.retransmit_at, self.keepalive_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn has_segment_to_send(&self) -> bool {
+        match self.state {
+            State::Closed | State::TimeWait => false,
+            State::SynSent | State::SynReceived => self.snd_nxt == self.iss,
+            _ => {
+                self.retransmit_front
+                    || self.next_data_len() > 0
+                    || self.fin_due(self.next_data_len())
+            }
+        }
+    }
+
+    /// Data bytes the next regular segment would carry.
+    fn next_data_len(&self) -> usize {
+        let sent = (self.snd_nxt - self.data_start()).min(self.tx.len());
+        let unsent = self.tx.len() - sent;
+        let window_end = self.snd_una + self.snd_wnd_bytes.min(self.cwnd_bytes);
+        let room = if window_end > self.snd_nxt {
+            window_end - self.snd_nxt
+        } else {
+            0
+        };
+        let len = unsent.min(room).min(self.mss());
+        if len == 0 && unsent > 0 && self.probe_due {
+            return 1;
+        }
+        len
+    }
+
+    fn fin_due(&self, data_len: usize) -> bool {
+        matches!(
+            self.state,
+            State::FinWait1 | State::Closing | State::LastAck
+        ) && self
+            .fin_seq()
+            .is_some_and(|fin| self.snd_nxt + data_len == fin)
+    }
+
+    /// Writes the next segment (TCP header and data, checksummed) into `buffer`, which
+    /// must hold `MAX_FRAME_BYTES - 34` bytes. Returns its length, or `None` when there is
+    /// nothing to send.
+    pub(crate) fn dispatch(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
+        if self.rst_pending {
+            self.rst_pending = false;
+            let mut repr =
+                TcpRepr::new(self.tuple.local_port, self.tuple.remote_port, self.snd_nxt);
+            repr.rst = true;
+            return Some(self.emit(now, repr, 0, buffer));
+        }
+        match self.state {
+            State::Closed => None,
+            State::SynSent | State::SynReceived => self.dispatch_syn(now, buffer),
+            State::TimeWait => self.dispatch_ack_only(now, buffer),
+            _ => self.dispatch_data(now, buffer),
+        }
+    }
+
+    fn base_repr(&self, seq: SeqNumber) -> TcpRepr<'static> {
+        let mut repr = TcpRepr::new(self.tuple.local_port, self.tuple.remote_port, seq);
+        repr.ack_number = Some(self.rcv_nxt);
+        repr
+    }
+
+    fn dispatch_syn(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
+        if self.snd_nxt != self.iss {
+            return self.dispatch_ack_only(now, buffer);
+        }
+        let mut repr = self.base_repr(self.iss);
+        repr.syn = true;
+        if self.state == State::SynSent {
+            repr.ack_number = None;
+        }
+        repr.max_seg_size = Some(LOCAL_MSS_BYTES as u16);
+        // A SYN offers scaling if configured; a SYN-ACK only answers an offer.
+        repr.window_scale = self.scaling_enabled.then_some(self.rcv_shift);
+        Some(self.emit(now, repr, 0, buffer))
+    }
+
+    fn dispatch_ack_only(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
+        if !self.ack_pending {
+            return None;
+        }
+        let repr = self.base_repr(self.snd_nxt);
+        Some(self.emit(now, repr, 0, buffer))
+    }
+
+    fn dispatch_data(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
+        if self.retransmit_front {
+            self.retransmit_front = false;
+            return Some(self.dispatch_front(now, buffer));
+        }
+        let len = self.next_data_len();
+        let fin = self.fin_due(len);
+        if len == 0 && !fin {
+            if self.keepalive_probe_due {
+                self.keepalive_probe_due = false;
+                // A keepalive probe: one sequence number below what the peer expects,
+                // so it must answer with an ACK (RFC 1122 §4.2.3.6).
+                let repr = self.base_repr(self.snd_una - 1);
+                return Some(self.emit(now, repr, 0, buffer));
+            }
+            return self.dispatch_ack_only(now, buffer);
+        }
+        self.probe_due = false;
+        let mut repr = self.base_repr(self.snd_nxt);
+        repr.fin = fin;
+        repr.psh = len > 0;
+        Some(self.emit(now, repr, len, buffer))
+    }
+
+    /// Retransmits one segment from `snd_una` (fast retransmit / partial ACK).
+    fn dispatch_front(&mut self, now: Instant, buffer: &mut [u8]) -> usize {
+        self.events.retransmits += 1;
+        self.rtt_probe = None;
+        let len = self.tx.len().min(self.mss());
+        let mut repr = self.base_repr(self.snd_una);
+        repr.fin = self
+            .fin_seq()
+            .is_some_and(|fin| self.snd_una + len == fin && self.snd_max > fin);
+        repr.psh = len > 0;
+        let saved_nxt = self.snd_nxt;
+        let length = self.emit(now, repr, len, buffer);
+        self.snd_nxt = saved_nxt.max(self.snd_nxt);
+        length
+    }
+
+    /// Finishes `repr` (window, timestamps, data from the send ring at its sequence
+    /// number), writes it, and advances send state.
+    fn emit(
+        &mut self,
+        now: Instant,
+        mut repr: TcpRepr<'static>,
+        data_len: usize,
+        buffer: &mut [u8],
+    ) -> usize {
+        let window = self.rcv_window_bytes();
+        repr.window_len = if repr.syn {
+            window.min(usize::from(u16::MAX)) as u16
+        } else {
+            (window >> self.rcv_shift).min(usize::from(u16::MAX)) as u16
+        };
+        if self.ts_enabled || (repr.syn && repr.ack_number.is_none() && self.config.timestamps) {
+            repr.timestamp = Some((ts_clock(now), self.ts_recent));
+        }
+        let header_len = repr.header_len();
+        assert!(
+            buffer.len() >= header_len + data_len,
+            "tcp dispatch buffer too short"
+        );
+        repr.emit_header(buffer);
+        if data_len > 0 {
+            let offset = repr.seq_number - self.data_start();
+            let copied = self
+                .tx
+                .copy_out(offset, &mut buffer[header_len..header_len + data_len]);
+            debug_assert_eq!(copied, data_len);
+        }
+        let segment_len = header_len + data_len;
+        tcp::fill_checksum(
+            &mut buffer[..segment_len],
+            self.tuple.local_addr,
+            self.tuple.remote_addr,
+        );
+        self.after_emit(now, &repr, data_len);
+        segment_len
+    }
+
+    fn after_emit(&mut self, now: Instant, repr: &TcpRepr, data_len: usize) {
+        if repr.ack_number.is_some() {
+            self.ack_pending = false;
+            self.window_sent_bytes =
+                usize::from(repr.window_len) << if repr.syn { 0 } else { self.rcv_shift };
+        }
+        if repr.rst {
+            return;
+        }
+        let seq_len = data_len + usize::from(repr.syn) + usize::from(repr.fin);
+        if seq_len == 0
+            || repr.seq_number < self.snd_nxt && repr.seq_number + seq_len <= self.snd_nxt
+        {
+            if seq_len > 0 && self.retransmit_at.is_none() {
+                self.retransmit_at = Some(now + self.rto);
+            }
+            return;
+        }
+        let end = repr.seq_number + seq_len;
+        let fresh = end > self.snd_max;
+        if fresh && self.rtt_probe.is_none() && repr.seq_number >= self.snd_max {
+            self.rtt_probe = Some((repr.seq_number, now));
+        }
+        self.snd_nxt = end;
+        self.snd_max = self.snd_max.max(end);
+        if self.retransmit_at.is_none() {
+            self.retransmit_at = Some(now + self.rto);
+        }
+    }
+}
