@@ -881,7 +881,12 @@ impl TcpSocket {
         }
         self.rto = self.rto.saturating_mul(2).min(RTO_MAX);
         self.rtt_probe = None;
-        if self.snd_max > self.snd_una {
+        if !self.syn_outstanding && self.snd_wnd_bytes == 0 {
+            // Persist timer (RFC 9293 §3.8.6.1): probe the closed window with one byte;
+            // a lost or refused probe is resent, not treated as congestion.
+            self.snd_nxt = self.snd_una;
+            self.probe_due = true;
+        } else if self.snd_max > self.snd_una {
             // Go back N (RFC 5681 §3.1 eq. 4 for ssthresh, cwnd to one segment).
             let mss = self.mss();
             let flight = self.snd_max - self.snd_una;
