@@ -1091,6 +1091,7 @@ impl Interface {
     pub fn abort(&mut self, handle: SocketHandle) -> Result<(), SocketError> {
         let connection = self.connection_mut(handle)?;
         connection.released = true;
+        connection.owned_by_app = false;
         connection.socket.abort();
         self.after_socket_event(handle.index as usize);
         Ok(())

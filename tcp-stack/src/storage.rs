@@ -54,10 +54,9 @@ impl RingBuffer {
     pub(crate) fn consume(&mut self, count: usize) {
         assert!(count <= self.len, "consume beyond allocated bytes");
         self.read_at = (self.read_at + count) % self.capacity();
+        // read_at is not reset when the ring empties: out-of-order bytes may already sit
+        // in the free space at positions relative to the current end.
         self.len -= count;
-        if self.len == 0 {
-            self.read_at = 0;
-        }
     }
 
     /// The contiguous free bytes right after the allocated ones.
