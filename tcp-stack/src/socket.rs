@@ -954,7 +954,14 @@ impl TcpSocket {
     fn next_data_len(&self) -> usize {
         let sent = (self.snd_nxt - self.data_start()).min(self.tx.len());
         let unsent = self.tx.len() - sent;
-        let window_end = self.snd_una + self.snd_wnd_bytes.min(self.cwnd_bytes);
+        // Limited transmit (RFC 3042): each of the first two duplicate ACKs lets one more
+        // new segment out, so small windows still produce the third duplicate ACK.
+        let limited_bytes = if self.recover.is_none() && self.dup_acks < DUP_ACK_THRESHOLD {
+            self.dup_acks as usize * self.mss()
+        } else {
+            0
+        };
+        let window_end = self.snd_una + self.snd_wnd_bytes.min(self.cwnd_bytes + limited_bytes);
         let room = if window_end > self.snd_nxt {
             window_end - self.snd_nxt
         } else {
