@@ -1142,3 +1142,299 @@ impl TcpSocket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::tcp::Packet;
+
+    const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+    fn client_tuple() -> FourTuple {
+        FourTuple {
+            local_addr: CLIENT_ADDR,
+            local_port: 50000,
+            remote_addr: SERVER_ADDR,
+            remote_port: 6379,
+        }
+    }
+
+    fn server_tuple() -> FourTuple {
+        FourTuple {
+            local_addr: SERVER_ADDR,
+            local_port: 6379,
+            remote_addr: CLIENT_ADDR,
+            remote_port: 50000,
+        }
+    }
+
+    /// Everything `socket` wants to send now, as raw segments.
+    fn drain(socket: &mut TcpSocket, now: Instant) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buffer = vec![0u8; MAX_FRAME_BYTES];
+        socket.handle_timers(now);
+        while let Some(len) = socket.dispatch(now, &mut buffer) {
+            out.push(buffer[..len].to_vec());
+            assert!(out.len() < 10_000, "dispatch never stops");
+        }
+        out
+    }
+
+    fn parse(segment: &[u8], from: FourTuple) -> TcpRepr<'_> {
+        TcpRepr::parse(
+            &Packet::new_checked(segment).unwrap(),
+            from.local_addr,
+            from.remote_addr,
+        )
+        .unwrap()
+    }
+
+    fn deliver(to: &mut TcpSocket, now: Instant, segment: &[u8]) -> Verdict {
+        let from = FourTuple {
+            local_addr: to.tuple.remote_addr,
+            local_port: to.tuple.remote_port,
+            remote_addr: to.tuple.local_addr,
+            remote_port: to.tuple.local_port,
+        };
+        to.process(now, &parse(segment, from))
+    }
+
+    fn handshake(config: TcpConfig, client_iss: u32, server_iss: u32) -> (TcpSocket, TcpSocket) {
+        let now = Instant::from_millis(10);
+        let mut client = TcpSocket::connect(config, client_tuple(), SeqNumber(client_iss));
+        let syn = drain(&mut client, now).remove(0);
+        let syn_repr = parse(&syn, client_tuple());
+        let mut server = TcpSocket::accept_syn(
+            config,
+            server_tuple(),
+            SeqNumber(server_iss),
+            &syn_repr,
+            now,
+        );
+        let syn_ack = drain(&mut server, now).remove(0);
+        assert_eq!(deliver(&mut client, now, &syn_ack), Verdict::Done);
+        for segment in drain(&mut client, now) {
+            deliver(&mut server, now, &segment);
+        }
+        assert_eq!(
+            (client.state(), server.state()),
+            (State::Established, State::Established)
+        );
+        (client, server)
+    }
+
+    fn queue(socket: &mut TcpSocket, data: &[u8]) {
+        let mut written = 0;
+        while written < data.len() {
+            let count = socket.send(|buf| {
+                let count = buf.len().min(data.len() - written);
+                buf[..count].copy_from_slice(&data[written..written + count]);
+                count
+            });
+            assert!(count > 0, "send buffer full");
+            written += count;
+        }
+    }
+
+    fn read_all(socket: &mut TcpSocket) -> Vec<u8> {
+        let mut out = Vec::new();
+        while socket.recv(|data| {
+            out.extend_from_slice(data);
+            data.len()
+        }) > 0
+        {}
+        out
+    }
+
+    // Proves data crosses the 2^32 sequence wrap intact in both sequence spaces.
+    #[test]
+    fn transfer_across_sequence_wrap() {
+        let (mut client, mut server) =
+            handshake(TcpConfig::default(), u32::MAX - 1000, u32::MAX - 10);
+        let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+        queue(&mut client, &data);
+        let now = Instant::from_millis(20);
+        for _ in 0..20 {
+            for segment in drain(&mut client, now) {
+                deliver(&mut server, now, &segment);
+            }
+            for segment in drain(&mut server, now) {
+                deliver(&mut client, now, &segment);
+            }
+        }
+        assert_eq!(read_all(&mut server), data);
+        assert!(client.snd_una.0 < 100_000, "sequence space wrapped");
+        assert_eq!(client.send_queue_bytes(), 0, "everything acknowledged");
+    }
+
+    // Proves out-of-order segments are held and delivered in order once the hole fills.
+    #[test]
+    fn out_of_order_segments_reassemble() {
+        let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
+        let data: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
+        queue(&mut client, &data);
+        let now = Instant::from_millis(20);
+        let segments = drain(&mut client, now);
+        assert!(segments.len() >= 3);
+        for segment in segments.iter().rev() {
+            deliver(&mut server, now, segment);
+        }
+        assert_eq!(read_all(&mut server), data);
+    }
+
+    // Proves RFC 5961: an in-window RST with the wrong sequence number only draws a
+    // challenge ACK, an out-of-window one is ignored, and an exact one resets.
+    #[test]
+    fn reset_acceptance_follows_rfc5961() {
+        let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
+        let now = Instant::from_millis(20);
+        let mut reset = TcpRepr::new(6379, 50000, server.snd_nxt + 100);
+        reset.rst = true;
+        let mut buffer = vec![0u8; 64];
+        reset.emit(&mut buffer, SERVER_ADDR, CLIENT_ADDR);
+        let len = reset.buffer_len();
+        deliver(&mut client, now, &buffer[..len]);
+        assert_eq!(client.state(), State::Established);
+        let challenge = drain(&mut client, now);
+        assert_eq!(challenge.len(), 1, "one challenge ACK");
+        assert_eq!(
+            parse(&challenge[0], client_tuple()).ack_number,
+            Some(client.rcv_nxt)
+        );
+        assert_eq!(client.take_events().challenge_acks, 1);
+
+        reset.seq_number = server.snd_nxt + 10_000_000;
+        reset.emit(&mut buffer, SERVER_ADDR, CLIENT_ADDR);
+        deliver(&mut client, now, &buffer[..len]);
+        assert!(
+            drain(&mut client, now).is_empty(),
+            "out-of-window RST is silently dropped"
+        );
+
+        reset.seq_number = server.snd_nxt;
+        reset.emit(&mut buffer, SERVER_ADDR, CLIENT_ADDR);
+        deliver(&mut client, now, &buffer[..len]);
+        assert_eq!(client.state(), State::Closed);
+        assert_eq!(client.close_reason(), CloseReason::ResetByPeer);
+        server.abort();
+    }
+
+    // Proves a SYN on an established connection draws a challenge ACK, not a reset.
+    #[test]
+    fn syn_on_established_gets_challenge_ack() {
+        let (mut client, _server) = handshake(TcpConfig::default(), 1000, 2000);
+        let now = Instant::from_millis(20);
+        let mut syn = TcpRepr::new(6379, 50000, client.rcv_nxt);
+        syn.syn = true;
+        let mut buffer = vec![0u8; 64];
+        syn.emit(&mut buffer, SERVER_ADDR, CLIENT_ADDR);
+        assert_eq!(
+            deliver(&mut client, now, &buffer[..syn.buffer_len()]),
+            Verdict::Done
+        );
+        assert_eq!(client.state(), State::Established);
+        assert_eq!(drain(&mut client, now).len(), 1);
+    }
+
+    // Proves three duplicate ACKs retransmit the missing segment before any timeout and
+    // halve the congestion window (NewReno).
+    #[test]
+    fn three_dup_acks_trigger_fast_retransmit() {
+        let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
+        let now = Instant::from_millis(20);
+        queue(&mut client, &vec![7u8; 6 * 1400]);
+        let segments = drain(&mut client, now);
+        assert!(segments.len() >= 5);
+        let lost_seq = parse(&segments[0], client_tuple()).seq_number;
+        let cwnd_before = client.cwnd_bytes();
+        let mut dup_acks = Vec::new();
+        for segment in &segments[1..] {
+            deliver(&mut server, now, segment);
+            dup_acks.extend(drain(&mut server, now));
+        }
+        assert!(dup_acks.len() >= 3);
+        for ack in &dup_acks {
+            deliver(&mut client, now, ack);
+        }
+        let resent = drain(&mut client, now);
+        assert_eq!(parse(&resent[0], client_tuple()).seq_number, lost_seq);
+        assert_eq!(client.take_events().fast_retransmits, 1);
+        assert!(client.cwnd_bytes() < cwnd_before);
+        deliver(&mut server, now, &resent[0]);
+        assert_eq!(read_all(&mut server).len(), 6 * 1400);
+    }
+
+    // Proves the RTO estimator follows RFC 6298: first sample R gives RTO = 3R, later
+    // samples smooth with alpha 1/8 and beta 1/4, and the result is clamped to RTO_MIN.
+    #[test]
+    fn rto_estimator_follows_rfc6298() {
+        let mut socket = TcpSocket::connect(TcpConfig::default(), client_tuple(), SeqNumber(1));
+        socket.update_rto(Duration::from_millis(100));
+        assert_eq!(socket.rto(), Duration::from_millis(300));
+        socket.update_rto(Duration::from_millis(200));
+        // srtt = 7/8·100 + 1/8·200 = 112.5 ms; rttvar = 3/4·50 + 1/4·100 = 62.5 ms.
+        assert_eq!(socket.rto(), Duration::from_micros(112_500 + 4 * 62_500));
+        for _ in 0..100 {
+            socket.update_rto(Duration::from_millis(1));
+        }
+        assert_eq!(socket.rto(), RTO_MIN);
+    }
+
+    // Proves window scaling is negotiated from the buffer size and applied to windows.
+    #[test]
+    fn window_scale_negotiated_and_applied() {
+        let config = TcpConfig {
+            rx_buffer_bytes: 1 << 20,
+            ..TcpConfig::default()
+        };
+        let (mut client, server) = handshake(config, 1000, 2000);
+        assert_eq!((client.rcv_shift, server.snd_shift), (5, 5));
+        assert_eq!(server.snd_wnd_bytes, 1 << 20);
+        client.ack_pending = true;
+        let ack = drain(&mut client, Instant::from_millis(30)).remove(0);
+        assert_eq!(
+            parse(&ack, client_tuple()).window_len,
+            ((1 << 20) >> 5) as u16
+        );
+        let plain = TcpConfig {
+            window_scaling: false,
+            ..config
+        };
+        let (client, _) = handshake(plain, 1000, 2000);
+        assert_eq!((client.rcv_shift, client.snd_shift), (0, 0));
+    }
+
+    // Proves a simultaneous close passes through CLOSING to TIME-WAIT on both sides.
+    #[test]
+    fn simultaneous_close_reaches_time_wait() {
+        let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
+        let now = Instant::from_millis(20);
+        client.close();
+        server.close();
+        let client_fin = drain(&mut client, now);
+        let server_fin = drain(&mut server, now);
+        for segment in &server_fin {
+            deliver(&mut client, now, segment);
+        }
+        for segment in &client_fin {
+            deliver(&mut server, now, segment);
+        }
+        assert_eq!(
+            (client.state(), server.state()),
+            (State::Closing, State::Closing)
+        );
+        let client_ack = drain(&mut client, now);
+        let server_ack = drain(&mut server, now);
+        for segment in &client_ack {
+            deliver(&mut server, now, segment);
+        }
+        for segment in &server_ack {
+            deliver(&mut client, now, segment);
+        }
+        assert_eq!(
+            (client.state(), server.state()),
+            (State::TimeWait, State::TimeWait)
+        );
+    }
+}
