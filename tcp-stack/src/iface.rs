@@ -1162,3 +1162,248 @@ impl Interface {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+    const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const PEER_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+    const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+    fn interface() -> Interface {
+        let mut config = InterfaceConfig::new(OUR_MAC, OUR_IP, 24);
+        config.max_sockets = 4;
+        config.gateway = Some(Ipv4Addr::new(10, 0, 0, 254));
+        Interface::new(config)
+    }
+
+    fn arp_frame(operation: ArpOperation, target_ip: Ipv4Addr) -> Vec<u8> {
+        let mut frame = vec![0u8; 42];
+        EthernetRepr {
+            src_addr: PEER_MAC,
+            dst_addr: MacAddr::BROADCAST,
+            ethertype: EtherType::Arp,
+        }
+        .emit(&mut frame);
+        let repr = ArpRepr {
+            operation,
+            source_mac: PEER_MAC,
+            source_ip: PEER_IP,
+            target_mac: MacAddr([0; 6]),
+            target_ip,
+        };
+        repr.emit(&mut frame[14..]);
+        frame
+    }
+
+    fn ip_frame(protocol: u8, payload: &[u8]) -> Vec<u8> {
+        let mut frame = vec![0u8; TCP_OFFSET + payload.len()];
+        EthernetRepr {
+            src_addr: PEER_MAC,
+            dst_addr: OUR_MAC,
+            ethertype: EtherType::Ipv4,
+        }
+        .emit(&mut frame);
+        let ip = Ipv4Repr {
+            src_addr: PEER_IP,
+            dst_addr: OUR_IP,
+            protocol,
+            payload_len: payload.len(),
+            ttl: 64,
+        };
+        ip.emit(&mut frame[IP_OFFSET..]);
+        frame[TCP_OFFSET..].copy_from_slice(payload);
+        frame
+    }
+
+    fn echo_request_frame() -> Vec<u8> {
+        let echo = IcmpRepr::EchoRequest {
+            ident: 7,
+            seq_no: 9,
+            data: b"ping",
+        };
+        let mut payload = vec![0u8; echo.buffer_len()];
+        echo.emit(&mut payload);
+        ip_frame(ipv4::PROTOCOL_ICMP, &payload)
+    }
+
+    fn transmit_all(iface: &mut Interface, now: Instant) -> Vec<Vec<u8>> {
+        let mut buffer = vec![0u8; MAX_FRAME_BYTES];
+        let mut frames = Vec::new();
+        while let Some(len) = iface.poll_transmit(now, &mut buffer) {
+            frames.push(buffer[..len].to_vec());
+        }
+        frames
+    }
+
+    fn payload_of(frame: &[u8]) -> &[u8] {
+        let ip = ipv4::Packet::new_checked(&frame[IP_OFFSET..]).unwrap();
+        &frame[TCP_OFFSET..IP_OFFSET + ip.total_len()]
+    }
+
+    // Proves an ARP request for our address is answered with our MAC, and one for
+    // another address is not.
+    #[test]
+    fn answers_arp_for_our_address_only() {
+        let mut iface = interface();
+        let now = Instant::from_millis(1);
+        iface.receive(
+            now,
+            &arp_frame(ArpOperation::Request, Ipv4Addr::new(10, 0, 0, 3)),
+        );
+        assert!(transmit_all(&mut iface, now).is_empty());
+        iface.receive(now, &arp_frame(ArpOperation::Request, OUR_IP));
+        let frames = transmit_all(&mut iface, now);
+        assert_eq!(frames.len(), 1);
+        let eth =
+            EthernetRepr::parse(&ethernet::Frame::new_checked(&frames[0][..]).unwrap()).unwrap();
+        assert_eq!(eth.dst_addr, PEER_MAC);
+        let reply = ArpRepr::parse(&arp::Packet::new_checked(&frames[0][14..]).unwrap()).unwrap();
+        assert_eq!(reply.operation, ArpOperation::Reply);
+        assert_eq!(
+            (reply.source_mac, reply.source_ip, reply.target_ip),
+            (OUR_MAC, OUR_IP, PEER_IP)
+        );
+        assert_eq!(iface.stats().arp_replies_sent, 1);
+    }
+
+    // Proves an echo request from a resolved neighbour is answered at once with the same
+    // identifier, sequence number and data.
+    #[test]
+    fn answers_ping() {
+        let mut iface = interface();
+        let now = Instant::from_millis(1);
+        iface.receive(now, &arp_frame(ArpOperation::Request, OUR_IP));
+        transmit_all(&mut iface, now);
+        iface.receive(now, &echo_request_frame());
+        let frames = transmit_all(&mut iface, now);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(&frames[0][0..6], &PEER_MAC.0);
+        let reply =
+            IcmpRepr::parse(&icmp::Packet::new_checked(payload_of(&frames[0])).unwrap()).unwrap();
+        assert_eq!(
+            reply,
+            IcmpRepr::EchoReply {
+                ident: 7,
+                seq_no: 9,
+                data: b"ping"
+            }
+        );
+    }
+
+    // Proves a reply to an unknown neighbour waits for ARP, goes out once resolved, and
+    // is dropped (and counted) when ARP_REQUESTS_MAX requests go unanswered.
+    #[test]
+    fn queues_while_resolving_and_gives_up() {
+        let mut iface = interface();
+        let mut now = Instant::from_millis(1);
+        iface.receive(now, &echo_request_frame());
+        let frames = transmit_all(&mut iface, now);
+        assert_eq!(frames.len(), 1, "only the ARP request goes out");
+        assert_eq!(&frames[0][12..14], &[0x08, 0x06]);
+        let mut reply = arp_frame(ArpOperation::Reply, OUR_IP);
+        reply[0..6].copy_from_slice(&OUR_MAC.0);
+        iface.receive(now, &reply);
+        let frames = transmit_all(&mut iface, now);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(&frames[0][12..14], &[0x08, 0x00], "the queued echo reply");
+
+        now += ARP_ENTRY_LIFETIME;
+        iface.receive(now, &echo_request_frame());
+        for _ in 0..=ARP_REQUESTS_MAX {
+            assert_eq!(iface.poll_at(now).map(|at| at <= now), Some(true));
+            transmit_all(&mut iface, now);
+            now += ARP_RETRY_INTERVAL;
+        }
+        transmit_all(&mut iface, now);
+        assert_eq!(
+            iface.stats().arp_requests_sent,
+            1 + u64::from(ARP_REQUESTS_MAX)
+        );
+        assert_eq!(iface.stats().arp_failed_drops, 1);
+        assert_eq!(iface.poll_at(now), None);
+    }
+
+    // Proves fragments are counted and dropped, and corrupted headers counted.
+    #[test]
+    fn counts_fragments_and_bad_checksums() {
+        let mut iface = interface();
+        let now = Instant::from_millis(1);
+        let mut frame = echo_request_frame();
+        frame[IP_OFFSET + 6] = 0x20; // More Fragments
+        frame[IP_OFFSET + 10] = 0;
+        frame[IP_OFFSET + 11] = 0;
+        let sum = !crate::wire::checksum::sum(&frame[IP_OFFSET..TCP_OFFSET]);
+        frame[IP_OFFSET + 10..IP_OFFSET + 12].copy_from_slice(&sum.to_be_bytes());
+        iface.receive(now, &frame);
+        assert_eq!(iface.stats().ipv4_fragments_dropped, 1);
+        let mut frame = echo_request_frame();
+        frame[IP_OFFSET + 8] ^= 1; // TTL changed, checksum not updated
+        iface.receive(now, &frame);
+        assert_eq!(iface.stats().rx_checksum_errors, 1);
+        assert!(transmit_all(&mut iface, now)
+            .iter()
+            .all(|f| f[12..14] == [0x08, 0x06]));
+    }
+
+    // Proves a SYN to a closed port is answered with RST+ACK acknowledging the SYN.
+    #[test]
+    fn resets_syn_to_closed_port() {
+        let mut iface = interface();
+        let now = Instant::from_millis(1);
+        iface.receive(now, &arp_frame(ArpOperation::Request, OUR_IP));
+        transmit_all(&mut iface, now);
+        let mut syn = TcpRepr::new(40000, 80, SeqNumber(12345));
+        syn.syn = true;
+        let mut segment = vec![0u8; syn.buffer_len()];
+        syn.emit(&mut segment, PEER_IP, OUR_IP);
+        iface.receive(now, &ip_frame(ipv4::PROTOCOL_TCP, &segment));
+        let frames = transmit_all(&mut iface, now);
+        assert_eq!(frames.len(), 1);
+        let reset = TcpRepr::parse(
+            &tcp::Packet::new_checked(payload_of(&frames[0])).unwrap(),
+            OUR_IP,
+            PEER_IP,
+        )
+        .unwrap();
+        assert!(reset.rst);
+        assert_eq!(reset.ack_number, Some(SeqNumber(12346)));
+        assert_eq!((reset.src_port, reset.dst_port), (80, 40000));
+    }
+
+    // Proves handles are generation-checked: a freed slot's old handle stays invalid
+    // after the slot is reused, and the table size bounds sockets.
+    #[test]
+    fn stale_handles_are_rejected() {
+        let mut iface = interface();
+        let now = Instant::from_millis(1);
+        let first = iface.connect(now, PEER_IP, 80).unwrap();
+        iface.abort(first).unwrap();
+        assert_eq!(
+            iface.sockets_in_use(),
+            0,
+            "an unsynchronized abort frees at once"
+        );
+        let handles: Vec<_> = (0..4)
+            .map(|_| iface.connect(now, PEER_IP, 80).unwrap())
+            .collect();
+        assert_eq!(iface.connect(now, PEER_IP, 80), Err(SocketError::Exhausted));
+        assert_eq!(iface.state(first), Err(SocketError::InvalidHandle));
+        assert_eq!(iface.state(handles[3]), Ok(State::SynSent));
+        assert_eq!(iface.listen(80, 1), Err(SocketError::Exhausted));
+    }
+
+    // Proves off-subnet destinations need a gateway.
+    #[test]
+    fn connect_without_route_fails() {
+        let mut iface = Interface::new(InterfaceConfig::new(OUR_MAC, OUR_IP, 24));
+        let now = Instant::from_millis(1);
+        assert_eq!(
+            iface.connect(now, Ipv4Addr::new(192, 168, 1, 1), 80),
+            Err(SocketError::NoRoute)
+        );
+        assert!(iface.connect(now, PEER_IP, 80).is_ok());
+    }
+}
