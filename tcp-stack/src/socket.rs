@@ -349,6 +349,11 @@ impl TcpSocket {
         self.rto
     }
 
+    /// Sequence number of the next new byte this side will send (SND.NXT).
+    pub fn next_seq(&self) -> SeqNumber {
+        self.snd_nxt
+    }
+
     /// Current congestion window in bytes.
     pub fn cwnd_bytes(&self) -> usize {
         self.cwnd_bytes
