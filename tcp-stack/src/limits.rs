@@ -28,6 +28,14 @@ pub const RTO_MIN: Duration = Duration::from_millis(200);
 pub const RTO_MAX: Duration = Duration::from_secs(60);
 /// Consecutive retransmission timeouts after which a connection is aborted.
 pub const RETRANSMISSIONS_MAX: u32 = 12;
+/// Retransmissions of a SYN or SYN-ACK before the open fails (Linux: tcp_syn_retries 6,
+/// tcp_synack_retries 5). Lower than for data so half-open connections free their
+/// backlog place within about two minutes.
+pub const SYN_RETRANSMISSIONS_MAX: u32 = 6;
+/// How long a connection may sit in FIN-WAIT-2 after our FIN was acknowledged, waiting
+/// for the peer's FIN (Linux: tcp_fin_timeout). Bounds the resources a peer that never
+/// closes can hold; it also bounds half-close reads.
+pub const FIN_WAIT_2_TIMEOUT: Duration = Duration::from_secs(60);
 /// Duplicate ACKs that trigger fast retransmit (RFC 5681 §3.2).
 pub const DUP_ACK_THRESHOLD: u32 = 3;
 /// Initial congestion window in segments (RFC 5681 §3.1 allows up to 4 for small MSS;
@@ -69,6 +77,7 @@ pub const PENDING_FRAMES_MAX: usize = 32;
 pub const SOCKETS_DEFAULT_MAX: usize = 1024;
 
 const _: () = assert!(LOCAL_MSS_BYTES + 40 + ETHERNET_HEADER_BYTES == MAX_FRAME_BYTES);
+const _: () = assert!(SYN_RETRANSMISSIONS_MAX <= RETRANSMISSIONS_MAX);
 const _: () = assert!(RTO_MIN.total_micros() <= RTO_INITIAL.total_micros());
 const _: () = assert!(RTO_INITIAL.total_micros() <= RTO_MAX.total_micros());
 const _: () = assert!(RX_BUFFER_DEFAULT_BYTES <= BUFFER_MAX_BYTES);

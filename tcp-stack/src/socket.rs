@@ -189,6 +189,7 @@ pub struct TcpSocket {
     retransmit_count: u32,
     probe_due: bool,
     timewait_until: Option<Instant>,
+    finwait2_until: Option<Instant>,
     keepalive_at: Option<Instant>,
     keepalive_probes_sent: u32,
     keepalive_probe_due: bool,
@@ -256,6 +257,7 @@ impl TcpSocket {
             retransmit_count: 0,
             probe_due: false,
             timewait_until: None,
+            finwait2_until: None,
             keepalive_at: None,
             keepalive_probes_sent: 0,
             keepalive_probe_due: false,
@@ -486,10 +488,12 @@ impl TcpSocket {
         self.retransmit_at = None;
         self.keepalive_at = None;
         self.timewait_until = None;
+        self.finwait2_until = None;
     }
 
     fn enter_time_wait(&mut self, now: Instant) {
         self.state = State::TimeWait;
+        self.finwait2_until = None;
         self.retransmit_at = None;
         self.keepalive_at = None;
         self.timewait_until = Some(now + self.config.time_wait);
@@ -803,7 +807,10 @@ impl TcpSocket {
             return;
         }
         match self.state {
-            State::FinWait1 => self.state = State::FinWait2,
+            State::FinWait1 => {
+                self.state = State::FinWait2;
+                self.finwait2_until = Some(now + FIN_WAIT_2_TIMEOUT);
+            }
             State::Closing => self.enter_time_wait(now),
             State::LastAck => self.set_closed(CloseReason::Graceful),
             _ => {}
@@ -867,6 +874,11 @@ impl TcpSocket {
             }
             return;
         }
+        if self.finwait2_until.is_some_and(|until| now >= until) {
+            self.events.timeouts += 1;
+            self.set_closed(CloseReason::TimedOut);
+            return;
+        }
         if self.retransmit_at.is_some_and(|at| now >= at) {
             self.on_retransmit_timeout();
         }
@@ -878,7 +890,12 @@ impl TcpSocket {
     fn on_retransmit_timeout(&mut self) {
         self.retransmit_at = None;
         self.retransmit_count += 1;
-        if self.retransmit_count > RETRANSMISSIONS_MAX {
+        let limit = if self.syn_outstanding {
+            SYN_RETRANSMISSIONS_MAX
+        } else {
+            RETRANSMISSIONS_MAX
+        };
+        if self.retransmit_count > limit {
             self.events.timeouts += 1;
             self.rst_pending = !matches!(self.state, State::SynSent);
             self.set_closed(CloseReason::TimedOut);
@@ -937,10 +954,15 @@ impl TcpSocket {
         {
             return Some(now);
         }
-        [self.timewait_until, self.retransmit_at, self.keepalive_at]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.timewait_until,
+            self.finwait2_until,
+            self.retransmit_at,
+            self.keepalive_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn has_segment_to_send(&self) -> bool {

@@ -4,7 +4,9 @@
 
 use std::net::Ipv4Addr;
 
-use tcp_stack::limits::{MAX_FRAME_BYTES, RETRANSMISSIONS_MAX, RTO_INITIAL, RTO_MAX};
+use tcp_stack::limits::{
+    FIN_WAIT_2_TIMEOUT, MAX_FRAME_BYTES, RTO_INITIAL, RTO_MAX, SYN_RETRANSMISSIONS_MAX,
+};
 use tcp_stack::wire::ethernet;
 use tcp_stack::wire::ipv4;
 use tcp_stack::wire::tcp::{Packet as TcpPacket, TcpRepr};
@@ -335,7 +337,7 @@ fn transfer_lossy_reordering_link() {
 }
 
 // Proves a lost peer makes SYN retransmissions back off exponentially (1 s, 2 s, 4 s, ...
-// capped at RTO_MAX) and the connection gives up after RETRANSMISSIONS_MAX.
+// capped at RTO_MAX) and the connection gives up after SYN_RETRANSMISSIONS_MAX.
 #[test]
 fn syn_retransmission_backs_off_then_times_out() {
     let mut sim = Sim::new(3, CLEAN, TcpConfig::default());
@@ -358,7 +360,7 @@ fn syn_retransmission_backs_off_then_times_out() {
         .filter(|(_, f)| is_tcp(f))
         .map(|(t, _)| *t)
         .collect();
-    assert_eq!(syn_times.len(), 1 + RETRANSMISSIONS_MAX as usize);
+    assert_eq!(syn_times.len(), 1 + SYN_RETRANSMISSIONS_MAX as usize);
     // The first SYN waited ~1 ms for ARP after its timer started; later ones are exact.
     let first = syn_times[1].saturating_since(syn_times[0]);
     assert!(
@@ -597,4 +599,28 @@ fn abort_resets_peer() {
     assert_eq!(sim.ifaces[SERVER].stats().tcp_reset_by_peer, 1);
     sim.ifaces[SERVER].close(server).unwrap();
     assert_eq!(sim.ifaces[SERVER].sockets_in_use(), 1);
+}
+
+// Proves a connection we closed does not wait forever in FIN-WAIT-2 for a peer that
+// never sends its FIN: it is dropped after FIN_WAIT_2_TIMEOUT and counted as timed out.
+#[test]
+fn fin_wait_2_times_out() {
+    let mut sim = Sim::new(12, CLEAN, TcpConfig::default());
+    let (_, client, server) = sim.establish();
+    sim.ifaces[CLIENT].close(client).unwrap();
+    while sim.ifaces[CLIENT].state(client).unwrap() != State::FinWait2 {
+        sim.step(Duration::from_millis(10));
+    }
+    let entered = sim.now;
+    while sim.ifaces[CLIENT].state(client).is_ok() {
+        sim.step(Duration::from_secs(1));
+        assert!(sim.now.saturating_since(entered) <= FIN_WAIT_2_TIMEOUT + Duration::from_secs(1));
+    }
+    assert!(sim.now.saturating_since(entered) >= FIN_WAIT_2_TIMEOUT);
+    assert_eq!(sim.ifaces[CLIENT].stats().tcp_timed_out, 1);
+    assert_eq!(
+        sim.ifaces[SERVER].state(server).unwrap(),
+        State::CloseWait,
+        "the peer is unaffected"
+    );
 }

@@ -125,8 +125,7 @@ fn client_next_seq(client: &Interface, handle: SocketHandle) -> SeqNumber {
     client.socket(handle).unwrap().next_seq()
 }
 
-fn segment_strategy(
-) -> impl Strategy<Value = (u16, i64, Option<i64>, u8, u16, Vec<u8>, bool, Option<u8>)> {
+fn segment_strategy() -> impl Strategy<Value = SegmentSpec> {
     (
         prop_oneof![Just(PORT), any::<u16>().prop_filter("nonzero", |p| *p != 0)],
         prop_oneof![-70_000i64..70_000, -8i64..8],
