@@ -125,6 +125,10 @@ fn client_next_seq(client: &Interface, handle: SocketHandle) -> SeqNumber {
     client.socket(handle).unwrap().next_seq()
 }
 
+/// Destination port, sequence offset, acknowledgment offset, flags, window, payload,
+/// whether to send window scale, and its shift.
+type SegmentSpec = (u16, i64, Option<i64>, u8, u16, Vec<u8>, bool, Option<u8>);
+
 fn segment_strategy() -> impl Strategy<Value = SegmentSpec> {
     (
         prop_oneof![Just(PORT), any::<u16>().prop_filter("nonzero", |p| *p != 0)],
