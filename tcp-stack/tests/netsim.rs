@@ -624,3 +624,95 @@ fn fin_wait_2_times_out() {
         "the peer is unaffected"
     );
 }
+
+// Proves many concurrent connections on one listener each get their own byte stream
+// back intact over a lossy link (echo), and that every open is matched by a close on
+// both sides, with all slots but the listener's released at the end.
+#[test]
+fn concurrent_echo_connections() {
+    let faults = Faults {
+        loss: 0.03,
+        duplicate: 0.01,
+        reorder: 0.05,
+        reorder_extra_max: Duration::from_millis(2),
+    };
+    let tcp = TcpConfig {
+        time_wait: Duration::from_secs(5),
+        ..TcpConfig::default()
+    };
+    let mut sim = Sim::new(13, faults, tcp);
+    let connections = 10;
+    let listener = sim.ifaces[SERVER].listen(SERVER_PORT, connections).unwrap();
+    let clients: Vec<SocketHandle> = (0..connections)
+        .map(|_| {
+            sim.ifaces[CLIENT]
+                .connect(sim.now, ip(SERVER), SERVER_PORT)
+                .unwrap()
+        })
+        .collect();
+    let sizes: Vec<usize> = (0..connections).map(|i| 1000 + i * 7919).collect();
+    let mut sent = vec![0usize; connections];
+    let mut echoed = vec![0usize; connections];
+    let mut accepted: Vec<SocketHandle> = Vec::new();
+    let mut pending_echo: Vec<Vec<u8>> = Vec::new();
+    let mut closed = vec![false; connections];
+    let deadline = sim.now + Duration::from_secs(600);
+    while closed.iter().any(|c| !c)
+        || sim.ifaces[SERVER].sockets_in_use() > 1
+        || sim.ifaces[CLIENT].sockets_in_use() > 0
+    {
+        while let Some(handle) = sim.ifaces[SERVER].accept(listener).unwrap() {
+            accepted.push(handle);
+            pending_echo.push(Vec::new());
+        }
+        for (index, &handle) in clients.iter().enumerate() {
+            if closed[index] || sim.ifaces[CLIENT].state(handle).unwrap() != State::Established {
+                continue;
+            }
+            pump_send(
+                &mut sim.ifaces[CLIENT],
+                handle,
+                index as u8,
+                &mut sent[index],
+                sizes[index],
+            );
+            pump_recv(
+                &mut sim.ifaces[CLIENT],
+                handle,
+                index as u8,
+                &mut echoed[index],
+            );
+            if echoed[index] == sizes[index] {
+                sim.ifaces[CLIENT].close(handle).unwrap();
+                closed[index] = true;
+            }
+        }
+        for (slot, &handle) in accepted.iter().enumerate() {
+            let Ok(socket) = sim.ifaces[SERVER].socket(handle) else {
+                continue;
+            };
+            let finished = socket.peer_finished();
+            let mut chunk = [0u8; 4096];
+            let read = sim.ifaces[SERVER].recv_slice(handle, &mut chunk).unwrap();
+            pending_echo[slot].extend_from_slice(&chunk[..read]);
+            let written = sim.ifaces[SERVER]
+                .send_slice(handle, &pending_echo[slot])
+                .unwrap();
+            pending_echo[slot].drain(..written);
+            if finished && pending_echo[slot].is_empty() {
+                sim.ifaces[SERVER].close(handle).unwrap();
+            }
+        }
+        sim.step(Duration::from_millis(20));
+        assert!(sim.now < deadline, "echo stalled: {echoed:?} of {sizes:?}");
+    }
+    assert_eq!(accepted.len(), connections);
+    for side in [CLIENT, SERVER] {
+        let stats = sim.ifaces[side].stats();
+        assert_eq!(
+            (stats.tcp_established, stats.tcp_closed),
+            (connections as u64, connections as u64)
+        );
+        assert_eq!(stats.tcp_reset_by_peer + stats.tcp_timed_out, 0);
+    }
+}
