@@ -143,6 +143,8 @@ pub struct Stats {
     pub tcp_timed_out: u64,
     /// Retransmitted segments (timeouts and fast retransmits).
     pub tcp_retransmits: u64,
+    /// Retransmission timer expirations with data or SYN/FIN outstanding.
+    pub tcp_rto_expirations: u64,
     /// Fast retransmits triggered by duplicate ACKs.
     pub tcp_fast_retransmits: u64,
     /// Out-of-order segments dropped because reassembly was full.
@@ -1106,6 +1108,7 @@ impl Interface {
         let events = connection.socket.take_events();
         self.stats.tcp_retransmits += events.retransmits;
         self.stats.tcp_fast_retransmits += events.fast_retransmits;
+        self.stats.tcp_rto_expirations += events.rto_expirations;
         self.stats.tcp_reassembly_drops += events.reassembly_drops;
         self.stats.tcp_challenge_acks += events.challenge_acks;
         let state = connection.socket.state();

@@ -134,6 +134,7 @@ pub enum CloseReason {
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct SocketEvents {
     pub(crate) retransmits: u64,
+    pub(crate) rto_expirations: u64,
     pub(crate) fast_retransmits: u64,
     pub(crate) timeouts: u64,
     pub(crate) reassembly_drops: u64,
@@ -918,6 +919,7 @@ impl TcpSocket {
             self.dup_acks = 0;
             self.snd_nxt = self.snd_una;
             self.events.retransmits += 1;
+            self.events.rto_expirations += 1;
         } else {
             self.probe_due = true;
         }

@@ -333,6 +333,7 @@ fn transfer_lossy_reordering_link() {
         assert_eq!((client.tcp_closed, server.tcp_closed), (1, 1));
         assert!(client.tcp_retransmits > 0 && server.tcp_retransmits > 0);
         assert!(client.tcp_fast_retransmits > 0 && server.tcp_fast_retransmits > 0);
+        assert!(client.tcp_rto_expirations > 0 && server.tcp_rto_expirations > 0);
     }
 }
 
