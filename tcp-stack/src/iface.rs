@@ -19,6 +19,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::Ipv4Addr;
 
 use crate::limits::*;
+use crate::schedule::Scheduler;
 use crate::socket::{CloseReason, FourTuple, State, TcpConfig, TcpSocket, Verdict};
 use crate::time::Instant;
 use crate::wire::arp::{self, ArpOperation, ArpRepr};
@@ -226,7 +227,7 @@ pub struct Interface {
     free_slots: Vec<u32>,
     by_tuple: HashMap<FourTuple, u32>,
     listeners: HashMap<u16, u32>,
-    next_dispatch: usize,
+    scheduler: Scheduler,
     next_ephemeral_port: u16,
     stats: Stats,
 }
@@ -265,7 +266,7 @@ impl Interface {
             free_slots: (0..config.max_sockets as u32).rev().collect(),
             by_tuple: HashMap::with_capacity(config.max_sockets),
             listeners: HashMap::with_capacity(config.max_sockets),
-            next_dispatch: 0,
+            scheduler: Scheduler::new(config.max_sockets),
             next_ephemeral_port: EPHEMERAL_PORT_FIRST,
             stats: Stats::default(),
         }
@@ -578,7 +579,7 @@ impl Interface {
                 Entry::Tcp(connection) => connection.socket.process(now, &repr),
                 _ => unreachable!("tuple map points at a non-connection slot"),
             };
-            self.after_socket_event(index as usize);
+            self.after_socket_event(index as usize, true);
             if verdict == Verdict::SendReset {
                 self.queue_reset(now, &tuple, &repr);
             }
@@ -713,9 +714,10 @@ impl Interface {
     }
 
     fn transmit_sockets(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
-        let count = self.slots.len();
-        for step in 0..count {
-            let index = (self.next_dispatch + step) % count;
+        // Each slot leaves the ready queue once per call unless it emitted a frame, so
+        // this loop ends even if a socket claims readiness it cannot act on.
+        while let Some(index) = self.scheduler.next_ready(now) {
+            let index = index as usize;
             let Entry::Tcp(connection) = &self.slots[index].entry else {
                 continue;
             };
@@ -727,9 +729,8 @@ impl Interface {
             };
             connection.socket.handle_timers(now);
             let segment = connection.socket.dispatch(now, &mut buffer[TCP_OFFSET..]);
-            self.after_socket_event(index);
+            self.after_socket_event(index, segment.is_some());
             let Some(segment_len) = segment else { continue };
-            self.next_dispatch = index + 1;
             let Some(next_hop) = next_hop else {
                 self.stats.tx_no_route += 1;
                 continue;
@@ -800,11 +801,7 @@ impl Interface {
                 } => Some(next_request_at),
                 ArpState::Resolved { .. } => None,
             });
-        let sockets = self.slots.iter().filter_map(|slot| match &slot.entry {
-            Entry::Tcp(connection) => connection.socket.poll_at(now),
-            _ => None,
-        });
-        arp.chain(sockets).min()
+        arp.chain(self.scheduler.next_wake(now)).min()
     }
 }
 
@@ -828,6 +825,7 @@ impl Interface {
         }
         slot.entry = Entry::Free;
         slot.generation = slot.generation.wrapping_add(1);
+        self.scheduler.forget(index as u32);
         self.free_slots.push(index as u32);
     }
 
@@ -913,7 +911,7 @@ impl Interface {
                     }
                 }
             }
-            self.after_socket_event(other);
+            self.after_socket_event(other, true);
         }
         Ok(())
     }
@@ -951,6 +949,7 @@ impl Interface {
         if let Ok(listener) = self.listener_mut(listener_handle) {
             listener.half_open += 1;
         }
+        self.after_socket_event(handle.index as usize, true);
     }
 
     /// Takes the oldest established connection from a listener's accept queue.
@@ -1010,6 +1009,7 @@ impl Interface {
         };
         let handle = self.allocate_slot(Entry::Tcp(connection))?;
         self.by_tuple.insert(tuple, handle.index);
+        self.after_socket_event(handle.index as usize, true);
         Ok(handle)
     }
 
@@ -1029,7 +1029,9 @@ impl Interface {
         handle: SocketHandle,
         reader: F,
     ) -> Result<usize, SocketError> {
-        Ok(self.connection_mut(handle)?.socket.recv(reader))
+        let read = self.connection_mut(handle)?.socket.recv(reader);
+        self.after_socket_event(handle.index as usize, true);
+        Ok(read)
     }
 
     /// Copies up to `out.len()` received bytes (both halves of a wrapped ring).
@@ -1059,7 +1061,9 @@ impl Interface {
         handle: SocketHandle,
         writer: F,
     ) -> Result<usize, SocketError> {
-        Ok(self.connection_mut(handle)?.socket.send(writer))
+        let written = self.connection_mut(handle)?.socket.send(writer);
+        self.after_socket_event(handle.index as usize, true);
+        Ok(written)
     }
 
     /// Queues as much of `data` as fits; returns how much did.
@@ -1085,7 +1089,7 @@ impl Interface {
         let connection = self.connection_mut(handle)?;
         connection.released = true;
         connection.socket.close();
-        self.after_socket_event(handle.index as usize);
+        self.after_socket_event(handle.index as usize, true);
         Ok(())
     }
 
@@ -1095,13 +1099,13 @@ impl Interface {
         connection.released = true;
         connection.owned_by_app = false;
         connection.socket.abort();
-        self.after_socket_event(handle.index as usize);
+        self.after_socket_event(handle.index as usize, true);
         Ok(())
     }
 
     /// Bookkeeping after anything happened to a connection: counters, moving a new
     /// connection to its listener's accept queue, and freeing finished slots.
-    fn after_socket_event(&mut self, index: usize) {
+    fn after_socket_event(&mut self, index: usize, may_be_ready: bool) {
         let Entry::Tcp(connection) = &mut self.slots[index].entry else {
             return;
         };
@@ -1162,6 +1166,10 @@ impl Interface {
         }
         if free {
             self.free_slot(index);
+        } else if let Entry::Tcp(connection) = &self.slots[index].entry {
+            let ready = may_be_ready && connection.socket.wants_dispatch();
+            self.scheduler
+                .update(index as u32, ready, connection.socket.next_timer());
         }
     }
 }

@@ -24,6 +24,7 @@
 
 pub mod iface;
 pub mod limits;
+mod schedule;
 pub mod socket;
 mod storage;
 pub mod time;

@@ -586,7 +586,9 @@ impl TcpSocket {
         let in_window = |s: SeqNumber| s >= self.rcv_nxt && s < self.rcv_nxt + window;
         match (len, window) {
             (0, 0) => seq == self.rcv_nxt,
-            (0, _) => in_window(seq),
+            // Inclusive right edge for empty segments (as Linux's tcp_sequence): a peer
+            // that filled our window acknowledges from exactly that edge.
+            (0, _) => seq >= self.rcv_nxt && seq <= self.rcv_nxt + window,
             (_, 0) => false,
             _ => in_window(seq) || in_window(seq + (len - 1)),
         }
@@ -946,16 +948,15 @@ impl TcpSocket {
         self.keepalive_at = Some(now + self.config.keepalive_interval);
     }
 
-    /// When the socket next needs attention: `Some(t <= now)` means "has something to
-    /// send now", `None` means "only when a segment arrives".
-    pub(crate) fn poll_at(&self, now: Instant) -> Option<Instant> {
-        if self.rst_pending
-            || self.ack_pending
-            || self.keepalive_probe_due
-            || self.has_segment_to_send()
-        {
-            return Some(now);
-        }
+    /// True when `dispatch` would produce a segment now.
+    pub(crate) fn wants_dispatch(&self) -> bool {
+        self.rst_pending
+            || (self.state != State::Closed
+                && (self.ack_pending || self.keepalive_probe_due || self.has_segment_to_send()))
+    }
+
+    /// The earliest armed timer, if any.
+    pub(crate) fn next_timer(&self) -> Option<Instant> {
         [
             self.timewait_until,
             self.finwait2_until,
@@ -1019,7 +1020,7 @@ impl TcpSocket {
         if self.rst_pending {
             self.rst_pending = false;
             let mut repr =
-                TcpRepr::new(self.tuple.local_port, self.tuple.remote_port, self.snd_nxt);
+                TcpRepr::new(self.tuple.local_port, self.tuple.remote_port, self.snd_max);
             repr.rst = true;
             return Some(self.emit(now, repr, 0, buffer));
         }
@@ -1056,7 +1057,10 @@ impl TcpSocket {
         if !self.ack_pending {
             return None;
         }
-        let repr = self.base_repr(self.snd_nxt);
+        // SND.MAX, not SND.NXT: after a go-back-N rewind the peer's RCV.NXT may be past
+        // SND.NXT, and an ACK numbered below it would be dropped as an old duplicate —
+        // both sides rewound would then ignore each other's ACKs forever.
+        let repr = self.base_repr(self.snd_max);
         Some(self.emit(now, repr, 0, buffer))
     }
 
@@ -1432,6 +1436,46 @@ mod tests {
         };
         let (client, _) = handshake(plain, 1000, 2000);
         assert_eq!((client.rcv_shift, client.snd_shift), (0, 0));
+    }
+
+    // Proves two sides that both rewound after a timeout still accept each other's
+    // ACKs (ACKs carry SND.MAX), instead of dropping them as old duplicates forever.
+    #[test]
+    fn both_sides_rewound_still_make_progress() {
+        let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
+        let mut now = Instant::from_millis(20);
+        queue(&mut client, &[1u8; 3000]);
+        queue(&mut server, &[2u8; 3000]);
+        let from_client = drain(&mut client, now);
+        let from_server = drain(&mut server, now);
+        for segment in &from_client {
+            deliver(&mut server, now, segment);
+        }
+        for segment in &from_server {
+            deliver(&mut client, now, segment);
+        }
+        // Every ACK the two sides would send now is lost.
+        drain(&mut client, now);
+        drain(&mut server, now);
+        now += Duration::from_secs(2);
+        for _ in 0..3 {
+            let resent_by_client = drain(&mut client, now);
+            let resent_by_server = drain(&mut server, now);
+            for segment in &resent_by_client {
+                deliver(&mut server, now, segment);
+            }
+            for segment in &resent_by_server {
+                deliver(&mut client, now, segment);
+            }
+        }
+        assert_eq!(
+            (client.send_queue_bytes(), server.send_queue_bytes()),
+            (0, 0)
+        );
+        assert_eq!(
+            (read_all(&mut client).len(), read_all(&mut server).len()),
+            (3000, 3000)
+        );
     }
 
     // Proves a simultaneous close passes through CLOSING to TIME-WAIT on both sides.

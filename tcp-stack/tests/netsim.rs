@@ -337,6 +337,22 @@ fn transfer_lossy_reordering_link() {
     }
 }
 
+// Soak: the lossy transfer over many seeds (slow; run with --ignored).
+#[test]
+#[ignore]
+fn transfer_lossy_many_seeds() {
+    let faults = Faults {
+        loss: 0.05,
+        duplicate: 0.02,
+        reorder: 0.05,
+        reorder_extra_max: Duration::from_millis(3),
+    };
+    for seed in 100..140 {
+        let sim = bidirectional_transfer(seed, faults, 1 << 20);
+        assert_eq!(sim.ifaces[CLIENT].stats().tcp_closed, 1, "seed {seed}");
+    }
+}
+
 // Proves a lost peer makes SYN retransmissions back off exponentially (1 s, 2 s, 4 s, ...
 // capped at RTO_MAX) and the connection gives up after SYN_RETRANSMISSIONS_MAX.
 #[test]
