@@ -799,10 +799,20 @@ impl TcpSocket {
 
     /// Arms the persist timer when the peer's window is closed and data is waiting.
     fn arm_persist_timer(&mut self, now: Instant) {
-        let unsent = self.tx.len() > (self.snd_nxt - self.data_start()).min(self.tx.len());
-        if self.snd_wnd_bytes == 0 && unsent && self.retransmit_at.is_none() {
+        if self.persist_needs_arming() {
             self.retransmit_at = Some(now + self.rto);
         }
+    }
+
+    /// The peer's window is closed, data waits, and no timer would ever wake us: the
+    /// data may have been queued after the zero-window ACK arrived, so this is checked
+    /// both on ACKs and before sending.
+    fn persist_needs_arming(&self) -> bool {
+        let synchronized =
+            !self.syn_outstanding && !matches!(self.state, State::Closed | State::TimeWait);
+        let unsent =
+            synchronized && self.tx.len() > (self.snd_nxt - self.data_start()).min(self.tx.len());
+        self.snd_wnd_bytes == 0 && unsent && self.retransmit_at.is_none()
     }
 
     fn after_fin_acked(&mut self, now: Instant) {
@@ -976,6 +986,7 @@ impl TcpSocket {
                 self.retransmit_front
                     || self.next_data_len() > 0
                     || self.fin_due(self.next_data_len())
+                    || self.persist_needs_arming()
             }
         }
     }
@@ -1065,6 +1076,7 @@ impl TcpSocket {
     }
 
     fn dispatch_data(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
+        self.arm_persist_timer(now);
         if self.retransmit_front {
             self.retransmit_front = false;
             return Some(self.dispatch_front(now, buffer));
@@ -1476,6 +1488,47 @@ mod tests {
             (read_all(&mut client).len(), read_all(&mut server).len()),
             (3000, 3000)
         );
+    }
+
+    // Proves data queued after the peer closed its window still gets a persist timer,
+    // so a lost window update cannot deadlock the connection.
+    #[test]
+    fn persist_timer_armed_for_data_queued_after_zero_window() {
+        let config = TcpConfig {
+            rx_buffer_bytes: 2048,
+            ..TcpConfig::default()
+        };
+        let (mut client, mut server) = handshake(config, 1000, 2000);
+        let mut now = Instant::from_millis(20);
+        queue(&mut client, &[5u8; 2048]);
+        for segment in drain(&mut client, now) {
+            deliver(&mut server, now, &segment);
+        }
+        for segment in drain(&mut server, now) {
+            deliver(&mut client, now, &segment);
+        }
+        assert_eq!((client.send_queue_bytes(), client.snd_wnd_bytes), (0, 0));
+        queue(&mut client, &[6u8; 100]);
+        assert!(
+            drain(&mut client, now).is_empty(),
+            "window closed: nothing may go out"
+        );
+        assert_eq!(read_all(&mut server).len(), 2048);
+        drain(&mut server, now); // the window update is lost
+        now += Duration::from_secs(2);
+        let probe = drain(&mut client, now);
+        assert_eq!(probe.len(), 1);
+        assert_eq!(parse(&probe[0], client_tuple()).payload.len(), 1);
+        deliver(&mut server, now, &probe[0]);
+        for _ in 0..3 {
+            for segment in drain(&mut client, now) {
+                deliver(&mut server, now, &segment);
+            }
+            for segment in drain(&mut server, now) {
+                deliver(&mut client, now, &segment);
+            }
+        }
+        assert_eq!(read_all(&mut server), vec![6u8; 100]);
     }
 
     // Proves a simultaneous close passes through CLOSING to TIME-WAIT on both sides.
