@@ -273,7 +273,11 @@ fn pump_recv(iface: &mut Interface, handle: SocketHandle, stream: u8, received: 
 /// Transfers `bytes` in both directions at once, then closes both ends; returns the sim
 /// so callers can check counters.
 fn bidirectional_transfer(seed: u64, faults: Faults, bytes: usize) -> Sim {
-    let mut sim = Sim::new(seed, faults, TcpConfig::default());
+    bidirectional_transfer_with(seed, faults, TcpConfig::default(), bytes)
+}
+
+fn bidirectional_transfer_with(seed: u64, faults: Faults, tcp: TcpConfig, bytes: usize) -> Sim {
+    let mut sim = Sim::new(seed, faults, tcp);
     let (_, client, server) = sim.establish();
     let (mut client_sent, mut server_sent, mut client_received, mut server_received) = (0, 0, 0, 0);
     let deadline = sim.now + Duration::from_secs(3600);
@@ -337,18 +341,29 @@ fn transfer_lossy_reordering_link() {
     }
 }
 
-// Soak: the lossy transfer over many seeds (slow; run with --ignored).
+// Soak: transfers over many seeds with varied loss, duplication, reordering and buffer
+// sizes (slow; run with `cargo test --release -- --ignored`).
 #[test]
 #[ignore]
-fn transfer_lossy_many_seeds() {
-    let faults = Faults {
-        loss: 0.05,
-        duplicate: 0.02,
-        reorder: 0.05,
-        reorder_extra_max: Duration::from_millis(3),
-    };
-    for seed in 100..140 {
-        let sim = bidirectional_transfer(seed, faults, 1 << 20);
+fn transfer_soak_many_seeds() {
+    for seed in 100..300u64 {
+        let mut knobs = Rng(seed);
+        let faults = Faults {
+            loss: [0.0, 0.01, 0.05, 0.15][knobs.below(4) as usize],
+            duplicate: [0.0, 0.02, 0.1][knobs.below(3) as usize],
+            reorder: [0.0, 0.05, 0.3][knobs.below(3) as usize],
+            reorder_extra_max: Duration::from_millis(1 + knobs.below(10)),
+        };
+        let buffer = [2048, 4096, 16 * 1024, 64 * 1024, 256 * 1024][knobs.below(5) as usize];
+        let tcp = TcpConfig {
+            rx_buffer_bytes: buffer,
+            tx_buffer_bytes: buffer,
+            timestamps: knobs.below(2) == 0,
+            window_scaling: knobs.below(2) == 0,
+            ..TcpConfig::default()
+        };
+        let bytes = 64 * 1024 + knobs.below(512 * 1024) as usize;
+        let sim = bidirectional_transfer_with(seed, faults, tcp, bytes);
         assert_eq!(sim.ifaces[CLIENT].stats().tcp_closed, 1, "seed {seed}");
     }
 }
