@@ -159,6 +159,8 @@ enum ArpState {
     Resolved {
         mac: MacAddr,
         expires_at: Instant,
+        /// When to send a refresh request, once the entry is in use near its expiry.
+        refresh_at: Option<Instant>,
     },
     Resolving {
         next_request_at: Instant,
@@ -311,7 +313,9 @@ impl Interface {
             .flatten()
             .find(|entry| entry.ip == ip)
             .and_then(|entry| match entry.state {
-                ArpState::Resolved { mac, expires_at } if now < expires_at => Some(mac),
+                ArpState::Resolved {
+                    mac, expires_at, ..
+                } if now < expires_at => Some(mac),
                 _ => None,
             })
     }
@@ -351,6 +355,7 @@ impl Interface {
         let state = ArpState::Resolved {
             mac,
             expires_at: now + ARP_ENTRY_LIFETIME,
+            refresh_at: None,
         };
         self.arp_cache[index] = Some(ArpEntry { ip, state });
     }
@@ -431,55 +436,94 @@ impl Interface {
     /// did not answer `ARP_REQUESTS_MAX` requests (dropping its queued packets).
     fn emit_due_arp_request(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
         for index in 0..self.arp_cache.len() {
-            let Some(ArpEntry {
-                ip,
-                state:
-                    ArpState::Resolving {
-                        next_request_at,
-                        requests_sent,
-                    },
-            }) = self.arp_cache[index]
-            else {
+            let Some(ArpEntry { ip, state }) = self.arp_cache[index] else {
                 continue;
             };
-            if now < next_request_at {
-                continue;
-            }
-            if requests_sent >= ARP_REQUESTS_MAX {
-                self.arp_cache[index] = None;
-                for frame in self
-                    .pending
-                    .iter_mut()
-                    .filter(|frame| frame.state == FrameState::AwaitingArp(ip))
-                {
-                    frame.state = FrameState::Free;
-                    self.stats.arp_failed_drops += 1;
+            match state {
+                ArpState::Resolving {
+                    next_request_at,
+                    requests_sent,
+                } if now >= next_request_at => {
+                    if requests_sent >= ARP_REQUESTS_MAX {
+                        self.arp_give_up(index, ip);
+                        continue;
+                    }
+                    let state = ArpState::Resolving {
+                        next_request_at: now + ARP_RETRY_INTERVAL,
+                        requests_sent: requests_sent + 1,
+                    };
+                    self.arp_cache[index] = Some(ArpEntry { ip, state });
+                    return Some(self.emit_arp_request(ip, MacAddr::BROADCAST, buffer));
                 }
-                continue;
+                ArpState::Resolved {
+                    mac,
+                    expires_at,
+                    refresh_at: Some(refresh_at),
+                } if now >= refresh_at && now < expires_at => {
+                    let state = ArpState::Resolved {
+                        mac,
+                        expires_at,
+                        refresh_at: Some(now + ARP_RETRY_INTERVAL),
+                    };
+                    self.arp_cache[index] = Some(ArpEntry { ip, state });
+                    return Some(self.emit_arp_request(ip, mac, buffer));
+                }
+                _ => {}
             }
-            let state = ArpState::Resolving {
-                next_request_at: now + ARP_RETRY_INTERVAL,
-                requests_sent: requests_sent + 1,
-            };
-            self.arp_cache[index] = Some(ArpEntry { ip, state });
-            let eth = EthernetRepr {
-                src_addr: self.config.mac,
-                dst_addr: MacAddr::BROADCAST,
-                ethertype: EtherType::Arp,
-            };
-            eth.emit(buffer);
-            let request = ArpRepr {
-                operation: ArpOperation::Request,
-                source_mac: self.config.mac,
-                source_ip: self.config.ip,
-                target_mac: MacAddr([0; 6]),
-                target_ip: ip,
-            };
-            request.emit(&mut buffer[ETHERNET_HEADER_BYTES..]);
-            self.stats.arp_requests_sent += 1;
-            return Some(ETHERNET_HEADER_BYTES + arp::PACKET_LEN_BYTES);
         }
         None
+    }
+
+    fn arp_give_up(&mut self, index: usize, ip: Ipv4Addr) {
+        self.arp_cache[index] = None;
+        for frame in self
+            .pending
+            .iter_mut()
+            .filter(|frame| frame.state == FrameState::AwaitingArp(ip))
+        {
+            frame.state = FrameState::Free;
+            self.stats.arp_failed_drops += 1;
+        }
+    }
+
+    fn emit_arp_request(&mut self, ip: Ipv4Addr, dst_mac: MacAddr, buffer: &mut [u8]) -> usize {
+        let eth = EthernetRepr {
+            src_addr: self.config.mac,
+            dst_addr: dst_mac,
+            ethertype: EtherType::Arp,
+        };
+        eth.emit(buffer);
+        let request = ArpRepr {
+            operation: ArpOperation::Request,
+            source_mac: self.config.mac,
+            source_ip: self.config.ip,
+            target_mac: MacAddr([0; 6]),
+            target_ip: ip,
+        };
+        request.emit(&mut buffer[ETHERNET_HEADER_BYTES..]);
+        self.stats.arp_requests_sent += 1;
+        ETHERNET_HEADER_BYTES + arp::PACKET_LEN_BYTES
+    }
+
+    /// Notes that `ip` was just used as a next hop: near expiry, schedule a refresh.
+    fn arp_note_use(&mut self, ip: Ipv4Addr, now: Instant) {
+        let Some(index) = self.arp_find(ip) else {
+            return;
+        };
+        if let Some(ArpEntry {
+            state:
+                ArpState::Resolved {
+                    expires_at,
+                    refresh_at: refresh_at @ None,
+                    ..
+                },
+            ..
+        }) = &mut self.arp_cache[index]
+        {
+            if now < *expires_at && expires_at.saturating_since(now) <= ARP_REFRESH_MARGIN {
+                *refresh_at = Some(now);
+            }
+        }
     }
 }
 
@@ -636,6 +680,9 @@ impl Interface {
             return false;
         };
         let mac = self.arp_lookup(next_hop, now);
+        if mac.is_some() {
+            self.arp_note_use(next_hop, now);
+        }
         if mac.is_none() && !self.arp_start_resolving(next_hop, now) {
             self.stats.tx_queue_full_drops += 1;
             return false;
@@ -750,6 +797,7 @@ impl Interface {
             };
             eth.emit(buffer);
             if mac.is_some() {
+                self.arp_note_use(next_hop, now);
                 return Some(TCP_OFFSET + segment_len);
             }
             self.hold_for_arp(now, next_hop, &buffer[..TCP_OFFSET + segment_len]);
@@ -799,7 +847,11 @@ impl Interface {
                 ArpState::Resolving {
                     next_request_at, ..
                 } => Some(next_request_at),
-                ArpState::Resolved { .. } => None,
+                ArpState::Resolved {
+                    expires_at,
+                    refresh_at,
+                    ..
+                } => refresh_at.filter(|_| now < expires_at),
             });
         arp.chain(self.scheduler.next_wake(now)).min()
     }
@@ -1177,6 +1229,7 @@ impl Interface {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::Duration;
 
     const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
     const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -1335,6 +1388,35 @@ mod tests {
         );
         assert_eq!(iface.stats().arp_failed_drops, 1);
         assert_eq!(iface.poll_at(now), None);
+    }
+
+    // Proves a next hop in use near its expiry is refreshed by a unicast request while
+    // the old entry keeps working, so traffic never waits for re-resolution.
+    #[test]
+    fn refreshes_arp_entry_in_use() {
+        let mut iface = interface();
+        let start = Instant::from_millis(1);
+        iface.receive(start, &arp_frame(ArpOperation::Request, OUR_IP));
+        transmit_all(&mut iface, start);
+        let late = start + (ARP_ENTRY_LIFETIME - ARP_REFRESH_MARGIN) + Duration::from_secs(1);
+        iface.receive(late, &echo_request_frame());
+        let frames = transmit_all(&mut iface, late);
+        assert_eq!(
+            frames.len(),
+            2,
+            "echo reply at once, then the refresh request"
+        );
+        assert_eq!(&frames[0][12..14], &[0x08, 0x00]);
+        assert_eq!(&frames[1][12..14], &[0x08, 0x06]);
+        assert_eq!(&frames[1][0..6], &PEER_MAC.0, "refresh is unicast");
+        let mut reply = arp_frame(ArpOperation::Reply, OUR_IP);
+        reply[0..6].copy_from_slice(&OUR_MAC.0);
+        iface.receive(late, &reply);
+        let after_old_expiry = start + ARP_ENTRY_LIFETIME + Duration::from_secs(1);
+        iface.receive(after_old_expiry, &echo_request_frame());
+        let frames = transmit_all(&mut iface, after_old_expiry);
+        assert_eq!(frames.len(), 1, "no re-resolution needed");
+        assert_eq!(&frames[0][12..14], &[0x08, 0x00]);
     }
 
     // Proves fragments are counted and dropped, and corrupted headers counted.

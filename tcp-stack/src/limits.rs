@@ -65,6 +65,9 @@ pub const BUFFER_MAX_BYTES: usize = (u16::MAX as usize) << 14;
 pub const ARP_CACHE_ENTRIES: usize = 64;
 /// Lifetime of a resolved ARP entry.
 pub const ARP_ENTRY_LIFETIME: Duration = Duration::from_secs(60);
+/// A resolved entry used within this margin of its expiry is refreshed with a unicast
+/// request while it stays usable, so busy next hops never stall on re-resolution.
+pub const ARP_REFRESH_MARGIN: Duration = Duration::from_secs(10);
 /// Time between ARP requests for an unresolved address.
 pub const ARP_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// ARP requests sent for one address before its queued packets are dropped.
@@ -77,6 +80,8 @@ pub const PENDING_FRAMES_MAX: usize = 32;
 pub const SOCKETS_DEFAULT_MAX: usize = 1024;
 
 const _: () = assert!(LOCAL_MSS_BYTES + 40 + ETHERNET_HEADER_BYTES == MAX_FRAME_BYTES);
+const _: () = assert!(ARP_REFRESH_MARGIN.total_micros() < ARP_ENTRY_LIFETIME.total_micros());
+const _: () = assert!(ARP_RETRY_INTERVAL.total_micros() < ARP_REFRESH_MARGIN.total_micros());
 const _: () = assert!(SYN_RETRANSMISSIONS_MAX <= RETRANSMISSIONS_MAX);
 const _: () = assert!(RTO_MIN.total_micros() <= RTO_INITIAL.total_micros());
 const _: () = assert!(RTO_INITIAL.total_micros() <= RTO_MAX.total_micros());
