@@ -162,6 +162,11 @@ impl Assembler {
         Ok(())
     }
 
+    /// The out-of-order ranges, lowest first.
+    pub(crate) fn ranges(&self) -> &[(usize, usize)] {
+        &self.ranges[..self.count]
+    }
+
     /// Removes the range that starts at offset 0, if any, shifting the others down, and
     /// returns its length: the bytes that just became contiguous.
     pub(crate) fn take_front(&mut self) -> usize {
