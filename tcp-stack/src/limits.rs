@@ -36,6 +36,10 @@ pub const SYN_RETRANSMISSIONS_MAX: u32 = 6;
 /// for the peer's FIN (Linux: tcp_fin_timeout). Bounds the resources a peer that never
 /// closes can hold; it also bounds half-close reads.
 pub const FIN_WAIT_2_TIMEOUT: Duration = Duration::from_secs(60);
+/// Minimum time between ACKs a connection sends in answer to unacceptable empty
+/// segments or as RFC 5961 challenge ACKs (Linux: tcp_invalid_ratelimit). Stops two
+/// confused peers from bouncing ACKs at line rate and caps what a blind attacker gets.
+pub const INVALID_ACK_INTERVAL: Duration = Duration::from_millis(500);
 /// Duplicate ACKs that trigger fast retransmit (RFC 5681 §3.2).
 pub const DUP_ACK_THRESHOLD: u32 = 3;
 /// Initial congestion window in segments (RFC 5681 §3.1 allows up to 4 for small MSS;

@@ -181,6 +181,7 @@ pub struct TcpSocket {
     fin_received: bool,
     ack_pending: bool,
     rst_pending: bool,
+    last_invalid_ack_at: Option<Instant>,
     window_sent_bytes: usize,
 
     // Timestamps (RFC 7323).
@@ -254,6 +255,7 @@ impl TcpSocket {
             fin_received: false,
             ack_pending: false,
             rst_pending: false,
+            last_invalid_ack_at: None,
             window_sent_bytes: 0,
             ts_enabled: false,
             ts_recent: 0,
@@ -552,17 +554,21 @@ impl TcpSocket {
                 self.snd_nxt = self.iss;
                 return Verdict::Done;
             }
-            self.ack_pending = true;
+            if repr.segment_len() > 0 {
+                // Old or out-of-window data: the sender needs to hear where we are.
+                self.ack_pending = true;
+            } else {
+                self.ack_unacceptable_rate_limited(now);
+            }
             return Verdict::Done;
         }
         self.touch(now);
         if repr.rst {
-            return self.process_rst(repr);
+            return self.process_rst(now, repr);
         }
         if repr.syn {
             // RFC 5961 §4: a SYN in a synchronized state gets a challenge ACK.
-            self.events.challenge_acks += 1;
-            self.ack_pending = true;
+            self.challenge_ack(now);
             return Verdict::Done;
         }
         if self.ts_enabled {
@@ -603,14 +609,33 @@ impl TcpSocket {
     }
 
     /// RFC 5961 §3: only an exactly in-sequence RST resets; others get a challenge ACK.
-    fn process_rst(&mut self, repr: &TcpRepr) -> Verdict {
+    fn process_rst(&mut self, now: Instant, repr: &TcpRepr) -> Verdict {
         if repr.seq_number == self.rcv_nxt {
             self.set_closed(CloseReason::ResetByPeer);
         } else {
-            self.events.challenge_acks += 1;
-            self.ack_pending = true;
+            self.challenge_ack(now);
         }
         Verdict::Done
+    }
+
+    fn challenge_ack(&mut self, now: Instant) {
+        if self.ack_unacceptable_rate_limited(now) {
+            self.events.challenge_acks += 1;
+        }
+    }
+
+    /// Schedules an ACK unless one of this kind went out less than
+    /// `INVALID_ACK_INTERVAL` ago (RFC 5961 §7). Returns whether it was scheduled.
+    fn ack_unacceptable_rate_limited(&mut self, now: Instant) -> bool {
+        if self
+            .last_invalid_ack_at
+            .is_some_and(|at| now.saturating_since(at) < INVALID_ACK_INTERVAL)
+        {
+            return false;
+        }
+        self.last_invalid_ack_at = Some(now);
+        self.ack_pending = true;
+        true
     }
 
     fn process_syn_sent(&mut self, now: Instant, repr: &TcpRepr) -> Verdict {
@@ -1383,6 +1408,12 @@ mod tests {
             Some(client.rcv_nxt)
         );
         assert_eq!(client.take_events().challenge_acks, 1);
+        deliver(&mut client, now, &buffer[..len]);
+        assert!(
+            drain(&mut client, now).is_empty(),
+            "a second challenge within 500 ms is suppressed"
+        );
+        let now = now + INVALID_ACK_INTERVAL;
 
         reset.seq_number = server.snd_nxt + 10_000_000;
         reset.emit(&mut buffer, SERVER_ADDR, CLIENT_ADDR);
