@@ -204,6 +204,19 @@ struct Connection {
     owned_by_app: bool,
     released: bool,
     counted_established: bool,
+    /// What the application last had a chance to see: state, readable and queued bytes.
+    seen: (State, usize, usize),
+}
+
+/// What prompted bookkeeping on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// A segment arrived.
+    Network,
+    /// `poll_transmit` fired its timers and asked it for a segment.
+    Transmit { emitted: bool },
+    /// The application called the socket API.
+    App,
 }
 
 #[derive(Debug)]
@@ -230,6 +243,8 @@ pub struct Interface {
     by_tuple: HashMap<FourTuple, u32>,
     listeners: HashMap<u16, u32>,
     scheduler: Scheduler,
+    app_events: VecDeque<SocketHandle>,
+    app_event_queued: Vec<bool>,
     next_ephemeral_port: u16,
     stats: Stats,
 }
@@ -269,6 +284,8 @@ impl Interface {
             by_tuple: HashMap::with_capacity(config.max_sockets),
             listeners: HashMap::with_capacity(config.max_sockets),
             scheduler: Scheduler::new(config.max_sockets),
+            app_events: VecDeque::with_capacity(config.max_sockets),
+            app_event_queued: vec![false; config.max_sockets],
             next_ephemeral_port: EPHEMERAL_PORT_FIRST,
             stats: Stats::default(),
         }
@@ -623,7 +640,7 @@ impl Interface {
                 Entry::Tcp(connection) => connection.socket.process(now, &repr),
                 _ => unreachable!("tuple map points at a non-connection slot"),
             };
-            self.after_socket_event(index as usize, true);
+            self.after_socket_event(index as usize, Cause::Network);
             if verdict == Verdict::SendReset {
                 self.queue_reset(now, &tuple, &repr);
             }
@@ -776,7 +793,12 @@ impl Interface {
             };
             connection.socket.handle_timers(now);
             let segment = connection.socket.dispatch(now, &mut buffer[TCP_OFFSET..]);
-            self.after_socket_event(index, segment.is_some());
+            self.after_socket_event(
+                index,
+                Cause::Transmit {
+                    emitted: segment.is_some(),
+                },
+            );
             let Some(segment_len) = segment else { continue };
             let Some(next_hop) = next_hop else {
                 self.stats.tx_no_route += 1;
@@ -963,7 +985,7 @@ impl Interface {
                     }
                 }
             }
-            self.after_socket_event(other, true);
+            self.after_socket_event(other, Cause::App);
         }
         Ok(())
     }
@@ -993,6 +1015,7 @@ impl Interface {
             owned_by_app: false,
             released: false,
             counted_established: false,
+            seen: (State::Closed, 0, 0),
         };
         let Ok(handle) = self.allocate_slot(Entry::Tcp(connection)) else {
             return;
@@ -1001,7 +1024,7 @@ impl Interface {
         if let Ok(listener) = self.listener_mut(listener_handle) {
             listener.half_open += 1;
         }
-        self.after_socket_event(handle.index as usize, true);
+        self.after_socket_event(handle.index as usize, Cause::App);
     }
 
     /// Takes the oldest established connection from a listener's accept queue.
@@ -1058,10 +1081,11 @@ impl Interface {
             owned_by_app: true,
             released: false,
             counted_established: false,
+            seen: (State::Closed, 0, 0),
         };
         let handle = self.allocate_slot(Entry::Tcp(connection))?;
         self.by_tuple.insert(tuple, handle.index);
-        self.after_socket_event(handle.index as usize, true);
+        self.after_socket_event(handle.index as usize, Cause::App);
         Ok(handle)
     }
 
@@ -1082,7 +1106,7 @@ impl Interface {
         reader: F,
     ) -> Result<usize, SocketError> {
         let read = self.connection_mut(handle)?.socket.recv(reader);
-        self.after_socket_event(handle.index as usize, true);
+        self.after_socket_event(handle.index as usize, Cause::App);
         Ok(read)
     }
 
@@ -1114,7 +1138,7 @@ impl Interface {
         writer: F,
     ) -> Result<usize, SocketError> {
         let written = self.connection_mut(handle)?.socket.send(writer);
-        self.after_socket_event(handle.index as usize, true);
+        self.after_socket_event(handle.index as usize, Cause::App);
         Ok(written)
     }
 
@@ -1141,7 +1165,7 @@ impl Interface {
         let connection = self.connection_mut(handle)?;
         connection.released = true;
         connection.socket.close();
-        self.after_socket_event(handle.index as usize, true);
+        self.after_socket_event(handle.index as usize, Cause::App);
         Ok(())
     }
 
@@ -1151,13 +1175,13 @@ impl Interface {
         connection.released = true;
         connection.owned_by_app = false;
         connection.socket.abort();
-        self.after_socket_event(handle.index as usize, true);
+        self.after_socket_event(handle.index as usize, Cause::App);
         Ok(())
     }
 
     /// Bookkeeping after anything happened to a connection: counters, moving a new
     /// connection to its listener's accept queue, and freeing finished slots.
-    fn after_socket_event(&mut self, index: usize, may_be_ready: bool) {
+    fn after_socket_event(&mut self, index: usize, cause: Cause) {
         let Entry::Tcp(connection) = &mut self.slots[index].entry else {
             return;
         };
@@ -1201,6 +1225,11 @@ impl Interface {
                 debug_assert!(listener.accept_queue.len() < listener.backlog);
                 listener.accept_queue.push_back(handle);
             }
+        }
+        if let Some(listener) = listener.filter(|_| newly_established) {
+            self.queue_app_event(listener);
+        }
+        if let Some(listener) = listener.and_then(|listener| self.listener_mut(listener).ok()) {
             if free {
                 listener.accept_queue.retain(|queued| *queued != handle);
             }
@@ -1218,11 +1247,64 @@ impl Interface {
         }
         if free {
             self.free_slot(index);
-        } else if let Entry::Tcp(connection) = &self.slots[index].entry {
-            let ready = may_be_ready && connection.socket.wants_dispatch();
-            self.scheduler
-                .update(index as u32, ready, connection.socket.next_timer());
+        } else {
+            self.reschedule(index, cause, handle);
         }
+    }
+
+    fn reschedule(&mut self, index: usize, cause: Cause, handle: SocketHandle) {
+        let Entry::Tcp(connection) = &mut self.slots[index].entry else {
+            return;
+        };
+        let may_be_ready = !matches!(cause, Cause::Transmit { emitted: false });
+        let ready = may_be_ready && connection.socket.wants_dispatch();
+        self.scheduler
+            .update(index as u32, ready, connection.socket.next_timer());
+        let socket = &connection.socket;
+        let now_seen = (
+            socket.state(),
+            socket.recv_queue_bytes(),
+            socket.send_queue_bytes(),
+        );
+        let news = now_seen != connection.seen && connection.owned_by_app;
+        connection.seen = now_seen;
+        if news && cause != Cause::App {
+            self.queue_app_event(handle);
+        }
+    }
+
+    fn queue_app_event(&mut self, handle: SocketHandle) {
+        let queued = &mut self.app_event_queued[handle.index as usize];
+        if !*queued {
+            *queued = true;
+            self.app_events.push_back(handle);
+        }
+    }
+
+    /// The next socket whose state, readable bytes or send-buffer space changed because
+    /// of the network or a timer since the application last acted on it; for a listener,
+    /// a connection waiting in its accept queue. Each socket is queued at most once, so
+    /// the application should drain what it can (recv until 0, accept until `None`)
+    /// when it gets one. Newly accepted connections should be checked once directly.
+    pub fn poll_event(&mut self) -> Option<SocketHandle> {
+        while let Some(queued) = self.app_events.pop_front() {
+            let index = queued.index as usize;
+            self.app_event_queued[index] = false;
+            // If the slot changed hands since, the news (if any) is its new occupant's.
+            let slot = &self.slots[index];
+            let live = match &slot.entry {
+                Entry::Listener(_) => true,
+                Entry::Tcp(connection) => connection.owned_by_app,
+                Entry::Free => false,
+            };
+            if live {
+                return Some(SocketHandle {
+                    index: queued.index,
+                    generation: slot.generation,
+                });
+            }
+        }
+        None
     }
 }
 

@@ -563,6 +563,11 @@ impl TcpSocket {
             return Verdict::Done;
         }
         self.touch(now);
+        if repr.rst && self.state == State::TimeWait {
+            // RFC 1337: a RST must not cut TIME-WAIT short (it is typically the answer to
+            // our re-ACK of a duplicate FIN from a peer that already closed).
+            return Verdict::Done;
+        }
         if repr.rst {
             return self.process_rst(now, repr);
         }
