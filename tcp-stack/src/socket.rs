@@ -1642,7 +1642,8 @@ mod tests {
         assert!(!server.sack_enabled);
     }
 
-    // Proves a simultaneous close passes through CLOSING to TIME-WAIT on both sides.
+    // Proves a simultaneous close passes through CLOSING to TIME-WAIT on both sides, and
+    // that TIME-WAIT ignores RSTs (RFC 1337).
     #[test]
     fn simultaneous_close_reaches_time_wait() {
         let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
@@ -1673,5 +1674,12 @@ mod tests {
             (client.state(), server.state()),
             (State::TimeWait, State::TimeWait)
         );
+        // RFC 1337: even an exactly in-sequence RST leaves TIME-WAIT alone.
+        let mut reset = TcpRepr::new(6379, 50000, client.rcv_nxt);
+        reset.rst = true;
+        let mut buffer = vec![0u8; 64];
+        reset.emit(&mut buffer, SERVER_ADDR, CLIENT_ADDR);
+        deliver(&mut client, now, &buffer[..reset.buffer_len()]);
+        assert_eq!(client.state(), State::TimeWait);
     }
 }
