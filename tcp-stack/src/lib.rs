@@ -10,8 +10,9 @@
 //!
 //! ```text
 //! for frame in nic.rx_burst()        { iface.receive(now, frame) }
-//! for each connection with data      { iface.recv(h, |bytes| parse_resp(bytes)) }
-//! for each reply                     { iface.send(h, |buf| encode(buf)) }
+//! while let Some(h) = iface.poll_event() { accept / recv / send / close on h }
+//!   recv: iface.recv(h, |bytes| parse_resp(bytes))   (zero-copy, returns consumed)
+//!   send: iface.send(h, |buf| encode(buf))           (writes into the tx ring)
 //! while let Some(len) = iface.poll_transmit(now, mbuf) { nic.tx(mbuf[..len]) }
 //! sleep/poll until min(next rx, iface.poll_at(now))
 //! ```
