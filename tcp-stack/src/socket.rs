@@ -1,8 +1,8 @@
 //! One TCP connection's state machine (RFC 9293 §3.10), sans IO.
 //!
 //! A [`TcpSocket`] owns a send ring and a receive ring, sized at creation. The interface
-//! feeds it parsed segments ([`TcpSocket::process`]) and asks it for the next segment to
-//! send ([`TcpSocket::dispatch`]), always passing `now`. Invariants:
+//! feeds it parsed segments (`TcpSocket::process`) and asks it for the next segment to
+//! send (`TcpSocket::dispatch`), always passing `now`. Invariants:
 //!
 //! - `snd_una <= snd_nxt <= snd_max`; the send ring holds exactly the bytes from
 //!   `data_start()` (= `snd_una`, plus one while our SYN is unacknowledged) onwards.
