@@ -750,10 +750,16 @@ impl Interface {
             .transmit_pending(now, buffer)
             .or_else(|| self.emit_due_arp_request(now, buffer))
             .or_else(|| self.transmit_sockets(now, buffer));
-        if len.is_some() {
-            self.stats.tx_frames += 1;
+        let len = len?;
+        self.stats.tx_frames += 1;
+        // IEEE 802.3 minimum frame (without FCS): pad with zeros; not every PMD pads
+        // short frames itself, and receivers ignore the padding (lengths come from
+        // the IPv4 header and the fixed ARP size).
+        if len < MIN_FRAME_BYTES {
+            buffer[len..MIN_FRAME_BYTES].fill(0);
+            return Some(MIN_FRAME_BYTES);
         }
-        len
+        Some(len)
     }
 
     fn transmit_pending(&mut self, now: Instant, buffer: &mut [u8]) -> Option<usize> {
@@ -1403,6 +1409,12 @@ mod tests {
         iface.receive(now, &arp_frame(ArpOperation::Request, OUR_IP));
         let frames = transmit_all(&mut iface, now);
         assert_eq!(frames.len(), 1);
+        assert_eq!(
+            frames[0].len(),
+            MIN_FRAME_BYTES,
+            "padded to the Ethernet minimum"
+        );
+        assert!(frames[0][42..].iter().all(|&b| b == 0));
         let eth =
             EthernetRepr::parse(&ethernet::Frame::new_checked(&frames[0][..]).unwrap()).unwrap();
         assert_eq!(eth.dst_addr, PEER_MAC);

@@ -8,6 +8,9 @@ use crate::time::Duration;
 pub const MTU_BYTES: usize = 1500;
 /// Ethernet II header length.
 pub const ETHERNET_HEADER_BYTES: usize = 14;
+/// Smallest frame on the wire without FCS (IEEE 802.3: 64 bytes with FCS). Shorter
+/// frames (ARP, pure ACKs) are zero-padded by `poll_transmit`.
+pub const MIN_FRAME_BYTES: usize = 60;
 /// Largest frame the stack emits or accepts for TCP, without FCS. Transmit buffers
 /// handed to `poll_transmit` must be at least this long.
 pub const MAX_FRAME_BYTES: usize = ETHERNET_HEADER_BYTES + MTU_BYTES;
