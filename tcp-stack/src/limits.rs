@@ -61,6 +61,8 @@ pub const KEEPALIVE_PROBES_MAX: u32 = 9;
 /// Out-of-order byte ranges a receiver remembers; segments that would need more are
 /// dropped (the sender retransmits them).
 pub const REASSEMBLY_RANGES_MAX: usize = 8;
+/// SACKed ranges a sender remembers; beyond it the highest are forgotten.
+pub const SCOREBOARD_RANGES_MAX: usize = 4;
 /// Default receive buffer per connection.
 pub const RX_BUFFER_DEFAULT_BYTES: usize = 64 * 1024;
 /// Default send buffer per connection.

@@ -19,7 +19,7 @@
 use std::net::Ipv4Addr;
 
 use crate::limits::*;
-use crate::storage::{Assembler, RingBuffer};
+use crate::storage::{Assembler, RingBuffer, Scoreboard};
 use crate::time::{Duration, Instant};
 use crate::wire::tcp::{self, SeqNumber, TcpRepr, MAX_WINDOW_SCALE_SHIFT};
 
@@ -208,6 +208,9 @@ pub struct TcpSocket {
     dup_acks: u32,
     recover: Option<SeqNumber>,
     retransmit_front: bool,
+    scoreboard: Scoreboard,
+    /// In SACK recovery: everything below this was already retransmitted once.
+    rexmit_next: SeqNumber,
 }
 
 fn window_shift_for(buffer_bytes: usize) -> u8 {
@@ -276,6 +279,8 @@ impl TcpSocket {
             dup_acks: 0,
             recover: None,
             retransmit_front: false,
+            scoreboard: Scoreboard::default(),
+            rexmit_next: iss,
         }
     }
 
@@ -708,6 +713,7 @@ impl TcpSocket {
             return Verdict::Done;
         }
         let window_bytes = usize::from(repr.window_len) << self.snd_shift;
+        self.record_sack_blocks(ack, repr);
         if ack > self.snd_una {
             self.process_new_ack(now, ack, repr);
         } else if ack == self.snd_una
@@ -751,6 +757,7 @@ impl TcpSocket {
         self.tx.consume(data_acked.min(self.tx.len()));
         self.snd_una = ack;
         self.snd_nxt = self.snd_nxt.max(ack);
+        self.scoreboard.trim(ack);
         self.retransmit_count = 0;
         self.on_ack_congestion(acked, ack);
         self.retransmit_at = (self.snd_max > self.snd_una).then(|| now + self.rto);
@@ -793,11 +800,44 @@ impl TcpSocket {
             self.ssthresh_bytes = (flight / 2).max(2 * mss);
             self.cwnd_bytes = self.ssthresh_bytes + 3 * mss;
             self.recover = Some(self.snd_max);
+            self.rexmit_next = self.snd_una;
             self.retransmit_front = true;
             self.events.fast_retransmits += 1;
         } else if self.recover.is_some() {
-            self.cwnd_bytes += mss;
+            if self.sack_hole_pending() {
+                // One segment left the network: use it to fill the next reported hole
+                // instead of inflating the window for new data (RFC 6675 in spirit).
+                self.retransmit_front = true;
+            } else {
+                self.cwnd_bytes += mss;
+            }
         }
+    }
+
+    /// Merges the segment's SACK blocks that lie within `[ack, SND.MAX]`.
+    fn record_sack_blocks(&mut self, ack: SeqNumber, repr: &TcpRepr) {
+        if !self.sack_enabled {
+            return;
+        }
+        for &(left, right) in repr.sack_ranges.iter().flatten() {
+            let (left, right) = (SeqNumber(left), SeqNumber(right));
+            if left >= ack && left < right && right <= self.snd_max {
+                self.scoreboard.add(left, right);
+            }
+        }
+    }
+
+    /// The next hole to retransmit in SACK recovery, if the peer reported one.
+    fn next_sack_hole(&self) -> Option<(SeqNumber, SeqNumber)> {
+        if !self.sack_enabled || self.recover.is_none() {
+            return None;
+        }
+        self.scoreboard
+            .next_hole(self.rexmit_next.max(self.snd_una))
+    }
+
+    fn sack_hole_pending(&self) -> bool {
+        self.next_sack_hole().is_some()
     }
 
     /// Takes an RTT sample: from the echoed timestamp when negotiated, otherwise from
@@ -968,6 +1008,8 @@ impl TcpSocket {
             self.recover = None;
             self.dup_acks = 0;
             self.snd_nxt = self.snd_una;
+            // RFC 2018 §8: after a timeout, SACK information may be stale (reneging).
+            self.scoreboard.clear();
             self.events.retransmits += 1;
             self.events.rto_expirations += 1;
         } else {
@@ -1142,11 +1184,23 @@ impl TcpSocket {
     fn dispatch_front(&mut self, now: Instant, buffer: &mut [u8]) -> usize {
         self.events.retransmits += 1;
         self.rtt_probe = None;
-        let len = self.tx.len().min(self.mss());
-        let mut repr = self.base_repr(self.snd_una);
+        // The next SACK hole if the peer reported one, otherwise the front (NewReno).
+        let (start, hole_len) = match self.next_sack_hole() {
+            Some((start, end)) => (start, end - start),
+            None => (self.snd_una, usize::MAX),
+        };
+        let offset = start - self.data_start();
+        let len = self
+            .tx
+            .len()
+            .saturating_sub(offset)
+            .min(self.mss())
+            .min(hole_len);
+        self.rexmit_next = self.rexmit_next.max(start + len);
+        let mut repr = self.base_repr(start);
         repr.fin = self
             .fin_seq()
-            .is_some_and(|fin| self.snd_una + len == fin && self.snd_max > fin);
+            .is_some_and(|fin| start + len == fin && self.snd_max > fin);
         repr.psh = len > 0;
         let saved_nxt = self.snd_nxt;
         let length = self.emit(now, repr, len, buffer);
@@ -1479,6 +1533,37 @@ mod tests {
         assert!(client.cwnd_bytes() < cwnd_before);
         deliver(&mut server, now, &resent[0]);
         assert_eq!(read_all(&mut server).len(), 6 * 1400);
+    }
+
+    // Proves SACK-based recovery: with two segments lost in one window, the second
+    // hole is retransmitted on the next duplicate ACK, before any partial ACK or timeout.
+    #[test]
+    fn sack_recovery_fills_second_hole_early() {
+        let (mut client, mut server) = handshake(TcpConfig::default(), 1000, 2000);
+        let now = Instant::from_millis(20);
+        queue(&mut client, &[3u8; 8 * 1400]);
+        let segments = drain(&mut client, now);
+        assert!(segments.len() >= 7);
+        let seq_of = |segment: &Vec<u8>| parse(segment, client_tuple()).seq_number;
+        let (lost_first, lost_second) = (seq_of(&segments[0]), seq_of(&segments[2]));
+        let mut acks = Vec::new();
+        for (index, segment) in segments.iter().enumerate() {
+            if index != 0 && index != 2 {
+                deliver(&mut server, now, segment);
+                acks.extend(drain(&mut server, now));
+            }
+        }
+        let mut resent = Vec::new();
+        for ack in &acks {
+            deliver(&mut client, now, ack);
+            resent.extend(drain(&mut client, now).iter().map(seq_of));
+        }
+        assert_eq!(
+            &resent[..2],
+            &[lost_first, lost_second],
+            "both holes, in order"
+        );
+        assert_eq!(client.take_events().rto_expirations, 0);
     }
 
     // Proves the RTO estimator follows RFC 6298: first sample R gives RTO = 3R, later

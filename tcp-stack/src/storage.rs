@@ -2,7 +2,8 @@
 //! assembler that tracks out-of-order ranges written past the ring's contiguous end.
 //! Both are sized at socket creation and never grow.
 
-use crate::limits::REASSEMBLY_RANGES_MAX;
+use crate::limits::{REASSEMBLY_RANGES_MAX, SCOREBOARD_RANGES_MAX};
+use crate::wire::tcp::SeqNumber;
 
 /// A byte ring of fixed capacity. `len` bytes starting at `read_at` are allocated; the
 /// rest is free and may hold not-yet-contiguous (out-of-order) data.
@@ -188,6 +189,32 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    // Proves the scoreboard merges reported ranges, trims below SND.UNA and finds holes.
+    #[test]
+    fn scoreboard_tracks_holes() {
+        let seq = |n: u32| SeqNumber(u32::MAX - 100) + n as usize; // crosses the 2^32 wrap
+        let mut board = Scoreboard::default();
+        board.add(seq(300), seq(400));
+        board.add(seq(100), seq(200));
+        board.add(seq(200), seq(250));
+        assert_eq!(board.next_hole(seq(0)), Some((seq(0), seq(100))));
+        assert_eq!(board.next_hole(seq(100)), Some((seq(250), seq(300))));
+        assert_eq!(board.next_hole(seq(260)), Some((seq(260), seq(300))));
+        assert_eq!(board.next_hole(seq(300)), None);
+        board.trim(seq(150));
+        assert_eq!(board.next_hole(seq(150)), Some((seq(250), seq(300))));
+        for index in 0..10u32 {
+            board.add(seq(1000 + 100 * index), seq(1050 + 100 * index));
+        }
+        assert_eq!(
+            board.next_hole(seq(150)),
+            Some((seq(250), seq(300))),
+            "lowest ranges kept"
+        );
+        board.clear();
+        assert_eq!(board.next_hole(seq(0)), None);
+    }
+
     // Proves data written across the wrap point reads back in order via two views.
     #[test]
     fn ring_wraps() {
@@ -246,5 +273,79 @@ mod tests {
             let expected = model.iter().take_while(|&&b| b).count();
             prop_assert_eq!(assembler.take_front(), expected);
         }
+    }
+}
+
+/// Sequence ranges above SND.UNA that the peer reported holding in SACK blocks
+/// (RFC 2018), sorted and merged, at most `SCOREBOARD_RANGES_MAX`. Advisory only: data
+/// stays in the send ring until cumulatively acknowledged, since a receiver may renege.
+#[derive(Debug, Default)]
+pub(crate) struct Scoreboard {
+    ranges: [(SeqNumber, SeqNumber); SCOREBOARD_RANGES_MAX],
+    count: usize,
+}
+
+impl Scoreboard {
+    pub(crate) fn clear(&mut self) {
+        self.count = 0;
+    }
+
+    /// Records `[left, right)`; when full, the highest range is forgotten.
+    pub(crate) fn add(&mut self, left: SeqNumber, right: SeqNumber) {
+        if left >= right {
+            return;
+        }
+        let mut merged = [(SeqNumber(0), SeqNumber(0)); SCOREBOARD_RANGES_MAX + 1];
+        let mut merged_count = 0;
+        let mut new_range = (left, right);
+        let mut placed = false;
+        for &(range_left, range_right) in &self.ranges[..self.count] {
+            if range_right < new_range.0 {
+                merged[merged_count] = (range_left, range_right);
+            } else if new_range.1 < range_left {
+                if !placed {
+                    merged[merged_count] = new_range;
+                    merged_count += 1;
+                    placed = true;
+                }
+                merged[merged_count] = (range_left, range_right);
+            } else {
+                new_range = (new_range.0.min(range_left), new_range.1.max(range_right));
+                continue;
+            }
+            merged_count += 1;
+        }
+        if !placed {
+            merged[merged_count] = new_range;
+            merged_count += 1;
+        }
+        self.count = merged_count.min(SCOREBOARD_RANGES_MAX);
+        self.ranges[..self.count].copy_from_slice(&merged[..self.count]);
+    }
+
+    /// Forgets everything below `una` (now cumulatively acknowledged).
+    pub(crate) fn trim(&mut self, una: SeqNumber) {
+        let mut kept = 0;
+        for index in 0..self.count {
+            let (left, right) = self.ranges[index];
+            if right > una {
+                self.ranges[kept] = (left.max(una), right);
+                kept += 1;
+            }
+        }
+        self.count = kept;
+    }
+
+    /// The first unreported range at or after `from` that lies below a reported one:
+    /// a hole the peer is missing while holding later data.
+    pub(crate) fn next_hole(&self, from: SeqNumber) -> Option<(SeqNumber, SeqNumber)> {
+        let mut cursor = from;
+        for &(left, right) in &self.ranges[..self.count] {
+            if cursor < left {
+                return Some((cursor, left));
+            }
+            cursor = cursor.max(right);
+        }
+        None
     }
 }
