@@ -11,8 +11,8 @@
 //!   edge of the advertised window never moves left.
 //! - One retransmission timer serves SYN, data, FIN and zero-window probes.
 //!
-//! Deliberately missing: SACK-based recovery (we parse SACK options but recover with
-//! NewReno), PAWS (timestamps are used for RTT only), urgent data, delayed ACKs (every
+//! Deliberately missing: full RFC 6675 (we use SACK only to pick which hole fast
+//! recovery retransmits next), RACK/TLP, PAWS (timestamps are used for RTT only), urgent data, delayed ACKs (every
 //! data segment is ACKed at once — lavik's request/response pattern gains little from
 //! delaying), Nagle (lavik writes whole replies; it behaves like `TCP_NODELAY`).
 
