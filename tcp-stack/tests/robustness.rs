@@ -126,8 +126,19 @@ fn client_next_seq(client: &Interface, handle: SocketHandle) -> SeqNumber {
 }
 
 /// Destination port, sequence offset, acknowledgment offset, flags, window, payload,
-/// whether to send window scale, and its shift.
-type SegmentSpec = (u16, i64, Option<i64>, u8, u16, Vec<u8>, bool, Option<u8>);
+/// whether to send window scale, its shift, and SACK blocks as (left, length) offsets
+/// from the server's next sequence number.
+type SegmentSpec = (
+    u16,
+    i64,
+    Option<i64>,
+    u8,
+    u16,
+    Vec<u8>,
+    bool,
+    Option<u8>,
+    Vec<(i32, u16)>,
+);
 
 fn segment_strategy() -> impl Strategy<Value = SegmentSpec> {
     (
@@ -139,6 +150,7 @@ fn segment_strategy() -> impl Strategy<Value = SegmentSpec> {
         proptest::collection::vec(any::<u8>(), 0..64),
         any::<bool>(),
         proptest::option::of(0u8..20),
+        proptest::collection::vec((-5000i32..5000, any::<u16>()), 0..4),
     )
 }
 
@@ -192,7 +204,7 @@ proptest! {
         // segments land in or near the window.
         let base_seq = client_next_seq(&client, client_handle);
         let base_ack = server.socket(accepted).unwrap().next_seq();
-        for (dst_port, seq_offset, ack_offset, flags, window, payload, scaled, ws) in segments {
+        for (dst_port, seq_offset, ack_offset, flags, window, payload, scaled, ws, sacks) in segments {
             let mut repr = TcpRepr::new(client_port, dst_port, base_seq + seq_offset.rem_euclid(1 << 32) as usize);
             repr.ack_number = ack_offset.map(|offset| base_ack + offset.rem_euclid(1 << 32) as usize);
             repr.syn = flags & 1 != 0;
@@ -202,6 +214,14 @@ proptest! {
             repr.window_len = window;
             repr.window_scale = ws.filter(|_| scaled).map(|shift| shift.min(14));
             repr.payload = &payload;
+            for (slot, (left, len)) in repr.sack_ranges.iter_mut().zip(sacks) {
+                let left = SeqNumber(base_ack.0.wrapping_add(left as u32));
+                *slot = Some((left.0, (left + usize::from(len)).0));
+            }
+            if repr.header_len() > 60 {
+                repr.timestamp = None;
+                repr.window_scale = None;
+            }
             server.receive(now, &tcp_frame(&repr));
             drain(&mut server, now);
             let _ = server.recv(accepted, |data| data.len());

@@ -52,9 +52,10 @@ fuzz_target!(|data: &[u8]| {
     let base_seq = client.socket(handle).unwrap().next_seq();
     let base_ack = server.socket(accepted).unwrap().next_seq();
 
-    // Each segment takes 12 input bytes: flags, seq delta, ack delta, window, payload length.
-    for chunk in data.chunks(12) {
-        if chunk.len() < 12 {
+    // Each segment takes 16 input bytes: flags, seq delta, ack delta, window, timestamp,
+    // payload length, and one SACK block (left delta, length) around the server's SND.NXT.
+    for chunk in data.chunks(16) {
+        if chunk.len() < 16 {
             break;
         }
         let seq_delta = i32::from_le_bytes([chunk[1], chunk[2], chunk[3], chunk[4]]);
@@ -70,6 +71,11 @@ fuzz_target!(|data: &[u8]| {
         repr.timestamp = (chunk[0] & 0x20 != 0).then_some((u32::from(chunk[9]), u32::from(chunk[10])));
         let payload = vec![chunk[11]; usize::from(chunk[11] % 64)];
         repr.payload = &payload;
+        if chunk[0] & 0x40 != 0 {
+            let left = base_ack.0.wrapping_add(i16::from_le_bytes([chunk[12], chunk[13]]) as i32 as u32);
+            let len = u32::from(u16::from_le_bytes([chunk[14], chunk[15]]));
+            repr.sack_ranges[0] = Some((left, left.wrapping_add(len)));
+        }
         server.receive(now, &frame_for(&repr));
         while server.poll_transmit(now, &mut buffer).is_some() {}
         let _ = server.recv(accepted, |bytes| bytes.len());
