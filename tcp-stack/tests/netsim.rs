@@ -97,8 +97,12 @@ fn iface(index: usize, tcp: TcpConfig) -> Interface {
 
 impl Sim {
     fn new(seed: u64, faults: Faults, tcp: TcpConfig) -> Sim {
+        Sim::with_configs(seed, faults, [tcp, tcp])
+    }
+
+    fn with_configs(seed: u64, faults: Faults, tcp: [TcpConfig; 2]) -> Sim {
         Sim {
-            ifaces: [iface(CLIENT, tcp), iface(SERVER, tcp)],
+            ifaces: [iface(CLIENT, tcp[CLIENT]), iface(SERVER, tcp[SERVER])],
             now: Instant::from_millis(1),
             rng: Rng(seed),
             faults: [faults; 2],
@@ -273,11 +277,16 @@ fn pump_recv(iface: &mut Interface, handle: SocketHandle, stream: u8, received: 
 /// Transfers `bytes` in both directions at once, then closes both ends; returns the sim
 /// so callers can check counters.
 fn bidirectional_transfer(seed: u64, faults: Faults, bytes: usize) -> Sim {
-    bidirectional_transfer_with(seed, faults, TcpConfig::default(), bytes)
+    bidirectional_transfer_with(seed, faults, [TcpConfig::default(); 2], bytes)
 }
 
-fn bidirectional_transfer_with(seed: u64, faults: Faults, tcp: TcpConfig, bytes: usize) -> Sim {
-    let mut sim = Sim::new(seed, faults, tcp);
+fn bidirectional_transfer_with(
+    seed: u64,
+    faults: Faults,
+    tcp: [TcpConfig; 2],
+    bytes: usize,
+) -> Sim {
+    let mut sim = Sim::with_configs(seed, faults, tcp);
     let (_, client, server) = sim.establish();
     let (mut client_sent, mut server_sent, mut client_received, mut server_received) = (0, 0, 0, 0);
     let deadline = sim.now + Duration::from_secs(3600);
@@ -341,12 +350,12 @@ fn transfer_lossy_reordering_link() {
     }
 }
 
-// Soak: transfers over many seeds with varied loss, duplication, reordering and buffer
+// Soak: transfers over 1000 seeds with varied loss, duplication, reordering and buffer
 // sizes (slow; run with `cargo test --release -- --ignored`).
 #[test]
 #[ignore]
 fn transfer_soak_many_seeds() {
-    for seed in 100..300u64 {
+    for seed in 100..1100u64 {
         let mut knobs = Rng(seed);
         let faults = Faults {
             loss: [0.0, 0.01, 0.05, 0.15][knobs.below(4) as usize],
@@ -354,14 +363,19 @@ fn transfer_soak_many_seeds() {
             reorder: [0.0, 0.05, 0.3][knobs.below(3) as usize],
             reorder_extra_max: Duration::from_millis(1 + knobs.below(10)),
         };
-        let buffer = [2048, 4096, 16 * 1024, 64 * 1024, 256 * 1024][knobs.below(5) as usize];
-        let tcp = TcpConfig {
-            rx_buffer_bytes: buffer,
-            tx_buffer_bytes: buffer,
-            timestamps: knobs.below(2) == 0,
-            window_scaling: knobs.below(2) == 0,
-            ..TcpConfig::default()
+        // Each side picks its own options, so asymmetric negotiation is exercised too.
+        let mut side_config = || {
+            let buffer = [2048, 4096, 16 * 1024, 64 * 1024, 256 * 1024][knobs.below(5) as usize];
+            TcpConfig {
+                rx_buffer_bytes: buffer,
+                tx_buffer_bytes: buffer,
+                timestamps: knobs.below(2) == 0,
+                window_scaling: knobs.below(2) == 0,
+                sack: knobs.below(2) == 0,
+                ..TcpConfig::default()
+            }
         };
+        let tcp = [side_config(), side_config()];
         let bytes = 64 * 1024 + knobs.below(512 * 1024) as usize;
         let sim = bidirectional_transfer_with(seed, faults, tcp, bytes);
         assert_eq!(sim.ifaces[CLIENT].stats().tcp_closed, 1, "seed {seed}");
