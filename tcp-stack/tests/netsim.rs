@@ -788,3 +788,48 @@ fn concurrent_echo_connections() {
         );
     }
 }
+
+// Proves unlisten aborts connections nobody accepted yet (their clients see a reset),
+// frees the port, and makes later connection attempts be refused.
+#[test]
+fn unlisten_aborts_unaccepted_and_refuses_new() {
+    let mut sim = Sim::new(14, CLEAN, TcpConfig::default());
+    let listener = sim.ifaces[SERVER].listen(SERVER_PORT, 4).unwrap();
+    let waiting = sim.ifaces[CLIENT]
+        .connect(sim.now, ip(SERVER), SERVER_PORT)
+        .unwrap();
+    for _ in 0..20 {
+        sim.step(Duration::from_millis(10));
+    }
+    assert_eq!(
+        sim.ifaces[CLIENT].state(waiting).unwrap(),
+        State::Established
+    );
+    sim.ifaces[SERVER].unlisten(listener).unwrap();
+    assert_eq!(
+        sim.ifaces[SERVER].accept(listener),
+        Err(tcp_stack::SocketError::InvalidHandle)
+    );
+    for _ in 0..20 {
+        sim.step(Duration::from_millis(10));
+    }
+    assert_eq!(
+        sim.ifaces[CLIENT].socket(waiting).unwrap().close_reason(),
+        CloseReason::ResetByPeer
+    );
+    assert_eq!(sim.ifaces[SERVER].sockets_in_use(), 0);
+    let late = sim.ifaces[CLIENT]
+        .connect(sim.now, ip(SERVER), SERVER_PORT)
+        .unwrap();
+    for _ in 0..20 {
+        sim.step(Duration::from_millis(10));
+    }
+    assert_eq!(
+        sim.ifaces[CLIENT].socket(late).unwrap().close_reason(),
+        CloseReason::Refused
+    );
+    assert!(
+        sim.ifaces[SERVER].listen(SERVER_PORT, 1).is_ok(),
+        "the port is free again"
+    );
+}
