@@ -1286,17 +1286,19 @@ impl TcpSocket {
             return;
         }
         let seq_len = data_len + usize::from(repr.syn) + usize::from(repr.fin);
-        if seq_len == 0
-            || repr.seq_number < self.snd_nxt && repr.seq_number + seq_len <= self.snd_nxt
-        {
-            if seq_len > 0 && self.retransmit_at.is_none() {
+        if seq_len == 0 {
+            return;
+        }
+        let end = repr.seq_number + seq_len;
+        if repr.seq_number < self.snd_nxt && end <= self.snd_nxt {
+            // A hole retransmission below SND.NXT: only make sure the timer runs.
+            if self.retransmit_at.is_none() {
                 self.retransmit_at = Some(now + self.rto);
             }
             return;
         }
-        let end = repr.seq_number + seq_len;
-        let fresh = end > self.snd_max;
-        if fresh && self.rtt_probe.is_none() && repr.seq_number >= self.snd_max {
+        if self.rtt_probe.is_none() && repr.seq_number >= self.snd_max {
+            // Time only never-sent data (Karn): a retransmission's ACK is ambiguous.
             self.rtt_probe = Some((repr.seq_number, now));
         }
         self.snd_nxt = end;
