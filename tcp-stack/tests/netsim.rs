@@ -872,3 +872,37 @@ fn corrupted_frames_are_rejected_and_repaired() {
         assert_eq!(stats.tcp_established, 1);
     }
 }
+
+// Proves poll_event reports a listener with a connection to accept and a connection
+// with new data exactly once each, and nothing for the application's own actions.
+#[test]
+fn poll_event_reports_network_news_once() {
+    let mut sim = Sim::new(16, CLEAN, TcpConfig::default());
+    let listener = sim.ifaces[SERVER].listen(SERVER_PORT, 4).unwrap();
+    let client = sim.ifaces[CLIENT]
+        .connect(sim.now, ip(SERVER), SERVER_PORT)
+        .unwrap();
+    for _ in 0..20 {
+        sim.step(Duration::from_millis(10));
+    }
+    assert_eq!(sim.ifaces[SERVER].poll_event(), Some(listener));
+    assert_eq!(sim.ifaces[SERVER].poll_event(), None);
+    let server = sim.ifaces[SERVER].accept(listener).unwrap().unwrap();
+    sim.ifaces[CLIENT].send_slice(client, b"PING\r\n").unwrap();
+    for _ in 0..20 {
+        sim.step(Duration::from_millis(10));
+    }
+    assert_eq!(sim.ifaces[SERVER].poll_event(), Some(server));
+    assert_eq!(sim.ifaces[SERVER].poll_event(), None);
+    let mut buffer = [0u8; 16];
+    assert_eq!(
+        sim.ifaces[SERVER].recv_slice(server, &mut buffer).unwrap(),
+        6
+    );
+    sim.ifaces[SERVER].send_slice(server, b"+PONG\r\n").unwrap();
+    assert_eq!(
+        sim.ifaces[SERVER].poll_event(),
+        None,
+        "own reads and writes are not news"
+    );
+}
