@@ -2,6 +2,8 @@
 //! refusal of foreign files, and the write/recovery rates printed for `docs/storage.md`.
 use lavik::storage::{self, FsyncPolicy, StorageError, StoreConfig, ValueKind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 fn temp_path(name: &str) -> PathBuf {
@@ -47,7 +49,12 @@ fn create_write_reopen_on_a_file() {
     for s in shards {
         s.shutdown(false).unwrap();
     }
-    let st = storage::open(&c).unwrap();
+    let progress = Arc::new(storage::RecoveryProgress::default());
+    let mut c2 = c.clone();
+    c2.recovery_progress = Some(progress.clone());
+    let st = storage::open(&c2).unwrap();
+    let done = progress.blocks_done.load(Ordering::Relaxed);
+    assert!(done > 0 && done == progress.blocks_total.load(Ordering::Relaxed));
     assert!(!st.info.formatted);
     assert!(st.info.last_shutdown_clean);
     assert_eq!(st.info.recovered_keys, 1000);

@@ -24,6 +24,7 @@
 //! older block is left".
 use crate::device::{BlockDevice, DeviceError, FileDevice};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 mod alloc;
@@ -101,6 +102,8 @@ pub struct StoreConfig {
     pub defrag_sleep_ms: u64,
     /// Defrag relocates blocks whose live bytes are below this percentage of their used bytes.
     pub defrag_live_percent_max: u32,
+    /// Updated while `open` recovers, for `INFO` loading fields (read it from another thread).
+    pub recovery_progress: Option<Arc<RecoveryProgress>>,
     /// Test hook: the index hash is ANDed with this (0 forces every key to collide).
     #[doc(hidden)]
     pub debug_hash_mask: u64,
@@ -121,9 +124,19 @@ impl Default for StoreConfig {
             block_size_bytes: 1 << 20,
             defrag_live_percent_max: 50,
             defrag_sleep_ms: 0,
+            recovery_progress: None,
             debug_hash_mask: u64::MAX,
         }
     }
+}
+
+/// Recovery progress counters, shared with whoever reports `-LOADING` / `INFO` loading.
+#[derive(Debug, Default)]
+pub struct RecoveryProgress {
+    /// Blocks holding data, known after the first pass over block headers.
+    pub blocks_total: AtomicU64,
+    pub blocks_done: AtomicU64,
+    pub bytes_done: AtomicU64,
 }
 
 pub struct OpenedStore {
@@ -175,6 +188,12 @@ pub enum StorageError {
     #[error("invalid storage configuration: {0}")]
     Config(String),
 }
+
+// A shard moves to its worker thread.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Shard>();
+};
 
 /// Opens (or creates and formats) the store named by `cfg.data_files`.
 pub fn open(cfg: &StoreConfig) -> Result<OpenedStore, StorageError> {

@@ -9,9 +9,10 @@ use super::format::{
 };
 use super::index::{Address, Index};
 use super::shard::{parse_root, BlockInfo, Shard};
-use super::{Db, OpenedStore, StorageError, StoreConfig, StoreInfo};
+use super::{Db, OpenedStore, RecoveryProgress, StorageError, StoreConfig, StoreInfo};
 use crate::device::{AlignedBuf, BlockDevice};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -289,15 +290,33 @@ pub(crate) fn open_store(
     let mut shards: Vec<Shard> = (0..shard_count)
         .map(|i| Shard::new(i, shared.clone(), cfg))
         .collect();
+    if let Some(p) = &cfg.recovery_progress {
+        let total: usize = per_shard.iter().map(|b| b.len()).sum();
+        p.blocks_total.store(total as u64, Ordering::Relaxed);
+    }
+    // At most one recovery thread per CPU; each takes whole shards from a shared queue.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(shards.len());
+    let queue = Mutex::new(shards.iter_mut().zip(per_shard).collect::<Vec<_>>());
     let results: Vec<Result<Vec<BlockId>, StorageError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = shards
-            .iter_mut()
-            .zip(per_shard)
-            .map(|(shard, blocks)| s.spawn(move || shard.recover(blocks)))
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                        let Some((shard, blocks)) = next else {
+                            return out;
+                        };
+                        out.push(shard.recover(blocks, cfg.recovery_progress.as_deref()));
+                    }
+                })
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("recovery thread panicked"))
+            .flat_map(|h| h.join().expect("recovery thread panicked"))
             .collect()
     });
     let mut used: HashSet<BlockId> = HashSet::new();
@@ -388,6 +407,7 @@ impl Shard {
     pub(crate) fn recover(
         &mut self,
         mut blocks: Vec<(BlockId, u64, u32)>,
+        progress: Option<&RecoveryProgress>,
     ) -> Result<Vec<BlockId>, StorageError> {
         blocks.sort_by_key(|b| b.1);
         let bs = self.shared.layout.block_size_bytes as usize;
@@ -407,6 +427,10 @@ impl Shard {
             } else {
                 self.blocks.get_mut(&block).expect("inserted").used_bytes = used as u32;
                 kept.push(block);
+            }
+            if let Some(p) = progress {
+                p.blocks_done.fetch_add(1, Ordering::Relaxed);
+                p.bytes_done.fetch_add(bs as u64, Ordering::Relaxed);
             }
             if (n + 1) % PROGRESS_EVERY_BLOCKS == 0 {
                 tracing::info!(

@@ -553,3 +553,28 @@ fn needed_tombstones_do_not_cause_endless_defrag() {
     assert_eq!(s.get(0, b"d1234", 0).unwrap(), None);
     assert_eq!(s.key_count(0), 61);
 }
+
+// Proves flush_due follows the policy: Always flushes anything staged, EverySec only after
+// the window (or a full staging area), No only when staging is full; and flush clears it.
+#[test]
+fn flush_due_follows_the_policy() {
+    for (policy, due_now, due_later) in [
+        (FsyncPolicy::Always, true, true),
+        (FsyncPolicy::EverySec, false, true),
+        (FsyncPolicy::No, false, false),
+    ] {
+        let dev = Arc::new(MemDevice::new("t", 4 * MIB));
+        let mut c = cfg(64 * 1024, policy);
+        c.flush_max_ms = 100;
+        let mut s = one_shard(&dev, &c);
+        assert!(!s.flush_due(0) && !s.has_unflushed());
+        s.put(0, b"k", ValueKind::String, b"v", None, 1000).unwrap();
+        assert!(s.has_unflushed());
+        assert_eq!(s.flush_due(1000), due_now, "{policy:?}");
+        assert_eq!(s.flush_due(1100), due_later, "{policy:?}");
+        s.flush().unwrap();
+        assert!(!s.flush_due(5000) && !s.has_unflushed());
+        let fsyncs = s.stats().fsyncs;
+        assert_eq!(fsyncs > 0, policy != FsyncPolicy::No, "{policy:?}");
+    }
+}
