@@ -63,7 +63,10 @@ enum Op {
     },
     Background,
     Crash(Crash),
-    Reopen,
+    /// Clean shutdown (with or without an index checkpoint) and reopen.
+    Reopen {
+        checkpoint: bool,
+    },
     /// A full tomb-raider sweep, then defrag rounds that may drop the tombstones it marked.
     TombRaid,
 }
@@ -92,7 +95,7 @@ fn op_strategy(
             any::<u64>().prop_map(Crash::RandomSubset)
         ]
         .prop_map(Op::Crash),
-        1 => Just(Op::Reopen),
+        2 => any::<bool>().prop_map(|checkpoint| Op::Reopen { checkpoint }),
         2 => Just(Op::TombRaid),
     ]
 }
@@ -161,10 +164,12 @@ impl Harness {
         self.window.entry(key).or_default().push(e);
     }
 
-    fn reopen(&mut self) {
-        self.shards = storage::open_on(vec![self.dev.clone() as Arc<dyn BlockDevice>], &self.cfg)
-            .expect("reopen")
-            .shards;
+    /// Returns whether the index came from a checkpoint.
+    fn reopen(&mut self) -> bool {
+        let st = storage::open_on(vec![self.dev.clone() as Arc<dyn BlockDevice>], &self.cfg)
+            .expect("reopen");
+        self.shards = st.shards;
+        st.info.checkpoint_used
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -267,11 +272,12 @@ impl Harness {
                     }
                 }
             }
-            Op::Reopen => {
+            Op::Reopen { checkpoint } => {
                 for s in std::mem::take(&mut self.shards) {
-                    s.shutdown(false).unwrap();
+                    s.shutdown(checkpoint).unwrap();
                 }
-                self.reopen();
+                let used = self.reopen();
+                prop_assert_eq!(used, checkpoint, "checkpoint use after a clean shutdown");
                 self.durable = self.cur.clone();
                 self.window.clear();
                 self.check_exact()?;
@@ -283,7 +289,7 @@ impl Harness {
                     Crash::TearLast(n) => self.dev.crash(Some(TearLastWrite { keep_sectors: n })),
                     Crash::RandomSubset(seed) => self.dev.crash_random(seed),
                 }
-                self.reopen();
+                prop_assert!(!self.reopen(), "checkpoint used after a crash");
                 self.check_after_crash()?;
             }
         }

@@ -28,6 +28,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 mod alloc;
+mod checkpoint;
 pub mod format;
 mod hash;
 pub mod index;
@@ -161,6 +162,8 @@ pub struct StoreInfo {
     pub torn_chunks: u64,
     /// Damaged chunks skipped in the middle of a block (data after them was still used).
     pub corrupt_chunks: u64,
+    /// The index came from the checkpoint of the previous clean shutdown (no scan).
+    pub checkpoint_used: bool,
 }
 
 /// A value as read back. `bytes` is a copy.

@@ -3,9 +3,9 @@
 use super::alloc::{write_meta_slot, Allocator, BlockId, Layout, MetaState, StoreShared};
 use super::format::{
     decode_record, BlockHeaderPayload, Label, LabelState, MarkerPayload, MetaSlot, RecordHeader,
-    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_SIZE_MAX_BYTES,
-    BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE, LABEL_OFFSET_BYTES,
-    META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
+    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_CHECKPOINT, BLOCK_KIND_EXTENT,
+    BLOCK_SIZE_MAX_BYTES, BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE,
+    LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
 };
 use super::index::{Address, Index};
 use super::shard::{parse_root, BlockInfo, Shard};
@@ -141,6 +141,7 @@ fn format_store(
         generation: 1,
         store_uuid,
         clean_shutdown: true,
+        checkpoint_id: 0,
     };
     write_meta_slot(&*devices[0], &meta)?;
     tracing::info!(
@@ -282,14 +283,58 @@ pub(crate) fn open_store(
         meta: Mutex::new(MetaState {
             generation: meta.map_or(0, |m| m.generation),
             open_shards: shard_count,
+            checkpoints_written: 0,
         }),
     });
-    shared.write_meta(false)?;
+    shared.write_meta(false, 0)?;
 
-    let (per_shard, max_block_seq) = scan_block_headers(&shared)?;
-    let mut shards: Vec<Shard> = (0..shard_count)
-        .map(|i| Shard::new(i, shared.clone(), cfg))
+    let (mut per_shard, max_block_seq) = scan_block_headers(&shared)?;
+    // Checkpoint blocks never hold data: set them aside (they end up free either way).
+    let checkpoint_blocks: Vec<Vec<(BlockId, u64, u32)>> = per_shard
+        .iter_mut()
+        .map(|list| {
+            let (ck, data) = list.drain(..).partition(|b| b.2 == BLOCK_KIND_CHECKPOINT);
+            *list = data;
+            ck
+        })
         .collect();
+    let new_shards = || -> Vec<Shard> {
+        (0..shard_count)
+            .map(|i| Shard::new(i, shared.clone(), cfg))
+            .collect()
+    };
+    let checkpoint_id = meta
+        .filter(|m| m.clean_shutdown)
+        .map_or(0, |m| m.checkpoint_id);
+    if checkpoint_id != 0 {
+        let mut shards = new_shards();
+        let mut used: HashSet<BlockId> = HashSet::new();
+        let mut complete = true;
+        for (shard, pieces) in shards.iter_mut().zip(checkpoint_blocks) {
+            match shard.load_checkpoint(pieces, checkpoint_id)? {
+                Some(kept) => used.extend(kept),
+                None => {
+                    complete = false;
+                    break;
+                }
+            }
+        }
+        if complete {
+            let s = shared.clone();
+            return Ok(finish_open(
+                s,
+                shards,
+                used,
+                max_block_seq,
+                formatted,
+                last_shutdown_clean,
+                started,
+                true,
+            ));
+        }
+        tracing::warn!("index checkpoint missing or damaged; scanning instead");
+    }
+    let mut shards = new_shards();
     if let Some(p) = &cfg.recovery_progress {
         let total: usize = per_shard.iter().map(|b| b.len()).sum();
         p.blocks_total.store(total as u64, Ordering::Relaxed);
@@ -323,6 +368,32 @@ pub(crate) fn open_store(
     for r in results {
         used.extend(r?);
     }
+    Ok(finish_open(
+        shared,
+        shards,
+        used,
+        max_block_seq,
+        formatted,
+        last_shutdown_clean,
+        started,
+        false,
+    ))
+}
+
+/// Builds the free list from the blocks in use and reports.
+#[allow(clippy::too_many_arguments)]
+fn finish_open(
+    shared: Arc<StoreShared>,
+    shards: Vec<Shard>,
+    used: HashSet<BlockId>,
+    max_block_seq: u64,
+    formatted: bool,
+    last_shutdown_clean: bool,
+    started: Instant,
+    checkpoint_used: bool,
+) -> OpenedStore {
+    let shard_count = shared.layout.shard_count;
+    let device_count = shared.layout.devices.len();
     let total = shared.layout.total_blocks();
     {
         let mut alloc = shared.lock_alloc();
@@ -350,6 +421,7 @@ pub(crate) fn open_store(
         devices: shared.layout.devices.iter().map(|d| d.describe()).collect(),
         torn_chunks: shards.iter().map(|s| s.counters.torn_chunks).sum(),
         corrupt_chunks: shards.iter().map(|s| s.counters.corrupt_chunks).sum(),
+        checkpoint_used,
     };
     tracing::info!(
         keys = info.recovered_keys,
@@ -357,9 +429,10 @@ pub(crate) fn open_store(
         torn = info.torn_chunks,
         corrupt = info.corrupt_chunks,
         clean = last_shutdown_clean,
+        checkpoint = checkpoint_used,
         "store open"
     );
-    Ok(OpenedStore { shards, info })
+    OpenedStore { shards, info }
 }
 
 /// Pass 1: the first sector of every block says whether it is in use and by which shard.

@@ -274,7 +274,7 @@ impl Shard {
     }
 
     /// Largest fragment payload one extent block holds.
-    fn fragment_payload_max(&self) -> usize {
+    pub(crate) fn fragment_payload_max(&self) -> usize {
         (self.inline_record_max() - RECORD_HEADER_BYTES) & !7
     }
 
@@ -643,19 +643,31 @@ impl Shard {
     pub fn shutdown(mut self, write_checkpoint: bool) -> Result<(), StorageError> {
         self.flush()?;
         self.sync_dirty()?;
+        let checkpoint_id = {
+            let meta = self.shared.meta.lock().unwrap_or_else(|e| e.into_inner());
+            meta.generation + 1
+        };
+        let mut wrote = false;
         if write_checkpoint {
-            tracing::warn!(
-                shard = self.id,
-                "index checkpoint not implemented yet; the next start will scan"
-            );
+            match self.write_checkpoint(checkpoint_id) {
+                Ok(()) => wrote = true,
+                Err(e) => {
+                    tracing::warn!(shard = self.id, error = %e, "index checkpoint not written; the next start will scan")
+                }
+            }
         }
-        let last = {
+        let (last, all) = {
             let mut meta = self.shared.meta.lock().unwrap_or_else(|e| e.into_inner());
             meta.open_shards -= 1;
-            meta.open_shards == 0
+            meta.checkpoints_written += u32::from(wrote);
+            (
+                meta.open_shards == 0,
+                meta.checkpoints_written == self.shared.layout.shard_count,
+            )
         };
         if last {
-            self.shared.write_meta(true)?;
+            self.shared
+                .write_meta(true, if all { checkpoint_id } else { 0 })?;
         }
         Ok(())
     }
@@ -1063,7 +1075,7 @@ impl Shard {
         Ok(())
     }
 
-    fn sync_dirty(&mut self) -> Result<(), StorageError> {
+    pub(crate) fn sync_dirty(&mut self) -> Result<(), StorageError> {
         for dev in 0..self.dirty_devices.len() {
             if self.dirty_devices[dev] {
                 self.shared.layout.devices[dev].sync()?;
