@@ -1,7 +1,7 @@
 //! The index checkpoint: written by a clean shutdown, used by the next start instead of
 //! scanning every block.
 //!
-//! A shard's checkpoint is a byte stream (layout in `docs/storage-format.md`, section 8) cut
+//! A shard's checkpoint is a byte stream (layout in `docs/storage-format.md`, section 7) cut
 //! into pieces, one per *checkpoint block* (kind 2): block header, one Checkpoint record whose
 //! sequence field is the checkpoint id and whose payload is the piece, marker. The metadata
 //! slot written last by the clean shutdown names the id, and only when every shard wrote its
