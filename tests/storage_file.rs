@@ -89,6 +89,19 @@ fn foreign_file_is_refused_untouched() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// Resident set size of this process, from /proc (0 if unavailable).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 // Measures (does not assert) write throughput with Always/EverySec-style group commits and
 // recovery time on this machine's disk; run with --ignored --nocapture for docs/storage.md.
 #[test]
@@ -124,6 +137,7 @@ fn measure_write_and_recovery_rates() {
         s.flush().unwrap();
         let secs = t.elapsed().as_secs_f64();
         let st = s.stats();
+        println!("  process RSS after the load: {} MiB", rss_kib() / 1024);
         println!(
             "{policy:?} batch {batch}: {n} x 1 KiB puts in {secs:.2}s = {:.0} puts/s, {:.0} MiB/s, {} fsyncs, index {} B/key",
             f64::from(n) / secs,
