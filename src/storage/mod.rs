@@ -19,9 +19,17 @@
 //! - A block is only reused after it was zeroed and the zeroing was made durable, and only
 //!   after whatever superseded its contents was made durable.
 //!
-//! Deliberately missing (see `docs/storage.md`): the io_uring asynchronous path, the index
-//! checkpoint, collection types, and a tomb raider sharper than "drop a tombstone once no
-//! older block is left".
+//! - Extents (large-value fragments) are durable before the root that lists them; checkpoint
+//!   blocks never hold data and a checkpoint is used at most once.
+//!
+//! Files: `format` (bytes), `alloc` (layout, allocator, metadata), `shard` (operations,
+//! append stream, flush, defrag), `recovery` (open, scan), `checkpoint`, `tombraider`,
+//! `hash`, `index` (stand-in for the compact index).
+//!
+//! Deliberately missing (see `docs/storage.md`): the io_uring asynchronous path, an
+//! index-native checkpoint dump (the current one re-reads live blocks at shutdown), and
+//! collection types (the record header already has a value-kind byte and large values
+//! already use a root record over fragments).
 use crate::device::{BlockDevice, DeviceError, FileDevice};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
