@@ -657,8 +657,9 @@ impl Shard {
         }
     }
 
-    /// Flushes and syncs everything. The index checkpoint is not implemented yet: with
-    /// `write_checkpoint` a warning is logged and the next start scans.
+    /// Flushes and syncs everything; with `write_checkpoint`, also writes this shard's index
+    /// checkpoint (a failure to write it is logged and only means the next start scans).
+    /// The last shard to shut down marks the store clean.
     pub fn shutdown(mut self, write_checkpoint: bool) -> Result<(), StorageError> {
         self.flush()?;
         self.sync_dirty()?;
