@@ -1180,7 +1180,12 @@ impl Shard {
             }
         }
         // Barrier: the fragments are durable before any root can point at them.
-        self.sync_dirty()?;
+        if let Err(e) = self.sync_dirty() {
+            for (b, _) in frags {
+                self.retire(b);
+            }
+            return Err(e);
+        }
         let mut root = Vec::with_capacity(ROOT_HEADER_BYTES + frags.len() * ROOT_ENTRY_BYTES);
         root.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         root.extend_from_slice(&(frags.len() as u32).to_le_bytes());

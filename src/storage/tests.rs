@@ -736,3 +736,26 @@ fn defrag_is_incremental_under_a_small_budget() {
         );
     }
 }
+
+// Proves a large put whose fragment barrier fails reports the error, leaves the old value in
+// place, and gives the orphaned extents back at the next flush.
+#[test]
+fn failed_large_put_leaks_nothing() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    s.put(0, b"big", ValueKind::String, b"old", None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    let used = s.stats().blocks_used;
+    dev.fail_next_syncs(1);
+    let big = vec![9u8; 500_000];
+    assert!(matches!(
+        s.put(0, b"big", ValueKind::String, &big, None, 0),
+        Err(StorageError::Device(_))
+    ));
+    assert_eq!(val(&mut s, b"big", 0), Some(b"old".to_vec()));
+    s.flush().unwrap();
+    assert_eq!(s.stats().blocks_used, used);
+    s.put(0, b"big", ValueKind::String, &big, None, 0).unwrap();
+    assert_eq!(val(&mut s, b"big", 0), Some(big));
+}
