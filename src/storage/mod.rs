@@ -200,6 +200,9 @@ pub enum StorageError {
     Config(String),
 }
 
+// The engine's addresses must fit the index's.
+const _: () = assert!(format::ADDRESS_BITS == index::ADDRESS_BITS);
+
 // A shard moves to its worker thread.
 const _: fn() = || {
     fn assert_send<T: Send>() {}

@@ -1109,11 +1109,39 @@ impl Shard {
     /// Schedules a block for freeing; it is zeroed and released during the next flush, after
     /// whatever superseded its contents is durable.
     pub(crate) fn retire(&mut self, block: BlockId) {
+        self.debug_assert_unreferenced(block);
         if let Some(info) = self.blocks.get_mut(&block) {
             if !info.retiring {
                 info.retiring = true;
                 self.pending_frees.push(block);
                 self.mark_unflushed();
+            }
+        }
+    }
+
+    /// Debug builds (tests) check that no index entry points into a log block being retired:
+    /// the live-byte accounting that decides retirement must never be wrong. Skipped for big
+    /// indexes so a debug server stays usable.
+    fn debug_assert_unreferenced(&self, block: BlockId) {
+        const CHECK_KEYS_MAX: usize = 100_000;
+        if !cfg!(debug_assertions)
+            || self.indexes.iter().map(Index::len).sum::<usize>() > CHECK_KEYS_MAX
+        {
+            return;
+        }
+        if self
+            .blocks
+            .get(&block)
+            .is_some_and(|i| i.kind == BLOCK_KIND_LOG)
+        {
+            for ix in &self.indexes {
+                ix.for_each(|a| {
+                    assert_ne!(
+                        self.shared.layout.split(a).0,
+                        block,
+                        "retiring a block an index entry points into"
+                    );
+                });
             }
         }
     }
