@@ -525,7 +525,9 @@ impl Shard {
             .map_or(0, |o| o.write_pos - o.chunk_start)
     }
 
-    /// Whether the policy says flush now.
+    /// Whether the policy says flush now: Always — anything unflushed; EverySec and No —
+    /// the oldest unflushed write is `flush_max_ms` old, or staging is full (No writes
+    /// without syncing).
     pub fn flush_due(&self, now_ms: u64) -> bool {
         let staging_full = self.staged_bytes() >= self.staging_limit_bytes;
         match self.fsync {
@@ -537,7 +539,15 @@ impl Shard {
                         .first_unflushed_ms
                         .is_some_and(|t| now_ms.saturating_sub(t) >= self.flush_max_ms)
             }
-            FsyncPolicy::No => staging_full || !self.pending_frees.is_empty(),
+            // Written (not synced) within the same window, so an idle store still hands its
+            // data to the device, as Redis hands it to the kernel.
+            FsyncPolicy::No => {
+                staging_full
+                    || !self.pending_frees.is_empty()
+                    || self
+                        .first_unflushed_ms
+                        .is_some_and(|t| now_ms.saturating_sub(t) >= self.flush_max_ms)
+            }
         }
     }
 
