@@ -718,8 +718,20 @@ impl Shard {
         key: &[u8],
         h: u64,
     ) -> Result<Option<Found>, StorageError> {
-        let candidates: Vec<Address> = self.indexes[db as usize].candidates(h).collect();
-        for addr in candidates {
+        // Candidates are copied out first (reading needs `&mut self`); usually 0 or 1 of them,
+        // so a small array avoids a heap allocation per lookup.
+        let mut small = [Address(0); 4];
+        let mut n = 0;
+        let mut more: Vec<Address> = Vec::new();
+        for a in self.indexes[db as usize].candidates(h) {
+            if n < small.len() {
+                small[n] = a;
+                n += 1;
+            } else {
+                more.push(a);
+            }
+        }
+        for addr in small[..n].iter().copied().chain(more) {
             let rec = self.read_record(addr)?;
             if rec.header.db == db && rec.key == key {
                 return Ok(Some(Found { addr, rec }));
