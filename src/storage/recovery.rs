@@ -614,14 +614,14 @@ impl Shard {
             let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
             let addr = self.shared.layout.address(block, off);
             let h = self.hash(db, rec.key);
-            let existing = self.find(db, rec.key, h)?;
+            let existing = self.find_recovering(db, rec.key, h, block, block_seq, bytes)?;
             match existing {
-                Some(f) if f.rec.header.seq >= hdr.seq => continue,
-                Some(f) => {
-                    self.indexes[db as usize].replace(h, f.addr, addr);
-                    if f.rec.header.record_type == RecordType::Put {
-                        self.unaccount(db, f.addr, f.rec.header.record_len());
-                        self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
+                Some((_, old)) if old.seq >= hdr.seq => continue,
+                Some((old_addr, old)) => {
+                    self.indexes[db as usize].replace(h, old_addr, addr);
+                    if old.record_type == RecordType::Put {
+                        self.unaccount(db, old_addr, old.record_len());
+                        self.expiry_remove(db, old.expire_at_ms, old_addr);
                     }
                 }
                 None => self.indexes[db as usize].insert(h, addr),
@@ -639,6 +639,37 @@ impl Shard {
             }
         }
         Ok(())
+    }
+
+    /// `find` for recovery: candidates in the block being applied are read from its image in
+    /// memory (the common case when a key was rewritten soon after), the rest from the device.
+    fn find_recovering(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        h: u64,
+        block: BlockId,
+        block_seq: u64,
+        image: &[u8],
+    ) -> Result<Option<(Address, RecordHeader)>, StorageError> {
+        let candidates: Vec<Address> = self.indexes[db as usize].candidates(h).collect();
+        for addr in candidates {
+            let (b, off) = self.shared.layout.split(addr);
+            if b == block {
+                let r = decode_record(&image[off..], block_seq).ok_or_else(|| {
+                    StorageError::Corrupt(format!("indexed record at {addr:?} fails its check"))
+                })?;
+                if r.header.db == db && r.key == key {
+                    return Ok(Some((addr, r.header)));
+                }
+                continue;
+            }
+            let r = self.read_record(addr)?;
+            if r.header.db == db && r.key == key {
+                return Ok(Some((addr, r.header)));
+            }
+        }
+        Ok(None)
     }
 
     /// Drops tombstones from the index, settles which extents are live, and sets the next
