@@ -2,6 +2,8 @@
 //! refusal of foreign files, and the write/recovery rates printed for `docs/storage.md`.
 use lavik::storage::{self, FsyncPolicy, StorageError, StoreConfig, ValueKind};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 fn temp_path(name: &str) -> PathBuf {
@@ -47,7 +49,12 @@ fn create_write_reopen_on_a_file() {
     for s in shards {
         s.shutdown(false).unwrap();
     }
-    let st = storage::open(&c).unwrap();
+    let progress = Arc::new(storage::RecoveryProgress::default());
+    let mut c2 = c.clone();
+    c2.recovery_progress = Some(progress.clone());
+    let st = storage::open(&c2).unwrap();
+    let done = progress.blocks_done.load(Ordering::Relaxed);
+    assert!(done > 0 && done == progress.blocks_total.load(Ordering::Relaxed));
     assert!(!st.info.formatted);
     assert!(st.info.last_shutdown_clean);
     assert_eq!(st.info.recovered_keys, 1000);
@@ -80,6 +87,19 @@ fn foreign_file_is_refused_untouched() {
     );
     assert_eq!(std::fs::read(&path).unwrap(), content);
     std::fs::remove_file(&path).unwrap();
+}
+
+/// Resident set size of this process, from /proc (0 if unavailable).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 // Measures (does not assert) write throughput with Always/EverySec-style group commits and
@@ -117,6 +137,7 @@ fn measure_write_and_recovery_rates() {
         s.flush().unwrap();
         let secs = t.elapsed().as_secs_f64();
         let st = s.stats();
+        println!("  process RSS after the load: {} MiB", rss_kib() / 1024);
         println!(
             "{policy:?} batch {batch}: {n} x 1 KiB puts in {secs:.2}s = {:.0} puts/s, {:.0} MiB/s, {} fsyncs, index {} B/key",
             f64::from(n) / secs,
@@ -151,7 +172,19 @@ fn measure_write_and_recovery_rates() {
             f64::from(gets) / secs,
             (s.stats().device_reads - before) as f64 / f64::from(gets)
         );
-        drop(s);
+        let t = Instant::now();
+        s.shutdown(true).unwrap();
+        let shutdown_secs = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let st = storage::open(&c).unwrap();
+        assert!(st.info.checkpoint_used);
+        println!(
+            "  shutdown with checkpoint {:.2}s; restart from checkpoint: {} keys in {:.2}s",
+            shutdown_secs,
+            st.info.recovered_keys,
+            t.elapsed().as_secs_f64()
+        );
+        drop(st);
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -63,7 +63,10 @@ enum Op {
     },
     Background,
     Crash(Crash),
-    Reopen,
+    /// Clean shutdown (with or without an index checkpoint) and reopen.
+    Reopen {
+        checkpoint: bool,
+    },
     /// A full tomb-raider sweep, then defrag rounds that may drop the tombstones it marked.
     TombRaid,
 }
@@ -92,7 +95,7 @@ fn op_strategy(
             any::<u64>().prop_map(Crash::RandomSubset)
         ]
         .prop_map(Op::Crash),
-        1 => Just(Op::Reopen),
+        2 => any::<bool>().prop_map(|checkpoint| Op::Reopen { checkpoint }),
         2 => Just(Op::TombRaid),
     ]
 }
@@ -115,7 +118,7 @@ fn visible(e: Option<&Entry>, now: u64) -> Option<Vec<u8>> {
 }
 
 struct Harness {
-    dev: Arc<MemDevice>,
+    devs: Vec<Arc<MemDevice>>,
     cfg: StoreConfig,
     shards: Vec<Shard>,
     now: u64,
@@ -128,8 +131,15 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(policy: FsyncPolicy) -> Harness {
-        let dev = Arc::new(MemDevice::new("model", 12 << 20));
+    fn new(policy: FsyncPolicy, device_count: usize) -> Harness {
+        let devs: Vec<Arc<MemDevice>> = (0..device_count)
+            .map(|i| {
+                Arc::new(MemDevice::new(
+                    &format!("model{i}"),
+                    (12 << 20) / device_count as u64,
+                ))
+            })
+            .collect();
         let cfg = StoreConfig {
             shard_count: SHARDS,
             fsync: policy,
@@ -137,11 +147,11 @@ impl Harness {
             staging_limit_bytes: 64 * 1024,
             ..StoreConfig::default()
         };
-        let shards = storage::open_on(vec![dev.clone() as Arc<dyn BlockDevice>], &cfg)
+        let shards = storage::open_on(Self::dyn_devs(&devs), &cfg)
             .expect("format")
             .shards;
         Harness {
-            dev,
+            devs,
             cfg,
             shards,
             now: 1000,
@@ -161,10 +171,17 @@ impl Harness {
         self.window.entry(key).or_default().push(e);
     }
 
-    fn reopen(&mut self) {
-        self.shards = storage::open_on(vec![self.dev.clone() as Arc<dyn BlockDevice>], &self.cfg)
-            .expect("reopen")
-            .shards;
+    fn dyn_devs(devs: &[Arc<MemDevice>]) -> Vec<Arc<dyn BlockDevice>> {
+        devs.iter()
+            .map(|d| d.clone() as Arc<dyn BlockDevice>)
+            .collect()
+    }
+
+    /// Returns whether the index came from a checkpoint.
+    fn reopen(&mut self) -> bool {
+        let st = storage::open_on(Self::dyn_devs(&self.devs), &self.cfg).expect("reopen");
+        self.shards = st.shards;
+        st.info.checkpoint_used
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), TestCaseError> {
@@ -267,11 +284,12 @@ impl Harness {
                     }
                 }
             }
-            Op::Reopen => {
+            Op::Reopen { checkpoint } => {
                 for s in std::mem::take(&mut self.shards) {
-                    s.shutdown(false).unwrap();
+                    s.shutdown(checkpoint).unwrap();
                 }
-                self.reopen();
+                let used = self.reopen();
+                prop_assert_eq!(used, checkpoint, "checkpoint use after a clean shutdown");
                 self.durable = self.cur.clone();
                 self.window.clear();
                 self.check_exact()?;
@@ -279,11 +297,18 @@ impl Harness {
             Op::Crash(ref c) => {
                 self.shards.clear();
                 match *c {
-                    Crash::DropUnsynced => self.dev.crash(None),
-                    Crash::TearLast(n) => self.dev.crash(Some(TearLastWrite { keep_sectors: n })),
-                    Crash::RandomSubset(seed) => self.dev.crash_random(seed),
+                    Crash::DropUnsynced => self.devs.iter().for_each(|d| d.crash(None)),
+                    Crash::TearLast(n) => self
+                        .devs
+                        .iter()
+                        .for_each(|d| d.crash(Some(TearLastWrite { keep_sectors: n }))),
+                    Crash::RandomSubset(seed) => {
+                        for (i, d) in self.devs.iter().enumerate() {
+                            d.crash_random(seed.wrapping_add(i as u64));
+                        }
+                    }
                 }
-                self.reopen();
+                prop_assert!(!self.reopen(), "checkpoint used after a crash");
                 self.check_after_crash()?;
             }
         }
@@ -397,8 +422,8 @@ impl Harness {
     }
 }
 
-fn run(policy: FsyncPolicy, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(policy);
+fn run(policy: FsyncPolicy, device_count: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(policy, device_count);
     for op in ops {
         h.apply(op)?;
     }
@@ -417,19 +442,26 @@ proptest! {
     // value is ever wrong across random crashes and reopens.
     #[test]
     fn model_always(ops in proptest::collection::vec(op_strategy(0..3000, 4), 1..120)) {
-        run(FsyncPolicy::Always, &ops)?;
+        run(FsyncPolicy::Always, 1, &ops)?;
     }
 
     // Proves the same contract in EverySec mode (writes after the last flush may be lost).
     #[test]
     fn model_everysec(ops in proptest::collection::vec(op_strategy(0..3000, 4), 1..120)) {
-        run(FsyncPolicy::EverySec, &ops)?;
+        run(FsyncPolicy::EverySec, 1, &ops)?;
     }
 
     // Proves the contract under heavy defrag: large values fill blocks fast and background
     // rounds are frequent, so records and tombstones are relocated and blocks freed often.
     #[test]
     fn model_defrag_heavy(ops in proptest::collection::vec(op_strategy(2000..20_000, 20), 1..150)) {
-        run(FsyncPolicy::Always, &ops)?;
+        run(FsyncPolicy::Always, 1, &ops)?;
+    }
+
+    // Proves the contract on a store of two devices that crash independently (each keeps
+    // its own subset of unsynced writes).
+    #[test]
+    fn model_two_devices(ops in proptest::collection::vec(op_strategy(500..12_000, 8), 1..120)) {
+        run(FsyncPolicy::Always, 2, &ops)?;
     }
 }

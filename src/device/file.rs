@@ -201,6 +201,28 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    // Proves a device asked for O_DIRECT works on tmpfs, whether the kernel grants O_DIRECT
+    // there (Linux >= 6.6) or the open falls back to buffered I/O.
+    #[test]
+    fn direct_io_request_works_on_tmpfs() {
+        let dir = Path::new("/dev/shm");
+        if !dir.is_dir() {
+            return;
+        }
+        let path = dir.join(format!("lavik-filedev-{}-shm", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let dev = FileDevice::open(&path, true, Some(1 << 20)).unwrap();
+        let mut w = AlignedBuf::new_zeroed(4096);
+        w.as_mut_slice()[0] = 42;
+        dev.write_at(4096, &w).unwrap();
+        dev.sync().unwrap();
+        let mut r = AlignedBuf::new_zeroed(4096);
+        dev.read_at(4096, &mut r).unwrap();
+        assert_eq!(r.as_slice()[0], 42);
+        drop(dev);
+        std::fs::remove_file(&path).unwrap();
+    }
+
     // Proves a missing file without a create size is an error, not a silent creation.
     #[test]
     fn missing_file_without_create_is_refused() {

@@ -141,6 +141,8 @@ pub struct StoreShared {
 pub struct MetaState {
     pub generation: u64,
     pub open_shards: u32,
+    /// Shards that wrote an index checkpoint during this shutdown.
+    pub checkpoints_written: u32,
 }
 
 impl StoreShared {
@@ -149,13 +151,14 @@ impl StoreShared {
     }
 
     /// Writes the next metadata generation into the slot not holding the current one.
-    pub fn write_meta(&self, clean_shutdown: bool) -> Result<(), StorageError> {
+    pub fn write_meta(&self, clean_shutdown: bool, checkpoint_id: u64) -> Result<(), StorageError> {
         let mut meta = self.meta.lock().unwrap_or_else(|e| e.into_inner());
         meta.generation += 1;
         let slot = MetaSlot {
             generation: meta.generation,
             store_uuid: self.layout.store_uuid,
             clean_shutdown,
+            checkpoint_id,
         };
         write_meta_slot(&*self.layout.devices[0], &slot)
     }

@@ -44,6 +44,7 @@ pub enum RecordType {
     Tombstone = 3,
     Marker = 4,
     Fragment = 5,
+    Checkpoint = 6,
 }
 
 impl RecordType {
@@ -54,6 +55,7 @@ impl RecordType {
             3 => Some(RecordType::Tombstone),
             4 => Some(RecordType::Marker),
             5 => Some(RecordType::Fragment),
+            6 => Some(RecordType::Checkpoint),
             _ => None,
         }
     }
@@ -196,6 +198,7 @@ pub struct BlockHeaderPayload {
 
 pub const BLOCK_KIND_LOG: u32 = 0;
 pub const BLOCK_KIND_EXTENT: u32 = 1;
+pub const BLOCK_KIND_CHECKPOINT: u32 = 2;
 
 impl BlockHeaderPayload {
     pub fn encode(&self) -> [u8; BLOCK_HEADER_PAYLOAD_BYTES] {
@@ -362,6 +365,8 @@ pub struct MetaSlot {
     pub store_uuid: [u8; 16],
     /// 1 if the store was shut down cleanly and nothing was written since.
     pub clean_shutdown: bool,
+    /// Non-zero: every shard wrote an index checkpoint with this id at that shutdown.
+    pub checkpoint_id: u64,
 }
 
 impl MetaSlot {
@@ -371,6 +376,7 @@ impl MetaSlot {
         out[8..16].copy_from_slice(&self.generation.to_le_bytes());
         out[16..32].copy_from_slice(&self.store_uuid);
         out[32] = u8::from(self.clean_shutdown);
+        out[40..48].copy_from_slice(&self.checkpoint_id.to_le_bytes());
         let crc = crc32c::crc32c(&out[..META_CRC_OFFSET]);
         out[META_CRC_OFFSET..META_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
         out
@@ -388,6 +394,7 @@ impl MetaSlot {
             generation: u64::from_le_bytes(bytes[8..16].try_into().ok()?),
             store_uuid: bytes[16..32].try_into().ok()?,
             clean_shutdown: bytes[32] == 1,
+            checkpoint_id: u64::from_le_bytes(bytes[40..48].try_into().ok()?),
         })
     }
 }
@@ -486,6 +493,7 @@ mod tests {
             generation: 5,
             store_uuid: [1; 16],
             clean_shutdown: true,
+            checkpoint_id: 5,
         };
         let mut bytes = m.encode();
         assert_eq!(MetaSlot::decode(&bytes), Some(m));

@@ -3,15 +3,16 @@
 use super::alloc::{write_meta_slot, Allocator, BlockId, Layout, MetaState, StoreShared};
 use super::format::{
     decode_record, BlockHeaderPayload, Label, LabelState, MarkerPayload, MetaSlot, RecordHeader,
-    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_SIZE_MAX_BYTES,
-    BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE, LABEL_OFFSET_BYTES,
-    META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
+    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_CHECKPOINT, BLOCK_KIND_EXTENT,
+    BLOCK_SIZE_MAX_BYTES, BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE,
+    LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
 };
 use super::index::{Address, Index};
 use super::shard::{parse_root, BlockInfo, Shard};
-use super::{Db, OpenedStore, StorageError, StoreConfig, StoreInfo};
+use super::{Db, OpenedStore, RecoveryProgress, StorageError, StoreConfig, StoreInfo};
 use crate::device::{AlignedBuf, BlockDevice};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -140,6 +141,7 @@ fn format_store(
         generation: 1,
         store_uuid,
         clean_shutdown: true,
+        checkpoint_id: 0,
     };
     write_meta_slot(&*devices[0], &meta)?;
     tracing::info!(
@@ -281,29 +283,117 @@ pub(crate) fn open_store(
         meta: Mutex::new(MetaState {
             generation: meta.map_or(0, |m| m.generation),
             open_shards: shard_count,
+            checkpoints_written: 0,
         }),
     });
-    shared.write_meta(false)?;
+    shared.write_meta(false, 0)?;
 
-    let (per_shard, max_block_seq) = scan_block_headers(&shared)?;
-    let mut shards: Vec<Shard> = (0..shard_count)
-        .map(|i| Shard::new(i, shared.clone(), cfg))
+    let (mut per_shard, max_block_seq) = scan_block_headers(&shared)?;
+    // Checkpoint blocks never hold data: set them aside (they end up free either way).
+    let checkpoint_blocks: Vec<Vec<(BlockId, u64, u32)>> = per_shard
+        .iter_mut()
+        .map(|list| {
+            let (ck, data) = list.drain(..).partition(|b| b.2 == BLOCK_KIND_CHECKPOINT);
+            *list = data;
+            ck
+        })
         .collect();
+    let new_shards = || -> Vec<Shard> {
+        (0..shard_count)
+            .map(|i| Shard::new(i, shared.clone(), cfg))
+            .collect()
+    };
+    let checkpoint_id = meta
+        .filter(|m| m.clean_shutdown)
+        .map_or(0, |m| m.checkpoint_id);
+    if checkpoint_id != 0 {
+        let mut shards = new_shards();
+        let mut used: HashSet<BlockId> = HashSet::new();
+        let mut complete = true;
+        for (shard, pieces) in shards.iter_mut().zip(checkpoint_blocks) {
+            match shard.load_checkpoint(pieces, checkpoint_id)? {
+                Some(kept) => used.extend(kept),
+                None => {
+                    complete = false;
+                    break;
+                }
+            }
+        }
+        if complete {
+            let s = shared.clone();
+            return Ok(finish_open(
+                s,
+                shards,
+                used,
+                max_block_seq,
+                formatted,
+                last_shutdown_clean,
+                started,
+                true,
+            ));
+        }
+        tracing::warn!("index checkpoint missing or damaged; scanning instead");
+    }
+    let mut shards = new_shards();
+    if let Some(p) = &cfg.recovery_progress {
+        let total: usize = per_shard.iter().map(|b| b.len()).sum();
+        p.blocks_total.store(total as u64, Ordering::Relaxed);
+    }
+    // At most one recovery thread per CPU; each takes whole shards from a shared queue.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(shards.len());
+    let queue = Mutex::new(shards.iter_mut().zip(per_shard).collect::<Vec<_>>());
     let results: Vec<Result<Vec<BlockId>, StorageError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = shards
-            .iter_mut()
-            .zip(per_shard)
-            .map(|(shard, blocks)| s.spawn(move || shard.recover(blocks)))
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                        let Some((shard, blocks)) = next else {
+                            return out;
+                        };
+                        out.push(shard.recover(blocks, cfg.recovery_progress.as_deref()));
+                    }
+                })
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("recovery thread panicked"))
+            .flat_map(|h| h.join().expect("recovery thread panicked"))
             .collect()
     });
     let mut used: HashSet<BlockId> = HashSet::new();
     for r in results {
         used.extend(r?);
     }
+    Ok(finish_open(
+        shared,
+        shards,
+        used,
+        max_block_seq,
+        formatted,
+        last_shutdown_clean,
+        started,
+        false,
+    ))
+}
+
+/// Builds the free list from the blocks in use and reports.
+#[allow(clippy::too_many_arguments)]
+fn finish_open(
+    shared: Arc<StoreShared>,
+    shards: Vec<Shard>,
+    used: HashSet<BlockId>,
+    max_block_seq: u64,
+    formatted: bool,
+    last_shutdown_clean: bool,
+    started: Instant,
+    checkpoint_used: bool,
+) -> OpenedStore {
+    let shard_count = shared.layout.shard_count;
+    let device_count = shared.layout.devices.len();
     let total = shared.layout.total_blocks();
     {
         let mut alloc = shared.lock_alloc();
@@ -331,6 +421,7 @@ pub(crate) fn open_store(
         devices: shared.layout.devices.iter().map(|d| d.describe()).collect(),
         torn_chunks: shards.iter().map(|s| s.counters.torn_chunks).sum(),
         corrupt_chunks: shards.iter().map(|s| s.counters.corrupt_chunks).sum(),
+        checkpoint_used,
     };
     tracing::info!(
         keys = info.recovered_keys,
@@ -338,9 +429,10 @@ pub(crate) fn open_store(
         torn = info.torn_chunks,
         corrupt = info.corrupt_chunks,
         clean = last_shutdown_clean,
+        checkpoint = checkpoint_used,
         "store open"
     );
-    Ok(OpenedStore { shards, info })
+    OpenedStore { shards, info }
 }
 
 /// Pass 1: the first sector of every block says whether it is in use and by which shard.
@@ -388,6 +480,7 @@ impl Shard {
     pub(crate) fn recover(
         &mut self,
         mut blocks: Vec<(BlockId, u64, u32)>,
+        progress: Option<&RecoveryProgress>,
     ) -> Result<Vec<BlockId>, StorageError> {
         blocks.sort_by_key(|b| b.1);
         let bs = self.shared.layout.block_size_bytes as usize;
@@ -407,6 +500,10 @@ impl Shard {
             } else {
                 self.blocks.get_mut(&block).expect("inserted").used_bytes = used as u32;
                 kept.push(block);
+            }
+            if let Some(p) = progress {
+                p.blocks_done.fetch_add(1, Ordering::Relaxed);
+                p.bytes_done.fetch_add(bs as u64, Ordering::Relaxed);
             }
             if (n + 1) % PROGRESS_EVERY_BLOCKS == 0 {
                 tracing::info!(
@@ -517,14 +614,14 @@ impl Shard {
             let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
             let addr = self.shared.layout.address(block, off);
             let h = self.hash(db, rec.key);
-            let existing = self.find(db, rec.key, h)?;
+            let existing = self.find_recovering(db, rec.key, h, block, block_seq, bytes)?;
             match existing {
-                Some(f) if f.rec.header.seq >= hdr.seq => continue,
-                Some(f) => {
-                    self.indexes[db as usize].replace(h, f.addr, addr);
-                    if f.rec.header.record_type == RecordType::Put {
-                        self.unaccount(db, f.addr, f.rec.header.record_len());
-                        self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
+                Some((_, old)) if old.seq >= hdr.seq => continue,
+                Some((old_addr, old)) => {
+                    self.indexes[db as usize].replace(h, old_addr, addr);
+                    if old.record_type == RecordType::Put {
+                        self.unaccount(db, old_addr, old.record_len());
+                        self.expiry_remove(db, old.expire_at_ms, old_addr);
                     }
                 }
                 None => self.indexes[db as usize].insert(h, addr),
@@ -542,6 +639,37 @@ impl Shard {
             }
         }
         Ok(())
+    }
+
+    /// `find` for recovery: candidates in the block being applied are read from its image in
+    /// memory (the common case when a key was rewritten soon after), the rest from the device.
+    fn find_recovering(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        h: u64,
+        block: BlockId,
+        block_seq: u64,
+        image: &[u8],
+    ) -> Result<Option<(Address, RecordHeader)>, StorageError> {
+        let candidates: Vec<Address> = self.indexes[db as usize].candidates(h).collect();
+        for addr in candidates {
+            let (b, off) = self.shared.layout.split(addr);
+            if b == block {
+                let r = decode_record(&image[off..], block_seq).ok_or_else(|| {
+                    StorageError::Corrupt(format!("indexed record at {addr:?} fails its check"))
+                })?;
+                if r.header.db == db && r.key == key {
+                    return Ok(Some((addr, r.header)));
+                }
+                continue;
+            }
+            let r = self.read_record(addr)?;
+            if r.header.db == db && r.key == key {
+                return Ok(Some((addr, r.header)));
+            }
+        }
+        Ok(None)
     }
 
     /// Drops tombstones from the index, settles which extents are live, and sets the next

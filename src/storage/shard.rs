@@ -26,6 +26,8 @@ const ROOT_HEADER_BYTES: usize = 24;
 const EXPIRY_ENTRY_BYTES_ESTIMATE: u64 = 26;
 /// Rough cost of one unit of background work, used to turn a time budget into a work count.
 const BACKGROUND_UNIT_US: u64 = 10;
+/// Work units charged for reading a whole block when a defrag job starts.
+const DEFRAG_BLOCK_READ_WORK: u64 = 50;
 
 /// What the shard knows about one of its blocks (a few dozen bytes per MiB of device).
 #[derive(Clone, Debug)]
@@ -137,7 +139,7 @@ pub struct ShardStats {
     pub keys_per_db: [u64; DB_COUNT],
     /// Every allocation of the indexes.
     pub index_bytes: u64,
-    /// Staging buffer (one block).
+    /// Staging buffer (one block), read buffer, and a defrag job's block image if one runs.
     pub staging_bytes: u64,
     /// Per-key expiry state (the per-db expiry sets), counted separately from the index.
     pub expiry_bytes: u64,
@@ -200,6 +202,19 @@ pub struct Shard {
     pub(crate) raider: TombRaider,
     pub(crate) defrag_sleep_ms: u64,
     pub(crate) last_defrag_ms: Option<u64>,
+    /// The block being defragged, its image and how far relocation got.
+    pub(crate) defrag_job: Option<DefragJob>,
+}
+
+/// A defrag in progress: the block's image (read once) and the records still to consider.
+pub(crate) struct DefragJob {
+    block: BlockId,
+    block_seq: u64,
+    image: AlignedBuf,
+    records: Vec<usize>,
+    next: usize,
+    /// Every committed chunk up to the block's used length parsed.
+    parsed_all: bool,
 }
 
 fn is_expired(h: &RecordHeader, now_ms: u64) -> bool {
@@ -252,6 +267,7 @@ impl Shard {
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
             defrag_sleep_ms: cfg.defrag_sleep_ms,
             last_defrag_ms: None,
+            defrag_job: None,
             shared,
         }
     }
@@ -274,7 +290,7 @@ impl Shard {
     }
 
     /// Largest fragment payload one extent block holds.
-    fn fragment_payload_max(&self) -> usize {
+    pub(crate) fn fragment_payload_max(&self) -> usize {
         (self.inline_record_max() - RECORD_HEADER_BYTES) & !7
     }
 
@@ -509,7 +525,9 @@ impl Shard {
             .map_or(0, |o| o.write_pos - o.chunk_start)
     }
 
-    /// Whether the policy says flush now.
+    /// Whether the policy says flush now: Always — anything unflushed; EverySec and No —
+    /// the oldest unflushed write is `flush_max_ms` old, or staging is full (No writes
+    /// without syncing).
     pub fn flush_due(&self, now_ms: u64) -> bool {
         let staging_full = self.staged_bytes() >= self.staging_limit_bytes;
         match self.fsync {
@@ -521,7 +539,15 @@ impl Shard {
                         .first_unflushed_ms
                         .is_some_and(|t| now_ms.saturating_sub(t) >= self.flush_max_ms)
             }
-            FsyncPolicy::No => staging_full || !self.pending_frees.is_empty(),
+            // Written (not synced) within the same window, so an idle store still hands its
+            // data to the device, as Redis hands it to the kernel.
+            FsyncPolicy::No => {
+                staging_full
+                    || !self.pending_frees.is_empty()
+                    || self
+                        .first_unflushed_ms
+                        .is_some_and(|t| now_ms.saturating_sub(t) >= self.flush_max_ms)
+            }
         }
     }
 
@@ -555,9 +581,9 @@ impl Shard {
         let rested = self
             .last_defrag_ms
             .is_none_or(|t| now_ms.saturating_sub(t) >= self.defrag_sleep_ms);
-        if !self.defrag_paused && work > 0 && rested {
+        if !self.defrag_paused && work > 0 && (rested || self.defrag_job.is_some()) {
             self.last_defrag_ms = Some(now_ms);
-            self.defrag_step()?;
+            self.defrag_step(&mut work)?;
         }
         Ok(())
     }
@@ -611,7 +637,10 @@ impl Shard {
             keys: keys_per_db.iter().sum(),
             keys_per_db,
             index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
-            staging_bytes: self.staging.len() as u64,
+            staging_bytes: (self.staging.len()
+                + self.read_buf.len()
+                + self.defrag_job.as_ref().map_or(0, |j| j.image.len()))
+                as u64,
             expiry_bytes: self.volatile_count() * EXPIRY_ENTRY_BYTES_ESTIMATE,
             tomb_raider_bytes: self.raider.memory_bytes() as u64,
             block_table_bytes: (self.blocks.capacity() * (std::mem::size_of::<BlockInfo>() + 8))
@@ -638,24 +667,37 @@ impl Shard {
         }
     }
 
-    /// Flushes and syncs everything. The index checkpoint is not implemented yet: with
-    /// `write_checkpoint` a warning is logged and the next start scans.
+    /// Flushes and syncs everything; with `write_checkpoint`, also writes this shard's index
+    /// checkpoint (a failure to write it is logged and only means the next start scans).
+    /// The last shard to shut down marks the store clean.
     pub fn shutdown(mut self, write_checkpoint: bool) -> Result<(), StorageError> {
         self.flush()?;
         self.sync_dirty()?;
+        let checkpoint_id = {
+            let meta = self.shared.meta.lock().unwrap_or_else(|e| e.into_inner());
+            meta.generation + 1
+        };
+        let mut wrote = false;
         if write_checkpoint {
-            tracing::warn!(
-                shard = self.id,
-                "index checkpoint not implemented yet; the next start will scan"
-            );
+            match self.write_checkpoint(checkpoint_id) {
+                Ok(()) => wrote = true,
+                Err(e) => {
+                    tracing::warn!(shard = self.id, error = %e, "index checkpoint not written; the next start will scan")
+                }
+            }
         }
-        let last = {
+        let (last, all) = {
             let mut meta = self.shared.meta.lock().unwrap_or_else(|e| e.into_inner());
             meta.open_shards -= 1;
-            meta.open_shards == 0
+            meta.checkpoints_written += u32::from(wrote);
+            (
+                meta.open_shards == 0,
+                meta.checkpoints_written == self.shared.layout.shard_count,
+            )
         };
         if last {
-            self.shared.write_meta(true)?;
+            self.shared
+                .write_meta(true, if all { checkpoint_id } else { 0 })?;
         }
         Ok(())
     }
@@ -676,8 +718,20 @@ impl Shard {
         key: &[u8],
         h: u64,
     ) -> Result<Option<Found>, StorageError> {
-        let candidates: Vec<Address> = self.indexes[db as usize].candidates(h).collect();
-        for addr in candidates {
+        // Candidates are copied out first (reading needs `&mut self`); usually 0 or 1 of them,
+        // so a small array avoids a heap allocation per lookup.
+        let mut small = [Address(0); 4];
+        let mut n = 0;
+        let mut more: Vec<Address> = Vec::new();
+        for a in self.indexes[db as usize].candidates(h) {
+            if n < small.len() {
+                small[n] = a;
+                n += 1;
+            } else {
+                more.push(a);
+            }
+        }
+        for addr in small[..n].iter().copied().chain(more) {
             let rec = self.read_record(addr)?;
             if rec.header.db == db && rec.key == key {
                 return Ok(Some(Found { addr, rec }));
@@ -1063,7 +1117,7 @@ impl Shard {
         Ok(())
     }
 
-    fn sync_dirty(&mut self) -> Result<(), StorageError> {
+    pub(crate) fn sync_dirty(&mut self) -> Result<(), StorageError> {
         for dev in 0..self.dirty_devices.len() {
             if self.dirty_devices[dev] {
                 self.shared.layout.devices[dev].sync()?;
@@ -1077,11 +1131,39 @@ impl Shard {
     /// Schedules a block for freeing; it is zeroed and released during the next flush, after
     /// whatever superseded its contents is durable.
     pub(crate) fn retire(&mut self, block: BlockId) {
+        self.debug_assert_unreferenced(block);
         if let Some(info) = self.blocks.get_mut(&block) {
             if !info.retiring {
                 info.retiring = true;
                 self.pending_frees.push(block);
                 self.mark_unflushed();
+            }
+        }
+    }
+
+    /// Debug builds (tests) check that no index entry points into a log block being retired:
+    /// the live-byte accounting that decides retirement must never be wrong. Skipped for big
+    /// indexes so a debug server stays usable.
+    fn debug_assert_unreferenced(&self, block: BlockId) {
+        const CHECK_KEYS_MAX: usize = 100_000;
+        if !cfg!(debug_assertions)
+            || self.indexes.iter().map(Index::len).sum::<usize>() > CHECK_KEYS_MAX
+        {
+            return;
+        }
+        if self
+            .blocks
+            .get(&block)
+            .is_some_and(|i| i.kind == BLOCK_KIND_LOG)
+        {
+            for ix in &self.indexes {
+                ix.for_each(|a| {
+                    assert_ne!(
+                        self.shared.layout.split(a).0,
+                        block,
+                        "retiring a block an index entry points into"
+                    );
+                });
             }
         }
     }
@@ -1148,7 +1230,12 @@ impl Shard {
             }
         }
         // Barrier: the fragments are durable before any root can point at them.
-        self.sync_dirty()?;
+        if let Err(e) = self.sync_dirty() {
+            for (b, _) in frags {
+                self.retire(b);
+            }
+            return Err(e);
+        }
         let mut root = Vec::with_capacity(ROOT_HEADER_BYTES + frags.len() * ROOT_ENTRY_BYTES);
         root.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         root.extend_from_slice(&(frags.len() as u32).to_le_bytes());
@@ -1290,9 +1377,28 @@ impl Shard {
         self.expire_lazily(db, h, Found { addr, rec })
     }
 
-    /// Picks the sealed log block with the lowest live ratio under the threshold and either
-    /// retires it directly (nothing live, no tombstones) or relocates what still matters.
-    fn defrag_step(&mut self) -> Result<(), StorageError> {
+    /// One bounded defrag step. Starting a job picks the sealed log block with the lowest
+    /// kept ratio under the threshold and either retires it at once (nothing live, no
+    /// tombstones) or reads it and lists its records; each step then relocates what still
+    /// matters, at most one record per unit of `work`, and the last step retires the block.
+    fn defrag_step(&mut self, work: &mut u64) -> Result<(), StorageError> {
+        let job = match self.defrag_job.take() {
+            Some(job) => job,
+            None => match self.start_defrag_job()? {
+                Some(job) => {
+                    *work = work.saturating_sub(DEFRAG_BLOCK_READ_WORK);
+                    job
+                }
+                None => return Ok(()),
+            },
+        };
+        match self.run_defrag_job(job, work) {
+            Ok(()) | Err(StorageError::DeviceFull) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn start_defrag_job(&mut self) -> Result<Option<DefragJob>, StorageError> {
         let open_block = self.open.as_ref().map(|o| o.block);
         let pct = u64::from(self.defrag_live_percent_max);
         let pick = self
@@ -1308,116 +1414,146 @@ impl Shard {
             })
             .map(|(b, i)| (*b, i.clone()));
         let Some((block, info)) = pick else {
-            return Ok(());
+            return Ok(None);
         };
         if info.live_total() == 0 && !info.has_tombs {
             self.retire(block);
-            return Ok(());
+            return Ok(None);
         }
-        match self.relocate_block(block, &info) {
-            Ok(()) | Err(StorageError::DeviceFull) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn relocate_block(&mut self, block: BlockId, info: &BlockInfo) -> Result<(), StorageError> {
         let bs = self.block_size();
         let (dev, base) = self.shared.layout.locate(block);
-        let mut buf = AlignedBuf::new_zeroed(bs);
-        self.shared.layout.devices[dev].read_at(base, &mut buf)?;
+        let mut image = AlignedBuf::new_zeroed(bs);
+        self.shared.layout.devices[dev].read_at(base, &mut image)?;
         self.counters.device_reads += 1;
         self.counters.device_read_bytes += bs as u64;
-        let older_log_block_exists = self
-            .blocks
-            .iter()
-            .any(|(b, i)| *b != block && i.kind == BLOCK_KIND_LOG && i.block_seq < info.block_seq);
-        let bytes = buf.as_slice();
+        let mut records = Vec::new();
         let mut pos = 0;
         while pos < info.used_bytes as usize {
-            let Some(chunk) = super::recovery::parse_chunk(bytes, pos, info.block_seq) else {
+            let Some(chunk) = super::recovery::parse_chunk(image.as_slice(), pos, info.block_seq)
+            else {
                 break;
             };
-            for &(off, hdr) in &chunk.records {
-                let rec = decode_record(&bytes[off..], info.block_seq).expect("parsed before");
-                let addr = self.shared.layout.address(block, off);
-                match hdr.record_type {
-                    RecordType::Put => {
-                        let h = self.hash(hdr.db, rec.key);
-                        if !self.indexes[hdr.db as usize]
-                            .candidates(h)
-                            .any(|a| a == addr)
-                        {
-                            continue;
-                        }
-                        let (new, _) = self.append(
-                            RecordType::Put,
-                            hdr.flags,
-                            hdr.value_kind,
-                            hdr.db,
-                            rec.key,
-                            rec.value,
-                            hdr.expire_at_ms,
-                            Some(hdr.seq),
-                            true,
-                        )?;
-                        let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
-                        assert!(replaced, "index lost an entry it just returned");
-                        let len = hdr.record_len() as u32;
-                        let (nb, _) = self.shared.layout.split(new);
-                        if let Some(i) = self.blocks.get_mut(&nb) {
-                            i.live_bytes[hdr.db as usize] += len;
-                        }
-                        self.unaccount(hdr.db, addr, len as usize);
-                        self.expiry_remove(hdr.db, hdr.expire_at_ms, addr);
-                        self.expiry_add(hdr.db, hdr.expire_at_ms, new);
-                        self.counters.defrag_relocated_records += 1;
-                    }
-                    RecordType::Tombstone
-                        if !older_log_block_exists
-                            || self.raider.droppable.remove(&addr)
-                            || self
-                                .find(hdr.db, rec.key, self.hash(hdr.db, rec.key))?
-                                .is_some() =>
-                    {
-                        // Nothing older to shadow, or a newer record of the key exists.
-                        self.raider.tombstones_dropped += 1;
-                    }
-                    RecordType::Tombstone => {
-                        let (new, _) = self.append(
-                            RecordType::Tombstone,
-                            0,
-                            0,
-                            hdr.db,
-                            rec.key,
-                            &[],
-                            0,
-                            Some(hdr.seq),
-                            true,
-                        )?;
-                        let (nb, _) = self.shared.layout.split(new);
-                        if let Some(i) = self.blocks.get_mut(&nb) {
-                            i.note_tomb(hdr.record_len());
-                        }
-                        self.counters.defrag_relocated_records += 1;
-                    }
-                    _ => {}
-                }
-            }
+            records.extend(chunk.records.iter().map(|&(off, _)| off));
             pos = align_up(chunk.end);
         }
-        let live_left = self.blocks.get(&block).map_or(0, |i| i.live_total());
-        if pos < info.used_bytes as usize || live_left != 0 {
+        Ok(Some(DefragJob {
+            block,
+            block_seq: info.block_seq,
+            image,
+            records,
+            next: 0,
+            parsed_all: pos >= info.used_bytes as usize,
+        }))
+    }
+
+    fn run_defrag_job(&mut self, mut job: DefragJob, work: &mut u64) -> Result<(), StorageError> {
+        if self.blocks.get(&job.block).is_none_or(|i| i.retiring) {
+            return Ok(());
+        }
+        let older_log_block_exists = self.blocks.iter().any(|(b, i)| {
+            *b != job.block && i.kind == BLOCK_KIND_LOG && i.block_seq < job.block_seq
+        });
+        while job.next < job.records.len() {
+            if *work == 0 {
+                self.defrag_job = Some(job);
+                return Ok(());
+            }
+            *work -= 1;
+            let off = job.records[job.next];
+            job.next += 1;
+            self.relocate_record(&job, off, older_log_block_exists)?;
+        }
+        let live_left = self.blocks.get(&job.block).map_or(0, |i| i.live_total());
+        if !job.parsed_all || live_left != 0 {
             tracing::warn!(
                 shard = self.id,
-                block = block.0,
+                block = job.block.0,
                 "defrag could not read all of a block; leaving it in place"
             );
-            if let Some(i) = self.blocks.get_mut(&block) {
+            if let Some(i) = self.blocks.get_mut(&job.block) {
                 i.no_defrag = true;
             }
             return Ok(());
         }
-        self.retire(block);
+        self.retire(job.block);
+        Ok(())
+    }
+
+    /// Copies one record of a block being defragged forward if it still matters: a put that
+    /// is its key's current record, or a tombstone that may still shadow an older record.
+    fn relocate_record(
+        &mut self,
+        job: &DefragJob,
+        off: usize,
+        older_log_block_exists: bool,
+    ) -> Result<(), StorageError> {
+        let rec =
+            decode_record(&job.image.as_slice()[off..], job.block_seq).expect("parsed before");
+        let hdr = rec.header;
+        let addr = self.shared.layout.address(job.block, off);
+        match hdr.record_type {
+            RecordType::Put => {
+                let h = self.hash(hdr.db, rec.key);
+                if !self.indexes[hdr.db as usize]
+                    .candidates(h)
+                    .any(|a| a == addr)
+                {
+                    return Ok(());
+                }
+                let (new, _) = self.append(
+                    RecordType::Put,
+                    hdr.flags,
+                    hdr.value_kind,
+                    hdr.db,
+                    rec.key,
+                    rec.value,
+                    hdr.expire_at_ms,
+                    Some(hdr.seq),
+                    true,
+                )?;
+                let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
+                assert!(replaced, "index lost an entry it just returned");
+                let len = hdr.record_len() as u32;
+                let (nb, _) = self.shared.layout.split(new);
+                if let Some(i) = self.blocks.get_mut(&nb) {
+                    i.live_bytes[hdr.db as usize] += len;
+                }
+                self.unaccount(hdr.db, addr, len as usize);
+                self.expiry_remove(hdr.db, hdr.expire_at_ms, addr);
+                self.expiry_add(hdr.db, hdr.expire_at_ms, new);
+                self.counters.defrag_relocated_records += 1;
+            }
+            RecordType::Tombstone => {
+                // Not needed: nothing older to shadow, the raider found nothing it shadows,
+                // or a newer record of the key exists.
+                if !older_log_block_exists
+                    || self.raider.droppable.remove(&addr)
+                    || self
+                        .find(hdr.db, rec.key, self.hash(hdr.db, rec.key))?
+                        .is_some()
+                {
+                    self.raider.tombstones_dropped += 1;
+                    return Ok(());
+                }
+                let (new, _) = self.append(
+                    RecordType::Tombstone,
+                    0,
+                    0,
+                    hdr.db,
+                    rec.key,
+                    &[],
+                    0,
+                    Some(hdr.seq),
+                    true,
+                )?;
+                let (nb, _) = self.shared.layout.split(new);
+                if let Some(i) = self.blocks.get_mut(&nb) {
+                    i.note_tomb(hdr.record_len());
+                }
+                self.counters.defrag_relocated_records += 1;
+            }
+            _ => {}
+        }
         Ok(())
     }
 }

@@ -554,3 +554,209 @@ fn needed_tombstones_do_not_cause_endless_defrag() {
     assert_eq!(s.get(0, b"d1234", 0).unwrap(), None);
     assert_eq!(s.key_count(0), 61);
 }
+
+// Proves flush_due follows the policy: Always flushes anything staged, EverySec and No only
+// after the window (or a full staging area), No without syncing; and flush clears it.
+#[test]
+fn flush_due_follows_the_policy() {
+    for (policy, due_now, due_later) in [
+        (FsyncPolicy::Always, true, true),
+        (FsyncPolicy::EverySec, false, true),
+        (FsyncPolicy::No, false, true),
+    ] {
+        let dev = Arc::new(MemDevice::new("t", 4 * MIB));
+        let mut c = cfg(64 * 1024, policy);
+        c.flush_max_ms = 100;
+        let mut s = one_shard(&dev, &c);
+        assert!(!s.flush_due(0) && !s.has_unflushed());
+        s.put(0, b"k", ValueKind::String, b"v", None, 1000).unwrap();
+        assert!(s.has_unflushed());
+        assert_eq!(s.flush_due(1000), due_now, "{policy:?}");
+        assert_eq!(s.flush_due(1100), due_later, "{policy:?}");
+        s.flush().unwrap();
+        assert!(!s.flush_due(5000) && !s.has_unflushed());
+        let fsyncs = s.stats().fsyncs;
+        assert_eq!(fsyncs > 0, policy != FsyncPolicy::No, "{policy:?}");
+    }
+}
+
+fn reopen_after_shutdown(
+    dev: &Arc<MemDevice>,
+    c: &StoreConfig,
+    s: Shard,
+    checkpoint: bool,
+) -> (Shard, StoreInfo) {
+    s.shutdown(checkpoint).unwrap();
+    let mut st = open_mem(dev, c);
+    (st.shards.pop().unwrap(), st.info)
+}
+
+fn checkpoint_state(s: &mut Shard) -> Vec<Option<Value>> {
+    let mut out = Vec::new();
+    for db in 0..2u8 {
+        for i in 0..400u32 {
+            out.push(s.get(db, format!("k{i}").as_bytes(), 5).unwrap());
+        }
+    }
+    out.push(s.get(0, b"big", 5).unwrap());
+    out
+}
+
+fn checkpoint_workload(s: &mut Shard) {
+    for db in 0..2u8 {
+        for i in 0..400u32 {
+            let ttl = (i % 3 == 0).then_some(1_000_000 + u64::from(i));
+            s.put(
+                db,
+                format!("k{i}").as_bytes(),
+                ValueKind::String,
+                &value_of(i),
+                ttl,
+                0,
+            )
+            .unwrap();
+        }
+    }
+    for i in (0..400u32).step_by(5) {
+        s.delete(1, format!("k{i}").as_bytes(), 0).unwrap();
+    }
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
+    s.put(0, b"big", ValueKind::String, &big, None, 0).unwrap();
+}
+
+fn value_of(i: u32) -> Vec<u8> {
+    vec![(i % 256) as u8; 50 + (i as usize * 7) % 700]
+}
+
+// Proves a clean shutdown with a checkpoint restores exactly the same state without a scan,
+// and that writes after it, a crash and a scan-based reopen are still exact.
+#[test]
+fn checkpoint_round_trip_then_crash() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    checkpoint_workload(&mut s);
+    let before = checkpoint_state(&mut s);
+    let (counts, volatile) = ((s.key_count(0), s.key_count(1)), s.stats().volatile_entries);
+    let (mut s, info) = reopen_after_shutdown(&dev, &c, s, true);
+    assert!(info.checkpoint_used && info.last_shutdown_clean, "{info:?}");
+    assert_eq!(checkpoint_state(&mut s), before);
+    assert_eq!((s.key_count(0), s.key_count(1)), counts);
+    assert_eq!(s.stats().volatile_entries, volatile);
+    s.put(0, b"k1", ValueKind::String, b"after", None, 0)
+        .unwrap();
+    assert!(s.delete(0, b"k2", 0).unwrap());
+    s.flush().unwrap();
+    drop(s);
+    dev.crash(None);
+    let mut st = open_mem(&dev, &c);
+    assert!(
+        !st.info.checkpoint_used,
+        "a checkpoint must not be used twice"
+    );
+    let mut s = st.shards.pop().unwrap();
+    assert_eq!(s.get(0, b"k1", 0).unwrap().unwrap().bytes, b"after");
+    assert_eq!(s.get(0, b"k2", 0).unwrap(), None);
+    assert_eq!(s.get(0, b"k3", 0).unwrap().unwrap().bytes, value_of(3));
+    assert_eq!(s.key_count(1), counts.1);
+}
+
+// Proves a damaged checkpoint is detected and the start falls back to a full scan with the
+// same, correct result.
+#[test]
+fn damaged_checkpoint_falls_back_to_scan() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    checkpoint_workload(&mut s);
+    let before = checkpoint_state(&mut s);
+    s.shutdown(true).unwrap();
+    let mut damaged = 0;
+    for b in 0..(16 * MIB / (64 * 1024) - 1) {
+        let base = (b + 1) * 64 * 1024;
+        // Block kind sits at offset 32 (record header) + 36 (payload) of a block.
+        if dev.peek(base, 72)[68..72] == [2, 0, 0, 0] {
+            dev.flip_bits(base + 300, 8);
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "no checkpoint block found");
+    let mut st = open_mem(&dev, &c);
+    assert!(!st.info.checkpoint_used);
+    let mut s = st.shards.pop().unwrap();
+    assert_eq!(checkpoint_state(&mut s), before);
+}
+
+// Proves defrag honours the background budget: a block is relocated over several calls, a
+// bounded number of records per call, and freed at the end with the data intact.
+#[test]
+fn defrag_is_incremental_under_a_small_budget() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    for round in 0..2u8 {
+        for i in 0..400u32 {
+            if round == 0 || i % 4 != 0 {
+                s.put(
+                    0,
+                    format!("k{i}").as_bytes(),
+                    ValueKind::String,
+                    &[round; 100],
+                    None,
+                    0,
+                )
+                .unwrap();
+            }
+        }
+    }
+    s.flush().unwrap();
+    s.background(0, 100).unwrap();
+    let mut last = s.stats().defrag_relocated_records;
+    let mut steps = 0;
+    while s.stats().defrag_freed_blocks == 0 {
+        s.background(0, 100).unwrap();
+        s.flush().unwrap();
+        let now = s.stats().defrag_relocated_records;
+        assert!(
+            now - last <= 10,
+            "{} records relocated in one small step",
+            now - last
+        );
+        last = now;
+        steps += 1;
+        assert!(steps < 500, "defrag never finished");
+    }
+    assert!(steps > 3, "a whole block was relocated in {steps} steps");
+    for i in 0..400u32 {
+        let want = if i % 4 == 0 { 0u8 } else { 1 };
+        assert_eq!(
+            s.get(0, format!("k{i}").as_bytes(), 0)
+                .unwrap()
+                .unwrap()
+                .bytes,
+            vec![want; 100]
+        );
+    }
+}
+
+// Proves a large put whose fragment barrier fails reports the error, leaves the old value in
+// place, and gives the orphaned extents back at the next flush.
+#[test]
+fn failed_large_put_leaks_nothing() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    s.put(0, b"big", ValueKind::String, b"old", None, 0)
+        .unwrap();
+    s.flush().unwrap();
+    let used = s.stats().blocks_used;
+    dev.fail_next_syncs(1);
+    let big = vec![9u8; 500_000];
+    assert!(matches!(
+        s.put(0, b"big", ValueKind::String, &big, None, 0),
+        Err(StorageError::Device(_))
+    ));
+    assert_eq!(val(&mut s, b"big", 0), Some(b"old".to_vec()));
+    s.flush().unwrap();
+    assert_eq!(s.stats().blocks_used, used);
+    s.put(0, b"big", ValueKind::String, &big, None, 0).unwrap();
+    assert_eq!(val(&mut s, b"big", 0), Some(big));
+}
