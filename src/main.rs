@@ -111,6 +111,7 @@ fn main() {
         direct_io: settings.direct_io,
         tomb_raider_interval_ms: settings.cli.tomb_raider_interval_ms,
         defrag_paused: settings.cli.defrag_paused,
+        defrag_sleep_ms: settings.cli.defrag_sleep_ms,
         ..StoreConfig::default()
     };
     let started = std::time::Instant::now();

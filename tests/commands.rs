@@ -377,3 +377,39 @@ fn shutdown_and_restart_keeps_data() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+// Engine controls: CONFIG SET appendfsync switches durability live; DEFRAG and
+// TOMBRAIDER report and change every shard.
+#[test]
+fn engine_controls() {
+    let s = Server::start("cmd-engine", &[]);
+    let mut c = s.client();
+    assert_eq!(
+        q::<String>(&mut c, &["CONFIG", "SET", "appendfsync", "always"]),
+        "OK"
+    );
+    assert_eq!(
+        q::<Vec<String>>(&mut c, &["CONFIG", "GET", "appendfsync"]),
+        vec!["appendfsync", "always"]
+    );
+    let info: String = q(&mut c, &["INFO", "persistence"]);
+    assert!(info.contains("appendfsync:always"), "{info}");
+    assert!(qerr(&mut c, &["CONFIG", "SET", "appendfsync", "sometimes"]).contains("must be one of"));
+    q::<String>(&mut c, &["SET", "k", "v"]);
+    assert_eq!(q::<String>(&mut c, &["DEFRAG", "PAUSE"]), "OK");
+    let st: String = q(&mut c, &["DEFRAG", "STATUS"]);
+    assert!(st.contains("paused=true") && st.contains("shard0:"), "{st}");
+    assert_eq!(q::<String>(&mut c, &["DEFRAG", "RESUME"]), "OK");
+    let st: String = q(&mut c, &["DEFRAG", "STATUS"]);
+    assert!(st.contains("paused=false"), "{st}");
+    assert_eq!(
+        q::<String>(&mut c, &["TOMBRAIDER", "INTERVAL", "5000"]),
+        "OK"
+    );
+    let st: String = q(&mut c, &["TOMBRAIDER", "STATUS"]);
+    assert!(st.contains("interval_ms=5000"), "{st}");
+    assert_eq!(q::<String>(&mut c, &["TOMBRAIDER", "OFF"]), "OK");
+    let st: String = q(&mut c, &["TOMBRAIDER", "STATUS"]);
+    assert!(st.contains("enabled=false"), "{st}");
+    assert!(qerr(&mut c, &["DEFRAG", "BOGUS"]).contains("unknown subcommand"));
+}

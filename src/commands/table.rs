@@ -158,6 +158,8 @@ pub static TABLE: &[CommandSpec] = &[
     local!("slowlog", -2, ADMIN, "server", "2.2.12", "A container for slow log commands."),
     local!("debug", -2, ADMIN, "server", "1.0.0", "A container for debugging commands."),
     local!("monitor", 1, ADMIN, "server", "1.0.0", "Listens for all requests received by the server in real-time."),
+    local!("defrag", 2, ADMIN, "server", "0.1.0", "lavik: pauses, resumes or reports online defragmentation of the data devices."),
+    local!("tombraider", -2, ADMIN, "server", "0.1.0", "lavik: switches, paces or reports the tombstone sweep."),
 ];
 
 /// Finds a command by name, case-insensitively, without allocating.

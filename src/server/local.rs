@@ -183,6 +183,8 @@ pub fn run(
             conn.reply(|r| r.ok());
             Outcome::Done
         }
+        "defrag" => defrag(w, conn, a),
+        "tombraider" => tombraider(w, conn, a),
         other => err(conn, &format!("ERR command '{other}' is not implemented")),
     }
 }
@@ -748,6 +750,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         });
     } else if eq_ic(sub, "set") && a.len() >= 4 && a.len().is_multiple_of(2) {
         let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
+        let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -773,6 +776,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
+                "appendfsync" => match crate::config::parse_fsync(&val) {
+                    Some(p) => new_fsync = Some(p),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: always, everysec, no")),
+                },
                 "shutdown-checkpoint" => match crate::config::parse_yes_no(&val) {
                     Some(b) => w.shared.shutdown_checkpoint.store(b, Ordering::SeqCst),
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
@@ -781,6 +788,22 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
                 }
                 _ => return err(conn, &format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")),
+            }
+        }
+        if let Some(p) = new_fsync {
+            // Every shard switches while all are held, so no round runs half-switched.
+            let all = all_workers(w);
+            let switched = w.with_workers(&all, |w| {
+                for s in w.shards.held() {
+                    s.set_fsync_policy(p);
+                }
+                w.shared
+                    .fsync_policy
+                    .store(super::fsync_to_u8(p), Ordering::SeqCst);
+                w.fsync = p;
+            });
+            if switched.is_none() {
+                return Outcome::Retry;
             }
         }
         *w.shared.runtime.write().expect("runtime lock") = rt;
@@ -966,6 +989,111 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         out.truncate(out.len() - 2);
     }
     conn.reply(|r| r.verbatim(&out));
+    Outcome::Done
+}
+
+/// `Debug` of an engine status struct as `field=value,...`.
+fn debug_line(dbg: String) -> String {
+    let inner = dbg
+        .split_once('{')
+        .map(|(_, r)| r.trim_end_matches('}').trim())
+        .unwrap_or(&dbg);
+    inner.replace(": ", "=").replace(", ", ",")
+}
+
+fn all_workers(w: &Worker) -> Vec<usize> {
+    (0..w.shared.workers.len()).collect()
+}
+
+/// DEFRAG PAUSE|RESUME|STATUS over every shard.
+fn defrag(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    let sub = a[1];
+    let pause = if eq_ic(sub, "pause") {
+        Some(true)
+    } else if eq_ic(sub, "resume") {
+        Some(false)
+    } else if eq_ic(sub, "status") {
+        None
+    } else {
+        return unknown_sub(conn, "defrag", sub);
+    };
+    let all = all_workers(w);
+    let Some(lines) = w.with_workers(&all, |w| {
+        let mut lines = Vec::new();
+        for s in w.shards.held() {
+            if let Some(p) = pause {
+                s.set_defrag_paused(p);
+            }
+            lines.push(format!(
+                "shard{}:{}",
+                s.id(),
+                debug_line(format!("{:?}", s.defrag_status()))
+            ));
+        }
+        lines
+    }) else {
+        return Outcome::Retry;
+    };
+    if pause.is_some() {
+        conn.reply(|r| r.ok());
+    } else {
+        let text = lines.join("\r\n") + "\r\n";
+        conn.reply(|r| r.verbatim(&text));
+    }
+    Outcome::Done
+}
+
+/// TOMBRAIDER ON|OFF|STATUS|NOW|INTERVAL ms over every shard.
+fn tombraider(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    enum Op {
+        Enable(bool),
+        Status,
+        Now,
+        Interval(u64),
+    }
+    let sub = a[1];
+    let op = if eq_ic(sub, "on") && a.len() == 2 {
+        Op::Enable(true)
+    } else if eq_ic(sub, "off") && a.len() == 2 {
+        Op::Enable(false)
+    } else if eq_ic(sub, "status") && a.len() == 2 {
+        Op::Status
+    } else if eq_ic(sub, "now") && a.len() == 2 {
+        Op::Now
+    } else if eq_ic(sub, "interval") && a.len() == 3 {
+        match parse_int(a[2]) {
+            Ok(n) if n >= 0 => Op::Interval(n as u64),
+            _ => return err(conn, "ERR value is not an integer or out of range"),
+        }
+    } else {
+        return unknown_sub(conn, "tombraider", sub);
+    };
+    let all = all_workers(w);
+    let Some(lines) = w.with_workers(&all, |w| {
+        let mut lines = Vec::new();
+        for s in w.shards.held() {
+            match op {
+                Op::Enable(e) => s.set_tomb_raider_enabled(e),
+                Op::Now => s.tomb_raider_start_now(),
+                Op::Interval(ms) => s.set_tomb_raider_interval_ms(ms),
+                Op::Status => {}
+            }
+            lines.push(format!(
+                "shard{}:{}",
+                s.id(),
+                debug_line(format!("{:?}", s.tomb_raider_status()))
+            ));
+        }
+        lines
+    }) else {
+        return Outcome::Retry;
+    };
+    if matches!(op, Op::Status) {
+        let text = lines.join("\r\n") + "\r\n";
+        conn.reply(|r| r.verbatim(&text));
+    } else {
+        conn.reply(|r| r.ok());
+    }
     Outcome::Done
 }
 

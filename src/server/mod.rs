@@ -150,6 +150,8 @@ pub struct Shared {
     pub slowlog: Mutex<(u64, std::collections::VecDeque<SlowEntry>)>,
     pub monitors: Mutex<Vec<(usize, ConnToken)>>,
     pub monitor_count: AtomicUsize,
+    /// `appendfsync` in force (0 always, 1 everysec, 2 no); `CONFIG SET` changes it.
+    pub fsync_policy: std::sync::atomic::AtomicU8,
     pub recovered_keys: u64,
     pub recovery_ms: u64,
     pub config_file: Option<std::path::PathBuf>,
@@ -168,6 +170,22 @@ impl Shared {
         for w in &self.workers {
             crate::runtime::eventfd_signal(w.wake.as_raw_fd());
         }
+    }
+}
+
+pub fn fsync_to_u8(p: crate::storage::FsyncPolicy) -> u8 {
+    match p {
+        crate::storage::FsyncPolicy::Always => 0,
+        crate::storage::FsyncPolicy::EverySec => 1,
+        crate::storage::FsyncPolicy::No => 2,
+    }
+}
+
+pub fn fsync_from_u8(v: u8) -> crate::storage::FsyncPolicy {
+    match v {
+        0 => crate::storage::FsyncPolicy::Always,
+        1 => crate::storage::FsyncPolicy::EverySec,
+        _ => crate::storage::FsyncPolicy::No,
     }
 }
 
@@ -206,6 +224,7 @@ pub fn build_shared(
     let shared = Shared {
         config_file: settings.config_file.clone(),
         shutdown_checkpoint: AtomicBool::new(settings.cli.shutdown_checkpoint),
+        fsync_policy: std::sync::atomic::AtomicU8::new(fsync_to_u8(settings.appendfsync)),
         settings,
         runtime: RwLock::new(runtime),
         shard_count,

@@ -166,6 +166,7 @@ impl Worker {
         self.arm_wake();
         loop {
             let now = now_ms();
+            self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
             self.reap(now);
             self.drain_mailbox(now);
             self.process_ready(now);
