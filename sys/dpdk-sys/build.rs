@@ -77,7 +77,9 @@ fn main() {
 
     let version = pkg_config(&["--modversion", "libdpdk"]);
     if !version.starts_with("22.11") {
-        println!("cargo:warning=dpdk-sys is pinned to DPDK 22.11 (vendor/DPDK_VERSION), found {version}");
+        println!(
+            "cargo:warning=dpdk-sys is pinned to DPDK 22.11 (vendor/DPDK_VERSION), found {version}"
+        );
     }
     let cflags = words(&pkg_config(&["--cflags", "libdpdk"]));
     let libs = words(&pkg_config(&["--static", "--libs", "libdpdk"]));
@@ -109,7 +111,8 @@ fn generate_bindings(cflags: &[String]) {
         .generate_comments(false)
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
     // bindgen panics (rather than returning an error) when libclang cannot be loaded.
-    let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
+    let generated =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
     let bindings = match generated {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => fail(&format!("bindgen could not parse the DPDK headers: {e}")),

@@ -53,7 +53,13 @@ impl fmt::Display for Error {
         // SAFETY: rte_strerror accepts any int and returns a pointer to a static or per-lcore
         // NUL-terminated string that stays valid until the next call on this thread.
         let msg = unsafe { CStr::from_ptr(raw::rte_strerror(self.errno)) };
-        write!(f, "{} failed: {} (errno {})", self.op, msg.to_string_lossy(), self.errno)
+        write!(
+            f,
+            "{} failed: {} (errno {})",
+            self.op,
+            msg.to_string_lossy(),
+            self.errno
+        )
     }
 }
 
@@ -88,27 +94,43 @@ impl Eal {
     ///
     /// Fails with `EALREADY` if the EAL was already initialized in this process.
     pub fn init(args: &[&str]) -> Result<Eal, Error> {
-        if EAL_INITIALIZED.swap(true, Ordering::SeqCst) {
-            return Err(Error { op: "rte_eal_init", errno: libc::EALREADY });
-        }
         let owned: Vec<CString> = args
             .iter()
-            .map(|a| CString::new(*a).map_err(|_| Error { op: "rte_eal_init", errno: libc::EINVAL }))
+            .map(|a| {
+                CString::new(*a).map_err(|_| Error {
+                    op: "rte_eal_init",
+                    errno: libc::EINVAL,
+                })
+            })
             .collect::<Result<_, _>>()?;
+        // Checked after argument validation so a rejected argument list leaves init possible.
+        if EAL_INITIALIZED.swap(true, Ordering::SeqCst) {
+            return Err(Error {
+                op: "rte_eal_init",
+                errno: libc::EALREADY,
+            });
+        }
         // EAL may keep pointers into argv (it reorders it and some drivers keep kvargs), so
         // the strings live for the rest of the process; this happens once.
         let owned: &'static [CString] = Vec::leak(owned);
-        let mut argv: Vec<*mut libc::c_char> =
-            owned.iter().map(|s| s.as_ptr() as *mut libc::c_char).collect();
+        let mut argv: Vec<*mut libc::c_char> = owned
+            .iter()
+            .map(|s| s.as_ptr() as *mut libc::c_char)
+            .collect();
         let argc = i32::try_from(argv.len()).expect("argument count fits in an int");
         // SAFETY: argv holds argc valid NUL-terminated strings that live for the process;
         // EAL may permute the pointer array, which we own and do not read afterwards.
         let ret = unsafe { raw::rte_eal_init(argc, argv.as_mut_ptr()) };
         if ret < 0 {
-            return Err(Error { op: "rte_eal_init", errno: last_errno() });
+            return Err(Error {
+                op: "rte_eal_init",
+                errno: last_errno(),
+            });
         }
         std::mem::forget(argv);
-        Ok(Eal { _not_send: PhantomData })
+        Ok(Eal {
+            _not_send: PhantomData,
+        })
     }
 
     /// Number of usable Ethernet ports (physical and virtual devices that probed).
@@ -119,7 +141,10 @@ impl Eal {
 
     /// Port id of the ethdev named `name` (e.g. the vdev name `net_tap0`).
     pub fn port_by_name(&self, name: &str) -> Result<u16, Error> {
-        let cname = CString::new(name).map_err(|_| Error { op: "rte_eth_dev_get_port_by_name", errno: libc::EINVAL })?;
+        let cname = CString::new(name).map_err(|_| Error {
+            op: "rte_eth_dev_get_port_by_name",
+            errno: libc::EINVAL,
+        })?;
         let mut port_id: u16 = 0;
         // SAFETY: cname is NUL-terminated and port_id is a valid out-pointer for the call.
         let ret = unsafe { raw::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut port_id) };
@@ -160,15 +185,31 @@ impl<'eal> Mempool<'eal> {
         cache_buffers: u32,
         data_room_bytes: u16,
     ) -> Result<Self, Error> {
-        let cname = CString::new(name).map_err(|_| Error { op: "rte_pktmbuf_pool_create", errno: libc::EINVAL })?;
+        let cname = CString::new(name).map_err(|_| Error {
+            op: "rte_pktmbuf_pool_create",
+            errno: libc::EINVAL,
+        })?;
         // SAFETY: cname is NUL-terminated (DPDK copies it); the EAL is initialized.
         let pool = unsafe {
-            raw::rte_pktmbuf_pool_create(cname.as_ptr(), buffers, cache_buffers, 0, data_room_bytes, eal.socket_id())
+            raw::rte_pktmbuf_pool_create(
+                cname.as_ptr(),
+                buffers,
+                cache_buffers,
+                0,
+                data_room_bytes,
+                eal.socket_id(),
+            )
         };
         if pool.is_null() {
-            return Err(Error { op: "rte_pktmbuf_pool_create", errno: last_errno() });
+            return Err(Error {
+                op: "rte_pktmbuf_pool_create",
+                errno: last_errno(),
+            });
         }
-        Ok(Mempool { pool, _eal: PhantomData })
+        Ok(Mempool {
+            pool,
+            _eal: PhantomData,
+        })
     }
 
     /// Takes one empty buffer from the pool, or `None` when the pool is exhausted.
@@ -212,7 +253,10 @@ impl<'pool> Mbuf<'pool> {
     /// `m` must be null or a valid mbuf that the caller owns exclusively and that comes from a
     /// pool living at least as long as `'pool`.
     pub unsafe fn from_raw(m: *mut raw::rte_mbuf) -> Option<Self> {
-        (!m.is_null()).then_some(Mbuf { m, _pool: PhantomData })
+        (!m.is_null()).then_some(Mbuf {
+            m,
+            _pool: PhantomData,
+        })
     }
 
     /// Gives up ownership; the caller must free or transmit the returned mbuf.
@@ -255,14 +299,18 @@ impl<'pool> Mbuf<'pool> {
     pub fn data(&self) -> &[u8] {
         // SAFETY: self.m is a valid mbuf we own; mtod points at data_len initialized bytes of
         // its buffer, which nothing else accesses while we hold &self.
-        unsafe { std::slice::from_raw_parts(raw::lvk_rte_pktmbuf_mtod(self.m).cast::<u8>(), self.len()) }
+        unsafe {
+            std::slice::from_raw_parts(raw::lvk_rte_pktmbuf_mtod(self.m).cast::<u8>(), self.len())
+        }
     }
 
     /// The data of the first segment, writable.
     pub fn data_mut(&mut self) -> &mut [u8] {
         let len = self.len();
         // SAFETY: as in `data`, and &mut self gives exclusive access to the buffer.
-        unsafe { std::slice::from_raw_parts_mut(raw::lvk_rte_pktmbuf_mtod(self.m).cast::<u8>(), len) }
+        unsafe {
+            std::slice::from_raw_parts_mut(raw::lvk_rte_pktmbuf_mtod(self.m).cast::<u8>(), len)
+        }
     }
 
     /// Grows the packet by `len` bytes at the tail and returns them (zeroed), or `None` if the
@@ -277,7 +325,10 @@ impl<'pool> Mbuf<'pool> {
         // belong to the packet; we zero them so the slice is initialized before it is read.
         unsafe {
             std::ptr::write_bytes(p.cast::<u8>(), 0, usize::from(len));
-            Some(std::slice::from_raw_parts_mut(p.cast::<u8>(), usize::from(len)))
+            Some(std::slice::from_raw_parts_mut(
+                p.cast::<u8>(),
+                usize::from(len),
+            ))
         }
     }
 
@@ -322,7 +373,12 @@ pub struct PortConfig {
 
 impl Default for PortConfig {
     fn default() -> Self {
-        PortConfig { rx_queues: 1, tx_queues: 1, rx_ring_descriptors: 1024, tx_ring_descriptors: 1024 }
+        PortConfig {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_ring_descriptors: 1024,
+            tx_ring_descriptors: 1024,
+        }
     }
 }
 
@@ -337,13 +393,23 @@ pub struct Port<'pool> {
 impl<'pool> Port<'pool> {
     /// Configures `port_id` with default device settings and sets up every queue of `config`,
     /// receive queues drawing buffers from `pool`. Call [`Port::start`] next.
-    pub fn configure(port_id: u16, config: &PortConfig, pool: &'pool Mempool<'_>) -> Result<Self, Error> {
+    pub fn configure(
+        port_id: u16,
+        config: &PortConfig,
+        pool: &'pool Mempool<'_>,
+    ) -> Result<Self, Error> {
         let conf = raw::rte_eth_conf::default();
         // SAFETY: conf is a valid zeroed rte_eth_conf (default settings) read during the call.
-        let ret = unsafe { raw::rte_eth_dev_configure(port_id, config.rx_queues, config.tx_queues, &conf) };
+        let ret = unsafe {
+            raw::rte_eth_dev_configure(port_id, config.rx_queues, config.tx_queues, &conf)
+        };
         check("rte_eth_dev_configure", ret)?;
         // Constructed now so that a failing queue setup still closes the port on drop.
-        let port = Port { port_id, started: false, _pool: PhantomData };
+        let port = Port {
+            port_id,
+            started: false,
+            _pool: PhantomData,
+        };
         // SAFETY: the port id was just accepted by rte_eth_dev_configure.
         let socket = unsafe { raw::rte_eth_dev_socket_id(port_id) };
         let socket = u32::try_from(socket).unwrap_or(raw::SOCKET_ID_ANY as u32);
@@ -365,7 +431,13 @@ impl<'pool> Port<'pool> {
         for queue in 0..config.tx_queues {
             // SAFETY: the port is configured; null txconf means driver defaults.
             let ret = unsafe {
-                raw::rte_eth_tx_queue_setup(port_id, queue, config.tx_ring_descriptors, socket, std::ptr::null())
+                raw::rte_eth_tx_queue_setup(
+                    port_id,
+                    queue,
+                    config.tx_ring_descriptors,
+                    socket,
+                    std::ptr::null(),
+                )
             };
             check("rte_eth_tx_queue_setup", ret)?;
         }
@@ -375,7 +447,9 @@ impl<'pool> Port<'pool> {
     /// Starts the port (links up the device, arms the queues).
     pub fn start(&mut self) -> Result<(), Error> {
         // SAFETY: the port and all its queues are configured.
-        check("rte_eth_dev_start", unsafe { raw::rte_eth_dev_start(self.port_id) })?;
+        check("rte_eth_dev_start", unsafe {
+            raw::rte_eth_dev_start(self.port_id)
+        })?;
         self.started = true;
         Ok(())
     }
@@ -389,14 +463,18 @@ impl<'pool> Port<'pool> {
     pub fn mac_addr(&self) -> Result<[u8; 6], Error> {
         let mut addr = raw::rte_ether_addr::default();
         // SAFETY: addr is a valid out-pointer for one rte_ether_addr.
-        check("rte_eth_macaddr_get", unsafe { raw::rte_eth_macaddr_get(self.port_id, &mut addr) })?;
+        check("rte_eth_macaddr_get", unsafe {
+            raw::rte_eth_macaddr_get(self.port_id, &mut addr)
+        })?;
         Ok(addr.addr_bytes)
     }
 
     /// Accepts frames for any destination address.
     pub fn enable_promiscuous(&self) -> Result<(), Error> {
         // SAFETY: the port is configured; the call takes only the id.
-        check("rte_eth_promiscuous_enable", unsafe { raw::rte_eth_promiscuous_enable(self.port_id) })?;
+        check("rte_eth_promiscuous_enable", unsafe {
+            raw::rte_eth_promiscuous_enable(self.port_id)
+        })?;
         Ok(())
     }
 
@@ -406,7 +484,14 @@ impl<'pool> Port<'pool> {
         assert!(self.started, "rx_burst on a port that is not started");
         let mut pkts = [std::ptr::null_mut::<raw::rte_mbuf>(); BURST_MAX_PACKETS];
         // SAFETY: the port is started; pkts has room for BURST_MAX_PACKETS pointers.
-        let n = unsafe { raw::lvk_rte_eth_rx_burst(self.port_id, queue, pkts.as_mut_ptr(), BURST_MAX_PACKETS as u16) };
+        let n = unsafe {
+            raw::lvk_rte_eth_rx_burst(
+                self.port_id,
+                queue,
+                pkts.as_mut_ptr(),
+                BURST_MAX_PACKETS as u16,
+            )
+        };
         let n = usize::from(n);
         assert!(n <= BURST_MAX_PACKETS);
         for &m in &pkts[..n] {
@@ -427,7 +512,9 @@ impl<'pool> Port<'pool> {
             *slot = m.m;
         }
         // SAFETY: the port is started; raw_pkts[..count] are valid mbufs we own.
-        let sent = unsafe { raw::lvk_rte_eth_tx_burst(self.port_id, queue, raw_pkts.as_mut_ptr(), count as u16) };
+        let sent = unsafe {
+            raw::lvk_rte_eth_tx_burst(self.port_id, queue, raw_pkts.as_mut_ptr(), count as u16)
+        };
         let sent = usize::from(sent);
         assert!(sent <= count);
         for m in pkts.drain(..sent) {
@@ -447,5 +534,49 @@ impl Drop for Port<'_> {
         // SAFETY: the port is stopped (or never started); closing releases its queues, whose
         // buffers go back to the pool that still lives ('pool).
         let _ = unsafe { raw::rte_eth_dev_close(self.port_id) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // DPDK's "negative errno" return convention becomes Err with the positive errno.
+    #[test]
+    fn check_maps_negative_returns_to_errno() {
+        assert_eq!(check("op", 3), Ok(3));
+        assert_eq!(check("op", 0), Ok(0));
+        assert_eq!(
+            check("op", -libc::ENODEV),
+            Err(Error {
+                op: "op",
+                errno: libc::ENODEV
+            })
+        );
+    }
+
+    // Error text names the failing call and DPDK's message for the errno (no EAL needed).
+    #[test]
+    fn error_display_names_op_and_message() {
+        let text = Error {
+            op: "rte_eth_dev_start",
+            errno: libc::EINVAL,
+        }
+        .to_string();
+        assert!(text.starts_with("rte_eth_dev_start failed: "), "{text}");
+        assert!(
+            text.contains("Invalid argument") && text.ends_with("(errno 22)"),
+            "{text}"
+        );
+    }
+
+    // An argument with a NUL byte is rejected before DPDK is touched, and init stays possible.
+    #[test]
+    fn eal_init_rejects_nul_without_consuming_the_one_shot() {
+        let err = Eal::init(&["prog", "--no\0huge"])
+            .err()
+            .expect("NUL must be rejected");
+        assert_eq!(err.errno, libc::EINVAL);
+        assert!(!EAL_INITIALIZED.load(Ordering::SeqCst));
     }
 }

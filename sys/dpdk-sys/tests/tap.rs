@@ -61,7 +61,12 @@ fn enter_private_network_namespace() {
     // SAFETY: unshare only changes this thread's namespace; no other thread exists yet, so the
     // EAL threads created later inherit the new namespace.
     let ret = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-    assert_eq!(ret, 0, "unshare(CLONE_NEWNET) failed: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        ret,
+        0,
+        "unshare(CLONE_NEWNET) failed: {}",
+        std::io::Error::last_os_error()
+    );
     run_ip(&["link", "set", "lo", "up"]);
 }
 
@@ -79,19 +84,43 @@ fn run(started: Instant) {
         &format!("--vdev=net_tap0,iface={TAP_IFACE}"),
     ])
     .expect("EAL init");
-    assert_eq!(eal.port_count(), 1, "the net_tap vdev did not register (static link lost the PMD constructor?)");
+    assert_eq!(
+        eal.port_count(),
+        1,
+        "the net_tap vdev did not register (static link lost the PMD constructor?)"
+    );
     let port_id = eal.port_by_name("net_tap0").expect("port net_tap0");
-    let pool = Mempool::create(&eal, "tap_smoke", POOL_BUFFERS, POOL_CACHE_BUFFERS, 2048 + 128).expect("mbuf pool");
-    let config = PortConfig { rx_ring_descriptors: 512, tx_ring_descriptors: 512, ..PortConfig::default() };
+    let pool = Mempool::create(
+        &eal,
+        "tap_smoke",
+        POOL_BUFFERS,
+        POOL_CACHE_BUFFERS,
+        2048 + 128,
+    )
+    .expect("mbuf pool");
+    let config = PortConfig {
+        rx_ring_descriptors: 512,
+        tx_ring_descriptors: 512,
+        ..PortConfig::default()
+    };
     let mut port = Port::configure(port_id, &config, &pool).expect("port configure");
     port.start().expect("port start");
     let our_mac = port.mac_addr().expect("port MAC");
     configure_kernel_side();
-    println!("EAL and tap port up after {:.2?}; our MAC {}", started.elapsed(), fmt_mac(&our_mac));
+    println!(
+        "EAL and tap port up after {:.2?}; our MAC {}",
+        started.elapsed(),
+        fmt_mac(&our_mac)
+    );
 
-    let kernel_udp = UdpSocket::bind(SocketAddrV4::new(KERNEL_IP, 0)).expect("bind UDP on the tap address");
-    kernel_udp.set_nonblocking(true).expect("non-blocking UDP socket");
-    kernel_udp.send_to(UDP_PAYLOAD, SocketAddrV4::new(DPDK_IP, UDP_ECHO_PORT)).expect("send UDP to the DPDK side");
+    let kernel_udp =
+        UdpSocket::bind(SocketAddrV4::new(KERNEL_IP, 0)).expect("bind UDP on the tap address");
+    kernel_udp
+        .set_nonblocking(true)
+        .expect("non-blocking UDP socket");
+    kernel_udp
+        .send_to(UDP_PAYLOAD, SocketAddrV4::new(DPDK_IP, UDP_ECHO_PORT))
+        .expect("send UDP to the DPDK side");
     let mut ping = spawn_ping();
 
     let mut counters = Counters::default();
@@ -113,7 +142,11 @@ fn run(started: Instant) {
         }
         let mut buf = [0u8; 256];
         if let Ok((n, from)) = kernel_udp.recv_from(&mut buf) {
-            assert_eq!(from, SocketAddrV4::new(DPDK_IP, UDP_ECHO_PORT).into(), "UDP reply source");
+            assert_eq!(
+                from,
+                SocketAddrV4::new(DPDK_IP, UDP_ECHO_PORT).into(),
+                "UDP reply source"
+            );
             udp_echo = Some(buf[..n].to_vec());
         }
         if let (Some(child), None) = (ping.as_mut(), ping_status) {
@@ -129,9 +162,19 @@ fn run(started: Instant) {
         let _ = child.kill();
     }
 
-    assert!(counters.arp_replies_sent >= 1, "no ARP request for {DPDK_IP} arrived");
-    assert_eq!(udp_echo.as_deref(), Some(UDP_PAYLOAD), "the kernel did not receive our UDP echo");
-    let neigh = output_of("ip", &["neigh", "show", &DPDK_IP.to_string(), "dev", TAP_IFACE]);
+    assert!(
+        counters.arp_replies_sent >= 1,
+        "no ARP request for {DPDK_IP} arrived"
+    );
+    assert_eq!(
+        udp_echo.as_deref(),
+        Some(UDP_PAYLOAD),
+        "the kernel did not receive our UDP echo"
+    );
+    let neigh = output_of(
+        "ip",
+        &["neigh", "show", &DPDK_IP.to_string(), "dev", TAP_IFACE],
+    );
     assert!(
         neigh.contains(&fmt_mac(&our_mac)),
         "kernel neighbour table does not hold our MAC from the ARP reply: {neigh:?}"
@@ -141,14 +184,20 @@ fn run(started: Instant) {
         (Some(_), status) => {
             let ok = status.is_some_and(|s| s.success());
             assert!(ok, "ping {DPDK_IP} failed: {status:?}");
-            assert!(counters.icmp_replies_sent >= 1, "ping succeeded without our ICMP reply?");
+            assert!(
+                counters.icmp_replies_sent >= 1,
+                "ping succeeded without our ICMP reply?"
+            );
         }
     }
     drop((rx, tx));
     drop(port);
     // The tap interface disappears when its port closes.
     let links = output_of("ip", &["-o", "link", "show"]);
-    assert!(!links.contains(TAP_IFACE), "tap interface left behind after port close: {links}");
+    assert!(
+        !links.contains(TAP_IFACE),
+        "tap interface left behind after port close: {links}"
+    );
     drop(pool);
     drop(eal);
 }
@@ -174,18 +223,27 @@ fn spawn_ping() -> Option<Child> {
 }
 
 fn run_ip(args: &[&str]) {
-    let status = Command::new("ip").args(args).status().expect("run ip (iproute2)");
+    let status = Command::new("ip")
+        .args(args)
+        .status()
+        .expect("run ip (iproute2)");
     assert!(status.success(), "ip {} failed: {status}", args.join(" "));
 }
 
 fn output_of(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().expect("run helper command");
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .expect("run helper command");
     assert!(out.status.success(), "{program} {} failed", args.join(" "));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn fmt_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -194,7 +252,12 @@ fn be16(b: &[u8], at: usize) -> u16 {
 
 /// Builds the reply to one received frame, if it is an ARP request for our address, an ICMP
 /// echo request to us, or a UDP datagram to our echo port.
-fn answer<'p>(frame: &Mbuf<'_>, our_mac: &[u8; 6], pool: &'p Mempool<'_>, c: &mut Counters) -> Option<Mbuf<'p>> {
+fn answer<'p>(
+    frame: &Mbuf<'_>,
+    our_mac: &[u8; 6],
+    pool: &'p Mempool<'_>,
+    c: &mut Counters,
+) -> Option<Mbuf<'p>> {
     let rx = frame.data();
     if rx.len() < ETH_HEADER_BYTES {
         return None;
@@ -220,7 +283,9 @@ fn answer<'p>(frame: &Mbuf<'_>, our_mac: &[u8; 6], pool: &'p Mempool<'_>, c: &mu
 fn to_mbuf<'p>(pool: &'p Mempool<'_>, bytes: &[u8]) -> Mbuf<'p> {
     let mut m = pool.alloc().expect("tx mbuf");
     let len = u16::try_from(bytes.len()).expect("frame fits an mbuf");
-    m.append(len).expect("tailroom for the reply").copy_from_slice(bytes);
+    m.append(len)
+        .expect("tailroom for the reply")
+        .copy_from_slice(bytes);
     assert_eq!(m.data(), bytes);
     m
 }
@@ -228,7 +293,8 @@ fn to_mbuf<'p>(pool: &'p Mempool<'_>, bytes: &[u8]) -> Mbuf<'p> {
 /// RFC 826 reply to a request for `DPDK_IP`.
 fn arp_reply(rx: &[u8], our_mac: &[u8; 6]) -> Option<Vec<u8>> {
     let arp = rx.get(ETH_HEADER_BYTES..ETH_HEADER_BYTES + ARP_PACKET_BYTES)?;
-    let is_ipv4_over_ethernet = be16(arp, 0) == 1 && be16(arp, 2) == ETHERTYPE_IPV4 && arp[4] == 6 && arp[5] == 4;
+    let is_ipv4_over_ethernet =
+        be16(arp, 0) == 1 && be16(arp, 2) == ETHERTYPE_IPV4 && arp[4] == 6 && arp[5] == 4;
     if !is_ipv4_over_ethernet || be16(arp, 6) != 1 || arp[24..28] != DPDK_IP.octets() {
         return None;
     }
