@@ -164,7 +164,7 @@ fn run(started: Instant) {
 
     assert!(
         counters.arp_replies_sent >= 1,
-        "no ARP request for {DPDK_IP} arrived"
+        "no ARP request for {DPDK_IP} was answered"
     );
     assert_eq!(
         udp_echo.as_deref(),
