@@ -45,8 +45,10 @@ const TRIMMED_ARCHIVES: &[&str] = &[
 /// System libraries the trimmed archive set needs (EAL: numa, libbsd's strlcpy, dl, rt).
 const TRIMMED_SYSTEM_LIBS: &[&str] = &["numa", "bsd", "md", "m", "dl", "pthread", "rt", "atomic"];
 
+/// Stops the build with a message (cargo shows a build script's stderr when it fails).
 fn fail(what: &str) -> ! {
-    panic!("\n\ndpdk-sys: {what}\nInstall the build dependencies with:\n    {INSTALL_HINT}\n\n");
+    eprintln!("\ndpdk-sys: {what}\nInstall the build dependencies with:\n    {INSTALL_HINT}\n");
+    std::process::exit(1);
 }
 
 fn pkg_config(args: &[&str]) -> String {
@@ -73,7 +75,14 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/wrapper.h");
     println!("cargo:rerun-if-changed=csrc/shim.c");
     println!("cargo:rerun-if-env-changed=LAVIK_DPDK_LINK");
-    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+    for var in [
+        "PKG_CONFIG_PATH",
+        "PKG_CONFIG_LIBDIR",
+        "PKG_CONFIG_SYSROOT_DIR",
+        "LIBCLANG_PATH",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
 
     let version = pkg_config(&["--modversion", "libdpdk"]);
     if !version.starts_with("22.11") {
@@ -110,13 +119,24 @@ fn generate_bindings(cflags: &[String]) {
         .layout_tests(true)
         .generate_comments(false)
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
-    // bindgen panics (rather than returning an error) when libclang cannot be loaded.
+    // bindgen panics (rather than returning an error) when libclang cannot be loaded; catch it
+    // quietly and report it with the install hint instead of a backtrace.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
     let generated =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
+    std::panic::set_hook(default_hook);
     let bindings = match generated {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => fail(&format!("bindgen could not parse the DPDK headers: {e}")),
-        Err(_) => fail("bindgen could not load libclang"),
+        Err(payload) => {
+            let why = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied())
+                .unwrap_or("unknown reason");
+            fail(&format!("bindgen could not load libclang: {why}"))
+        }
     };
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     bindings
