@@ -133,7 +133,7 @@ pub fn echo_exchange(
         port.rx_burst(0, &mut rx);
         for frame in rx.drain(..) {
             counters.frames_received += 1;
-            if let Some(reply) = answer(&frame, &our_mac, &pool, &mut counters) {
+            if let Some(reply) = answer(&frame, our_mac, pool, &mut counters) {
                 tx.push(reply);
             }
         }
@@ -180,7 +180,7 @@ pub fn echo_exchange(
         &["neigh", "show", &DPDK_IP.to_string(), "dev", kernel_iface],
     );
     assert!(
-        neigh.contains(&fmt_mac(&our_mac)),
+        neigh.contains(&fmt_mac(our_mac)),
         "kernel neighbour table does not hold our MAC from the ARP reply: {neigh:?}"
     );
     match (ping, ping_status) {
