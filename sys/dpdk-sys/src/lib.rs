@@ -170,6 +170,28 @@ impl Drop for Eal {
 }
 
 /// A pool of packet buffers (`rte_pktmbuf_pool_create`), freed on drop.
+///
+/// A pool cannot be freed while one of its buffers is alive (this must not compile):
+///
+/// ```compile_fail,E0505
+/// fn f(eal: &dpdk_sys::Eal) {
+///     let pool = dpdk_sys::Mempool::create(eal, "p", 63, 0, 2176).unwrap();
+///     let m = pool.alloc().unwrap();
+///     drop(pool);
+///     drop(m);
+/// }
+/// ```
+///
+/// nor while a port whose receive rings it fills is open:
+///
+/// ```compile_fail,E0505
+/// fn f(eal: &dpdk_sys::Eal) {
+///     let pool = dpdk_sys::Mempool::create(eal, "p", 63, 0, 2176).unwrap();
+///     let port = dpdk_sys::Port::configure(0, &Default::default(), &pool).unwrap();
+///     drop(pool);
+///     drop(port);
+/// }
+/// ```
 pub struct Mempool<'eal> {
     pool: *mut raw::rte_mempool,
     _eal: PhantomData<&'eal Eal>,
@@ -504,7 +526,10 @@ impl<'pool> Port<'pool> {
     /// Queues the front of `pkts` (at most `BURST_MAX_PACKETS`) for transmission on `queue`.
     /// Sent mbufs are removed from `pkts` (the driver owns them now); the rest stay for a
     /// retry. Returns how many were sent.
-    pub fn tx_burst(&self, queue: u16, pkts: &mut Vec<Mbuf<'_>>) -> usize {
+    ///
+    /// The mbufs must come from a pool that outlives the port (`'pool`): the driver may hold
+    /// sent ones in its ring until the port is closed, and returns them to their pool then.
+    pub fn tx_burst(&self, queue: u16, pkts: &mut Vec<Mbuf<'pool>>) -> usize {
         assert!(self.started, "tx_burst on a port that is not started");
         let count = pkts.len().min(BURST_MAX_PACKETS);
         let mut raw_pkts = [std::ptr::null_mut::<raw::rte_mbuf>(); BURST_MAX_PACKETS];
