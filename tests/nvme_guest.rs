@@ -8,9 +8,16 @@
 //! usable; the `BlockDevice` adapter (multi-command requests, range and alignment errors,
 //! sync); shutdown (CC.SHN) and a fresh bring-up that reads back what was written.
 //!
+//! Then, when `LAVIK_SERVER_BIN` and `LAVIK_SERVER_URI` are set, the real server binary on
+//! its own controller (`server.rs`): load, SIGTERM, restart, SIGKILL under
+//! `appendfsync always`, every key's exact value checked after each restart.
+//!
 //! Prints `PASS <name>` / `FAIL <name>: <why>` per check and a final
 //! `NVME-GUEST-RESULT: PASS|FAIL`; exits 0 only if every check passed.
 use std::process::ExitCode;
+
+#[path = "nvme_guest/server.rs"]
+mod server;
 
 use lavik::device::{AlignedBuf, BlockDevice, DeviceError};
 use lavik::nvme::controller::{
@@ -732,6 +739,13 @@ fn main() -> ExitCode {
             Ok(Err(e)) => report.record(var, Err(e)),
             Err(_) => println!("SKIP {var} not set"),
         }
+    }
+    match (
+        std::env::var("LAVIK_SERVER_BIN"),
+        std::env::var("LAVIK_SERVER_URI"),
+    ) {
+        (Ok(bin), Ok(uri)) => server::server_checks(std::path::Path::new(&bin), &uri, &mut report),
+        _ => println!("SKIP server checks: LAVIK_SERVER_BIN / LAVIK_SERVER_URI not set"),
     }
     let verdict = if report.failed == 0 { "PASS" } else { "FAIL" };
     println!("NVME-GUEST-RESULT: {verdict} ({} failed)", report.failed);
