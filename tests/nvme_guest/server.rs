@@ -172,8 +172,14 @@ impl Server {
             std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let port = PORT.to_string();
         let data_file = format!("--data-file={uri}");
+        // A plain path runs the same checks on the io_uring file backend (host debugging).
+        let storage = if uri.starts_with("spdk://") {
+            "--storage=spdk"
+        } else {
+            "--data-file-size=512mb"
+        };
         let mut args = vec![
-            "--storage=spdk",
+            storage,
             data_file.as_str(),
             "--threads",
             "1",
@@ -297,7 +303,7 @@ fn value(i: usize, generation: u64) -> Vec<u8> {
     } else {
         1 + (i * 131 + generation as usize * 17) % 2000
     };
-    let mut x = (i as u64 + 1) * 0x9E37_79B9_7F4A_7C15 ^ generation.rotate_left(29);
+    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ generation.rotate_left(29);
     (0..len)
         .map(|_| {
             x ^= x << 13;
