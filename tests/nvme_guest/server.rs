@@ -260,6 +260,17 @@ impl Server {
         format!("; {} ends:\n  | {tail}", self.log.display())
     }
 
+    /// Copies the server's log to the console (prefixed, so the host script's filter
+    /// leaves it out of its summary) and returns it.
+    fn echo_log(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let name = self.log.file_stem().unwrap_or_default().to_string_lossy();
+        for line in text.lines() {
+            println!("{name}| {line}");
+        }
+        text
+    }
+
     /// SIGTERM, then require exit status 0 and a log without ERROR lines (and without
     /// WARN lines unless `warnings_allowed`: a restart after SIGKILL may warn about the
     /// torn tail it skipped).
@@ -268,7 +279,7 @@ impl Server {
         if !status.success() {
             return Err(format!("exit after SIGTERM: {status}{}", self.log_tail()));
         }
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.echo_log();
         let problems: Vec<&str> = text
             .lines()
             .filter(|l| l.contains(" ERROR ") || (!warnings_allowed && l.contains(" WARN ")))
@@ -550,6 +561,7 @@ fn kill_phase(bin: &Path, uri: &str) -> Result<(usize, usize), String> {
     }
     server.child.kill().map_err(|e| format!("SIGKILL: {e}"))?;
     let status = server.child.wait().map_err(|e| format!("wait: {e}"))?;
+    server.echo_log();
     writer.join().map_err(|_| "writer panicked".to_string())??;
     let (acked, sent) = (acked.load(Ordering::SeqCst), sent.load(Ordering::SeqCst));
     if status.success() || acked >= ALWAYS_KEY_COUNT {
