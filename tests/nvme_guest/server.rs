@@ -114,7 +114,7 @@ impl Client {
 
     fn read_reply(&mut self) -> io::Result<Reply> {
         let l = self.line()?;
-        let (kind, rest) = l.split_at(l.is_empty().then_some(0).unwrap_or(1));
+        let (kind, rest) = l.split_at(if l.is_empty() { 0 } else { 1 });
         let number = || rest.parse::<i64>().map_err(|_| bad("bad length"));
         Ok(match kind {
             "+" => Reply::Simple(rest.to_string()),
@@ -156,6 +156,8 @@ fn bad(why: &str) -> io::Error {
 struct Server {
     child: Child,
     log: PathBuf,
+    /// On the userspace NVMe driver (else the io_uring file backend).
+    spdk: bool,
 }
 
 impl Server {
@@ -173,7 +175,8 @@ impl Server {
         let port = PORT.to_string();
         let data_file = format!("--data-file={uri}");
         // A plain path runs the same checks on the io_uring file backend (host debugging).
-        let storage = if uri.starts_with("spdk://") {
+        let spdk = uri.starts_with("spdk://");
+        let storage = if spdk {
             "--storage=spdk"
         } else {
             "--data-file-size=512mb"
@@ -198,7 +201,7 @@ impl Server {
             .stderr(log_file)
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-        let mut server = Server { child, log };
+        let mut server = Server { child, log, spdk };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
@@ -287,6 +290,10 @@ impl Server {
         if !problems.is_empty() {
             return Err(format!("server logged: {problems:?}"));
         }
+        // A clean stop ends with the controller's normal shutdown (CC.SHN), not just exit.
+        if self.spdk && !text.contains("controller shut down") {
+            return Err("exit 0 but no controller shutdown logged".into());
+        }
         Ok(())
     }
 }
@@ -315,14 +322,11 @@ fn always_key(j: usize) -> Vec<u8> {
 /// Value of key `i` at generation `generation`: binary (CR, LF and NUL included), length
 /// mostly 1..2000 bytes, every 10th 4000..8000 (spans sectors), every 500th 200 KiB.
 fn value(i: usize, generation: u64) -> Vec<u8> {
-    let len = if i == 0 {
-        BIG_VALUE_BYTES
-    } else if i % 500 == 0 {
-        200 << 10
-    } else if i % 10 == 0 {
-        4000 + (i * 37) % 4000
-    } else {
-        1 + (i * 131 + generation as usize * 17) % 2000
+    let len = match (i, i % 500, i % 10) {
+        (0, _, _) => BIG_VALUE_BYTES,
+        (_, 0, _) => 200 << 10,
+        (_, _, 0) => 4000 + (i * 37) % 4000,
+        _ => 1 + (i * 131 + generation as usize * 17) % 2000,
     };
     let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ generation.rotate_left(29);
     (0..len)
