@@ -13,8 +13,9 @@
 //!    pages (`BYCORF_EAL_ARGS=--no-huge`) instead of hugepages — recovers every key with
 //!    its exact value and no deleted key;
 //! 3. with `--appendfsync always`, SIGKILL in the middle of a pipelined load loses no
-//!    acknowledged write: after a restart every acknowledged key holds its value, a key
-//!    sent but not acknowledged is either absent or exact, nothing never sent exists;
+//!    acknowledged write: after a restart (with two workers, so two I/O queue pairs)
+//!    every acknowledged key holds its value, a key sent but not acknowledged is either
+//!    absent or exact, nothing never sent exists;
 //! 4. the store never ran out of space (no `-OOM`; free blocks left at the end).
 //!
 //! Each step prints `PASS server-<name>` / `FAIL server-<name>: <why>` through `Report`.
@@ -576,7 +577,8 @@ fn kill_phase(bin: &Path, uri: &str) -> Result<(usize, usize), String> {
     Ok((acked, sent))
 }
 
-/// Phase 4: restart after the SIGKILL; every acknowledged write is there, exact.
+/// Phase 4: restart after the SIGKILL, now with two workers (two I/O queue pairs, keys
+/// routed between workers); every acknowledged write is there, exact.
 fn after_kill_phase(
     bin: &Path,
     uri: &str,
@@ -585,7 +587,14 @@ fn after_kill_phase(
     acked: usize,
     sent: usize,
 ) -> Result<String, String> {
-    let server = Server::start(bin, uri, &[], &[], 4)?;
+    // A later --threads overrides the default one (clap: args_override_self).
+    let server = Server::start(bin, uri, &["--threads", "2"], &[], 4)?;
+    if !std::fs::read_to_string(&server.log)
+        .unwrap_or_default()
+        .contains("2 queue pair(s)")
+    {
+        return Err(format!("not on 2 queue pairs{}", server.log_tail()));
+    }
     let mut c = Client::connect().map_err(|e| format!("connect: {e}"))?;
     // Sent but not acknowledged: absent or exact; decide per key what the server holds.
     let mut in_doubt_present = 0;
