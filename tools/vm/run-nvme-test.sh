@@ -11,8 +11,9 @@
 # linux-image-amd64 dependency (the versioned linux-image-6.x-amd64 package) with
 # `apt-get download` and unpack it with `dpkg-deb -x` (never installed); build the check
 # and the server as statically linked glibc binaries; pack them with busybox and the
-# vfio modules into an initramfs; boot it under software emulation (TCG) with a timeout; grep the serial
-# console for PASS/FAIL lines.
+# vfio modules into an initramfs; boot it under software emulation (TCG) with a timeout;
+# grep the serial console for PASS/FAIL lines (the server's own log is copied there too,
+# as `lavik-runN| ...` lines).
 #
 # Environment: LAVIK_VM_DIR (work dir, default target/nvme-vm), LAVIK_VM_TIMEOUT_S
 # (default 240), LAVIK_VM_ACCEL (default tcg; "kvm" where KVM works), LAVIK_VM_KEEP=1
@@ -92,7 +93,7 @@ mkdir -p "$root"/{bin,dev,proc,sys,mnt,lib/modules}
 cp "$busybox_bin" "$root/bin/busybox"
 cp "$bin" "$root/nvme_guest"
 # Debug info is not needed in the guest and would triple the initramfs.
-objcopy --strip-debug "$server_bin" "$root/lavik"
+objcopy --strip-debug "$server_bin" "$root/lavik" 2>/dev/null || cp "$server_bin" "$root/lavik"
 
 declare -A mod_path=() loaded=()
 while IFS= read -r f; do
