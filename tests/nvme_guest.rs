@@ -8,9 +8,16 @@
 //! usable; the `BlockDevice` adapter (multi-command requests, range and alignment errors,
 //! sync); shutdown (CC.SHN) and a fresh bring-up that reads back what was written.
 //!
+//! Then, when `LAVIK_SERVER_BIN` and `LAVIK_SERVER_URI` are set, the real server binary on
+//! its own controller (`server.rs`): load, SIGTERM, restart, SIGKILL under
+//! `appendfsync always`, every key's exact value checked after each restart.
+//!
 //! Prints `PASS <name>` / `FAIL <name>: <why>` per check and a final
 //! `NVME-GUEST-RESULT: PASS|FAIL`; exits 0 only if every check passed.
 use std::process::ExitCode;
+
+#[path = "nvme_guest/server.rs"]
+mod server;
 
 use lavik::device::{AlignedBuf, BlockDevice, DeviceError};
 use lavik::nvme::controller::{
@@ -700,25 +707,32 @@ fn timeout_checks(uri: SpdkUri, report: &mut Report) {
 }
 
 fn main() -> ExitCode {
-    let Ok(uri) = std::env::var("LAVIK_NVME_URI") else {
-        eprintln!("nvme_guest: set LAVIK_NVME_URI=spdk://BDF/NSID (run tools/vm/run-nvme-test.sh)");
+    let driver_uri = std::env::var("LAVIK_NVME_URI").ok();
+    let server = (
+        std::env::var("LAVIK_SERVER_BIN").ok(),
+        std::env::var("LAVIK_SERVER_URI").ok(),
+    );
+    if driver_uri.is_none() && server.1.is_none() {
+        eprintln!(
+            "nvme_guest: set LAVIK_NVME_URI=spdk://BDF/NSID and/or LAVIK_SERVER_BIN + \
+             LAVIK_SERVER_URI (run tools/vm/run-nvme-test.sh)"
+        );
         return ExitCode::from(2);
-    };
-    let uri: SpdkUri = match uri.parse() {
-        Ok(u) => u,
-        Err(e) => {
-            eprintln!("nvme_guest: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .init();
     let mut report = Report { failed: 0 };
-    if let Some(ns) = raw_driver_checks(uri, &mut report) {
-        block_device_checks(uri, ns, &mut report);
-    } else {
-        report.failed += 1;
+    match driver_uri.map(|u| u.parse::<SpdkUri>()) {
+        Some(Ok(uri)) => {
+            if let Some(ns) = raw_driver_checks(uri, &mut report) {
+                block_device_checks(uri, ns, &mut report);
+            } else {
+                report.failed += 1;
+            }
+        }
+        Some(Err(e)) => report.record("LAVIK_NVME_URI", Err(e)),
+        None => println!("SKIP driver checks: LAVIK_NVME_URI not set"),
     }
     for (var, check) in [
         (
@@ -732,6 +746,12 @@ fn main() -> ExitCode {
             Ok(Err(e)) => report.record(var, Err(e)),
             Err(_) => println!("SKIP {var} not set"),
         }
+    }
+    match server {
+        (Some(bin), Some(uri)) => {
+            server::server_checks(std::path::Path::new(&bin), &uri, &mut report)
+        }
+        _ => println!("SKIP server checks: LAVIK_SERVER_BIN / LAVIK_SERVER_URI not set"),
     }
     let verdict = if report.failed == 0 { "PASS" } else { "FAIL" };
     println!("NVME-GUEST-RESULT: {verdict} ({} failed)", report.failed);

@@ -330,7 +330,11 @@ impl NvmeBlockDevice {
         let mut guards: Vec<_> = self.queues.iter().map(lock).collect();
         let queues: Vec<IoQueue> = guards.iter_mut().filter_map(|g| g.queue.take()).collect();
         match lock(&self.controller).take() {
-            Some(c) => c.shutdown(queues),
+            Some(c) => {
+                c.shutdown(queues)?;
+                tracing::info!("{}: controller shut down", self.uri);
+                Ok(())
+            }
             None => Ok(()),
         }
     }

@@ -162,7 +162,6 @@ pub struct NamespaceInfo {
 
 /// An initialised controller with its admin queue.
 pub struct Controller {
-    vfio: VfioDevice,
     bar: Arc<Bar0>,
     pub capabilities: Capabilities,
     pub version: Version,
@@ -171,6 +170,9 @@ pub struct Controller {
     scratch: DmaBuffer,
     options: ControllerOptions,
     io_queue_pairs_allocated: u16,
+    /// Declared last so it drops last: closing the group detaches the container's IOMMU,
+    /// after which the DMA buffers above could no longer be unmapped (EINVAL, leaked).
+    vfio: VfioDevice,
 }
 
 /// Buffers and tags of the commands one queue had outstanding at a reset.

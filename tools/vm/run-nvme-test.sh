@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs the userspace NVMe driver check (tests/nvme_guest.rs) inside a QEMU guest:
-# q35 + intel-iommu, an emulated NVMe controller on a raw disk image, bound to vfio-pci.
+# q35 + intel-iommu, emulated NVMe controllers on raw disk images, bound to vfio-pci.
+# In the same boot the check then starts the real `lavik` binary (release, static) with
+# --storage=spdk on a fourth, blank 512 MiB controller and drives it over TCP on
+# 127.0.0.1 (load, SIGTERM, restart, SIGKILL under appendfsync always, exact read-back).
 #
 #   tools/vm/run-nvme-test.sh        # exit 0 = every in-guest check passed, 1 = not
 #
 # Steps: install qemu-system-x86 / busybox-static / cpio if missing; fetch Debian's
 # linux-image-amd64 dependency (the versioned linux-image-6.x-amd64 package) with
 # `apt-get download` and unpack it with `dpkg-deb -x` (never installed); build the check
-# as a statically linked glibc binary; pack it with busybox and the vfio modules into an
-# initramfs; boot it under software emulation (TCG) with a timeout; grep the serial
-# console for PASS/FAIL lines.
+# and the server as statically linked glibc binaries; pack them with busybox and the
+# vfio modules into an initramfs; boot it under software emulation (TCG) with a timeout;
+# grep the serial console for PASS/FAIL lines (the server's own log is copied there too,
+# as `lavik-runN| ...` lines).
 #
 # Environment: LAVIK_VM_DIR (work dir, default target/nvme-vm), LAVIK_VM_TIMEOUT_S
 # (default 240), LAVIK_VM_ACCEL (default tcg; "kvm" where KVM works), LAVIK_VM_KEEP=1
@@ -71,6 +75,16 @@ fi
 if ldd "$bin" 2>&1 | grep -q '=>'; then
     log "warning: $bin does not look statically linked"
 fi
+log "building lavik (release, static)"
+server_bin=$repo/target/$host_target/release/lavik
+if ! (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release \
+        --target "$host_target" --bin lavik) >"$work/build-lavik.log" 2>&1 ||
+        [ ! -x "$server_bin" ]; then
+    log "lavik build failed:"; tail -30 "$work/build-lavik.log" >&2; exit 1
+fi
+if ldd "$server_bin" 2>&1 | grep -q '=>'; then
+    log "$server_bin is dynamically linked; the guest has no libc"; exit 1
+fi
 
 # --- 4. initramfs: busybox, vfio modules in dependency order, the binary, /init ------------
 root="$work/initramfs"
@@ -78,6 +92,8 @@ rm -rf "$root"
 mkdir -p "$root"/{bin,dev,proc,sys,mnt,lib/modules}
 cp "$busybox_bin" "$root/bin/busybox"
 cp "$bin" "$root/nvme_guest"
+# Debug info is not needed in the guest and would triple the initramfs.
+objcopy --strip-debug "$server_bin" "$root/lavik" 2>/dev/null || cp "$server_bin" "$root/lavik"
 
 declare -A mod_path=() loaded=()
 while IFS= read -r f; do
@@ -105,6 +121,8 @@ cat > "$root/init" <<'EOF'
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+mkdir -p /tmp
+ifconfig lo 127.0.0.1 up
 echo "guest: kernel $(uname -r)"
 for m in $(cat /lib/modules/order); do
     insmod /lib/modules/$m.ko || echo "guest: insmod $m failed"
@@ -120,13 +138,16 @@ for d in /sys/bus/pci/devices/*; do
     echo "guest: NVMe $bdf (IOMMU group $(basename $(readlink $d/iommu_group))) bound to $(basename $(readlink $d/driver))"
     n=$((n + 1))
 done
-if [ $n -ne 3 ]; then
-    echo "FAIL setup: found $n NVMe controllers, want 3"
+if [ $n -ne 4 ]; then
+    echo "FAIL setup: found $n NVMe controllers, want 4"
 else
-    # Slots are pinned by the host script: 04 healthy, 05 media errors, 06 throttled.
+    # Slots are pinned by the host script: 04 healthy, 05 media errors, 06 throttled,
+    # 07 blank, for the lavik server.
     LAVIK_NVME_URI=spdk://0000:00:04.0/1 \
     LAVIK_NVME_FAULTY_URI=spdk://0000:00:05.0/1 \
     LAVIK_NVME_SLOW_URI=spdk://0000:00:06.0/1 \
+    LAVIK_SERVER_BIN=/lavik \
+    LAVIK_SERVER_URI=spdk://0000:00:07.0/1 \
     RUST_BACKTRACE=1 /nvme_guest
     echo "guest: nvme_guest exit $?"
 fi
@@ -148,7 +169,11 @@ fi
 # a retry gets past); a third one throttled to 1 I/O per second, to provoke timeouts.
 faulty_img="$work/faulty.img"
 slow_img="$work/slow.img"
-rm -f "$faulty_img" "$slow_img"
+# The server's namespace: blank every run (lavik formats it), large enough that the test's
+# ~25 MiB of records in 1 MiB blocks (8 shards, 2 reserved blocks each) never fill it.
+server_img="$work/lavik.img"
+rm -f "$faulty_img" "$slow_img" "$server_img"
+truncate -s 512M "$server_img"
 truncate -s 64M "$faulty_img"
 truncate -s 64M "$slow_img"
 cat > "$work/blkdebug.conf" <<'EOF'
@@ -185,6 +210,8 @@ timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 \
     -device nvme,drive=n1,serial=lavik-faulty,addr=0x5 \
     -drive file="$slow_img",if=none,id=n2,format=raw,throttling.iops-total=1 \
     -device nvme,drive=n2,serial=lavik-slow,addr=0x6 \
+    -drive file="$server_img",if=none,id=n3,format=raw \
+    -device nvme,drive=n3,serial=lavik-server,addr=0x7 \
     </dev/null >"$console" 2>&1
 qemu_rc=$?
 set -e
@@ -197,7 +224,11 @@ if grep -q '^NVME-GUEST-RESULT: PASS' "$console" && ! grep -q '^FAIL' "$console"
         log "FAIL: guest reported PASS but the first 16 KiB of $img are still zero"
         exit 1
     fi
-    log "PASS (disk image holds the written data)"
+    if cmp -s -n 4096 "$server_img" /dev/zero; then
+        log "FAIL: guest reported PASS but $server_img has no store label"
+        exit 1
+    fi
+    log "PASS (disk images hold the written data)"
     exit 0
 fi
 log "FAIL (qemu exit $qemu_rc; last console lines follow)"
