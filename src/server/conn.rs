@@ -47,6 +47,9 @@ pub struct Conn {
     pub closing: bool,
     pub in_ready: bool,
     pub monitor: bool,
+    /// A SET of this connection waits for its device read: later commands wait
+    /// too, so the connection's own commands never overtake it.
+    pub write_blocked: bool,
     pub commands: u64,
 }
 
@@ -89,6 +92,7 @@ impl Conn {
             closing: false,
             in_ready: false,
             monitor: false,
+            write_blocked: false,
             commands: 0,
         }
     }

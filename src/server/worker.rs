@@ -8,7 +8,7 @@ use crate::device::AlignedBuf;
 use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
-use crate::storage::get_async::{GetStep, ReadPlan};
+use crate::storage::get_async::{GetStep, PutStep, ReadPlan};
 use crate::storage::{FsyncPolicy, Shard, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -52,6 +52,8 @@ enum ReadDest {
 /// until the read's completion arrives.
 struct PendingRead {
     dest: ReadDest,
+    /// `Some(value)`: a plain SET verifying the key it overwrites; `None`: a GET.
+    set_value: Option<Vec<u8>>,
     shard: u32,
     db: u8,
     proto: Proto,
@@ -101,6 +103,9 @@ pub struct Worker {
     free_reads: Vec<usize>,
     reads_inflight: usize,
     read_bufs: Vec<AlignedBuf>,
+    /// A command that writes ran this round (see `flush_storage`).
+    round_writes: bool,
+    last_background_flush_ms: u64,
 }
 
 fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
@@ -156,6 +161,8 @@ impl Worker {
             free_reads: Vec::new(),
             reads_inflight: 0,
             read_bufs: Vec::new(),
+            round_writes: false,
+            last_background_flush_ms: 0,
         })
     }
 
@@ -483,6 +490,9 @@ impl Worker {
                         continue;
                     }
                     let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+                    if lookup(refs[0]).is_some_and(|spec| spec.flags.contains(&"write")) {
+                        self.round_writes = true;
+                    }
                     let mut bytes = Vec::new();
                     if let Some(spec) = lookup(refs[0]) {
                         self.exec_handler(spec, &refs, db, proto, now, &mut bytes);
@@ -620,7 +630,9 @@ impl Worker {
             if conn.closing || conn.close_after_reply {
                 break;
             }
-            if conn.pending.len() >= PENDING_REPLIES_MAX || conn.out.len() > OUTPUT_HIGH_WATER_BYTES
+            if conn.write_blocked
+                || conn.pending.len() >= PENDING_REPLIES_MAX
+                || conn.out.len() > OUTPUT_HIGH_WATER_BYTES
             {
                 break;
             }
@@ -696,6 +708,9 @@ impl Worker {
             return Outcome::Done;
         }
         let started = Instant::now();
+        if spec.flags.contains(&"write") {
+            self.round_writes = true;
+        }
         let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
         let outcome = match spec.kind {
             Kind::Local => local::run(self, conn, slot, spec, args, now),
@@ -870,6 +885,25 @@ impl Worker {
             }
         }
         if all_held {
+            if spec.name == "set" && args.len() == 3 {
+                let seq = conn.next_seq;
+                let dest = ReadDest::Local {
+                    token: ConnToken {
+                        slot,
+                        gen: conn.gen,
+                    },
+                    seq,
+                };
+                match self.try_set_async(dest, conn.db, args[1], args[2], conn.proto, now) {
+                    Some(bytes) => conn.reply(|r| r.out.extend_from_slice(&bytes)),
+                    None => {
+                        let reserved = conn.reserve();
+                        debug_assert_eq!(reserved, seq);
+                        conn.write_blocked = true;
+                    }
+                }
+                return Outcome::Done;
+            }
             if spec.name == "get" {
                 let seq = conn.next_seq;
                 let dest = ReadDest::Local {
@@ -1039,6 +1073,64 @@ impl Worker {
                 let buf = self.read_buf_for(plan.len_bytes);
                 let read = PendingRead {
                     dest,
+                    set_value: None,
+                    shard: shard_id,
+                    db,
+                    proto,
+                    key: key.to_vec(),
+                    plan,
+                    buf,
+                };
+                self.submit_read(read);
+                None
+            }
+        }
+    }
+
+    fn encode_set(proto: Proto, r: Result<(), crate::storage::StorageError>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rb = ReplyBuf::new(&mut out, proto);
+        match r {
+            Ok(()) => rb.ok(),
+            Err(e) => rb.error(&crate::commands::storage_error(e)),
+        }
+        out
+    }
+
+    /// Starts a plain `SET key value` on one of our own shards. `Some(reply)`:
+    /// done now. `None`: the read that verifies the overwritten key is in flight.
+    fn try_set_async(
+        &mut self,
+        dest: ReadDest,
+        db: u8,
+        key: &[u8],
+        value: &[u8],
+        proto: Proto,
+        now: u64,
+    ) -> Option<Vec<u8>> {
+        let shard_id = self.shards.shard_id(key);
+        let own = shard_id as usize % self.shared.workers.len() == self.id;
+        let inflight_full = self.reads_inflight >= READS_INFLIGHT_MAX;
+        let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
+            return Some(Self::encode_set(
+                proto,
+                Err(crate::storage::StorageError::Corrupt(
+                    "shard not held".into(),
+                )),
+            ));
+        };
+        if !own || inflight_full {
+            let r = shard.put(db, key, ValueKind::String, value, None, now);
+            return Some(Self::encode_set(proto, r));
+        }
+        match shard.put_begin(db, key, ValueKind::String, value, None, now) {
+            Ok(PutStep::Done) => Some(Self::encode_set(proto, Ok(()))),
+            Err(e) => Some(Self::encode_set(proto, Err(e))),
+            Ok(PutStep::Read(plan)) => {
+                let buf = self.read_buf_for(plan.len_bytes);
+                let read = PendingRead {
+                    dest,
+                    set_value: Some(value.to_vec()),
                     shard: shard_id,
                     db,
                     proto,
@@ -1087,6 +1179,10 @@ impl Worker {
         };
         self.free_reads.push(idx);
         self.reads_inflight -= 1;
+        if read.set_value.is_some() {
+            self.on_set_read(read, res, now);
+            return;
+        }
         let step = if res < 0 || (res as usize) < read.plan.len_bytes {
             let e = if res < 0 {
                 std::io::Error::from_raw_os_error(-res)
@@ -1133,6 +1229,68 @@ impl Worker {
         }
     }
 
+    fn on_set_read(&mut self, mut read: PendingRead, res: i32, now: u64) {
+        self.round_writes = true;
+        let value = read.set_value.take().expect("a SET carries its value");
+        let step = if res < 0 || (res as usize) < read.plan.len_bytes {
+            let e = if res < 0 {
+                std::io::Error::from_raw_os_error(-res)
+            } else {
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short device read")
+            };
+            Err(crate::storage::StorageError::Device(
+                crate::device::DeviceError::Io(e),
+            ))
+        } else {
+            match self.shards.slots[read.shard as usize].as_mut() {
+                Some(shard) => {
+                    let plan = read.plan.clone();
+                    shard.put_continue(
+                        read.db,
+                        &read.key,
+                        ValueKind::String,
+                        &value,
+                        None,
+                        plan,
+                        read.buf.as_slice(),
+                        now,
+                    )
+                }
+                None => Err(crate::storage::StorageError::Corrupt(
+                    "shard not held at read completion".into(),
+                )),
+            }
+        };
+        match step {
+            Ok(PutStep::Read(plan)) => {
+                if plan.len_bytes > read.buf.len() {
+                    let old =
+                        std::mem::replace(&mut read.buf, AlignedBuf::new_zeroed(plan.len_bytes));
+                    if old.len() == READ_BUFFER_BYTES {
+                        self.read_bufs.push(old);
+                    }
+                }
+                read.plan = plan;
+                read.set_value = Some(value);
+                self.submit_read(read);
+            }
+            other => {
+                let bytes = Self::encode_set(read.proto, other.map(|_| ()));
+                if read.buf.len() == READ_BUFFER_BYTES {
+                    self.read_bufs.push(read.buf);
+                }
+                if let ReadDest::Local { token, .. } = read.dest {
+                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    if let Some(conn) = self.conn_mut(tok) {
+                        conn.write_blocked = false;
+                    }
+                    self.mark_ready(token.slot);
+                }
+                self.deliver(read.dest, bytes);
+            }
+        }
+    }
+
     fn deliver(&mut self, dest: ReadDest, bytes: Vec<u8>) {
         match dest {
             ReadDest::Remote { from, token, seq } => {
@@ -1154,13 +1312,32 @@ impl Worker {
 
     fn flush_storage(&mut self, now: u64) {
         let mut failed: Option<String> = None;
+        // With `always`, a round that ran a write flushes every shard with staged
+        // records before any reply leaves. Records staged by background work
+        // alone (defrag relocations, expiry tombstones) acknowledge nothing, so
+        // they wait for the flush-max-ms window instead of costing an fsync on
+        // every round.
+        let always = self.fsync == FsyncPolicy::Always;
+        let window_over = now.saturating_sub(self.last_background_flush_ms)
+            >= self.shared.settings.cli.flush_max_ms;
+        let foreground = std::mem::take(&mut self.round_writes);
+        let mut flushed_background = false;
         for shard in self.shards.held() {
-            if shard.flush_due(now) {
+            let due = if always {
+                shard.has_unflushed() && (foreground || window_over)
+            } else {
+                shard.flush_due(now)
+            };
+            if due {
+                flushed_background |= !foreground;
                 if let Err(e) = shard.flush() {
                     tracing::error!("shard {} flush failed: {e}", shard.id());
                     failed = Some(e.to_string());
                 }
             }
+        }
+        if flushed_background {
+            self.last_background_flush_ms = now;
         }
         let Some(err) = failed else { return };
         self.shared

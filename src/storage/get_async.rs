@@ -20,7 +20,7 @@
 
 use super::format::{decode_record, RecordHeader, RecordType, FLAG_LARGE};
 use super::index::Address;
-use super::shard::Shard;
+use super::shard::{Found, OwnedRecord, Shard};
 use super::{Db, StorageError, Value, ValueKind};
 use std::os::fd::RawFd;
 
@@ -40,6 +40,7 @@ pub struct ReadPlan {
     rel: usize,
     /// Bytes from the read offset to the end of the block.
     room: usize,
+    addr: Address,
     block_seq: u64,
     /// Candidates not yet tried, after `addr`.
     rest: Vec<Address>,
@@ -145,6 +146,7 @@ impl Shard {
                 len_bytes: len,
                 rel: off - aligned,
                 room: bs - aligned,
+                addr,
                 block_seq,
                 rest: candidates,
                 restarts,
@@ -195,6 +197,151 @@ impl Shard {
         }
         let header = r.header;
         value_of(&header, r.value.to_vec()).map(|v| GetStep::Done(Some(v)))
+    }
+}
+
+/// Where an asynchronous SET stands.
+pub enum PutStep {
+    Done,
+    Read(ReadPlan),
+}
+
+impl Shard {
+    /// Starts a plain SET (insert or overwrite, no conditions). When the key may
+    /// already exist on the device, returns the read that verifies it instead of
+    /// blocking on it; everything else completes here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_begin(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<PutStep, StorageError> {
+        self.put_begin_inner(db, key, kind, bytes, expire_at_ms, now_ms, 0)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn put_begin_inner(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        restarts: u32,
+    ) -> Result<PutStep, StorageError> {
+        let sync = |s: &mut Shard| {
+            s.put(db, key, kind, bytes, expire_at_ms, now_ms)
+                .map(|_| PutStep::Done)
+        };
+        let too_big = key.len() > self.key_len_max() || bytes.len() as u64 > self.value_len_max();
+        if (db as usize) >= self.indexes.len() || restarts > RESTARTS_MAX || too_big {
+            return sync(self);
+        }
+        let h = self.hash(db, key);
+        let candidates: Vec<Address> = self.indexes[db as usize].candidates(h).collect();
+        let Some(&first) = candidates.first() else {
+            return sync(self);
+        };
+        // Any staged candidate, or a device without an fd: the synchronous path is cheap
+        // or unavoidable.
+        for &a in &candidates {
+            let (block, off) = self.shared.layout.split(a);
+            if self
+                .open
+                .as_ref()
+                .is_some_and(|ob| ob.block == block && off < ob.write_pos)
+            {
+                return sync(self);
+            }
+        }
+        let (block, off) = self.shared.layout.split(first);
+        let Some(info) = self.blocks.get(&block) else {
+            return sync(self);
+        };
+        let block_seq = info.block_seq;
+        let (dev, base) = self.shared.layout.locate(block);
+        let Some(fd) = self.shared.layout.devices[dev].raw_fd() else {
+            return sync(self);
+        };
+        let bs = self.shared.layout.block_size_bytes as usize;
+        let aligned = off & !(IO_ALIGN_BYTES - 1);
+        Ok(PutStep::Read(ReadPlan {
+            fd,
+            offset_bytes: base + aligned as u64,
+            len_bytes: READ_WINDOW_BYTES.min(bs - aligned),
+            rel: off - aligned,
+            room: bs - aligned,
+            addr: first,
+            block_seq,
+            rest: candidates[1..].to_vec(),
+            restarts,
+        }))
+    }
+
+    /// Continues a SET with the bytes `plan` asked for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_continue(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire_at_ms: Option<u64>,
+        plan: ReadPlan,
+        buf: &[u8],
+        now_ms: u64,
+    ) -> Result<PutStep, StorageError> {
+        self.counters.device_reads += 1;
+        self.counters.device_read_bytes += plan.len_bytes as u64;
+        let restart = plan.restarts + 1;
+        let data = &buf[..plan.len_bytes.min(buf.len())];
+        let Some(hdr) = RecordHeader::decode(&data[plan.rel.min(data.len())..]) else {
+            return self.put_begin_inner(db, key, kind, bytes, expire_at_ms, now_ms, restart);
+        };
+        let need = plan.rel + hdr.record_len();
+        if need > plan.len_bytes {
+            if need > plan.room {
+                return self.put_begin_inner(db, key, kind, bytes, expire_at_ms, now_ms, restart);
+            }
+            let len = need.div_ceil(IO_ALIGN_BYTES) * IO_ALIGN_BYTES;
+            return Ok(PutStep::Read(ReadPlan {
+                len_bytes: len.min(plan.room),
+                ..plan
+            }));
+        }
+        let Some(r) = decode_record(&data[plan.rel..need], plan.block_seq) else {
+            return self.put_begin_inner(db, key, kind, bytes, expire_at_ms, now_ms, restart);
+        };
+        let h = self.hash(db, key);
+        let still_indexed = self.indexes[db as usize]
+            .candidates(h)
+            .any(|a| a == plan.addr);
+        if !still_indexed {
+            // The index moved on while we read: look again.
+            return self.put_begin_inner(db, key, kind, bytes, expire_at_ms, now_ms, restart);
+        }
+        if r.header.record_type == RecordType::Put && r.header.db == db && r.key == key {
+            let old = Found {
+                addr: plan.addr,
+                rec: OwnedRecord {
+                    header: r.header,
+                    key: r.key.to_vec(),
+                    value: r.value.to_vec(),
+                },
+            };
+            let expire = expire_at_ms.unwrap_or(0);
+            self.put_found(db, key, kind, bytes, expire, h, Some(old))?;
+            return Ok(PutStep::Done);
+        }
+        // A different key behind the same hash fragment (rare): the synchronous path
+        // checks the remaining candidates.
+        self.put(db, key, kind, bytes, expire_at_ms, now_ms)?;
+        Ok(PutStep::Done)
     }
 }
 

@@ -376,6 +376,23 @@ impl Shard {
         let expire = expire_at_ms.unwrap_or(0);
         let h = self.hash(db, key);
         let old = self.find(db, key, h)?;
+        self.put_found(db, key, kind, bytes, expire, h, old)
+    }
+
+    /// The second half of `put`: `old` is what `find` returned for (db, key) — the caller
+    /// guarantees it is still current (its address is in the index) or `None` when the
+    /// key is absent. Used by the asynchronous SET after it read the old record itself.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_found(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire: u64,
+        h: u64,
+        old: Option<Found>,
+    ) -> Result<(), StorageError> {
         let (addr, len) = if record_len(key.len(), bytes.len()) <= self.inline_record_max() {
             let (addr, _) = self.append(
                 RecordType::Put,
