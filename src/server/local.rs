@@ -661,11 +661,7 @@ fn slowlog(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
 fn config_params(w: &Worker) -> Vec<(String, String)> {
     let s = &w.shared.settings;
     let rt = w.shared.runtime.read().expect("runtime lock").clone();
-    let fsync = match w.fsync {
-        crate::storage::FsyncPolicy::Always => "always",
-        crate::storage::FsyncPolicy::EverySec => "everysec",
-        crate::storage::FsyncPolicy::No => "no",
-    };
+    let fsync = w.fsync.as_str();
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
     vec![
         ("bind".into(), s.binds.join(" ")),
@@ -921,11 +917,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         ));
     }
     if want("persistence") {
-        let fsync = match w.fsync {
-            crate::storage::FsyncPolicy::Always => "always",
-            crate::storage::FsyncPolicy::EverySec => "everysec",
-            crate::storage::FsyncPolicy::No => "no",
-        };
+        let fsync = w.fsync.as_str();
         let meaning = match w.fsync {
             crate::storage::FsyncPolicy::Always => {
                 "a write is acknowledged only after it is durable on the device"
@@ -1099,10 +1091,5 @@ fn tombraider(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
 
 /// `ShardStats` as `field=value,...`, whatever fields the engine reports.
 fn stats_line(s: &crate::storage::ShardStats) -> String {
-    let dbg = format!("{s:?}");
-    let inner = dbg
-        .split_once('{')
-        .map(|(_, r)| r.trim_end_matches('}').trim())
-        .unwrap_or(&dbg);
-    inner.replace(": ", "=").replace(", ", ",")
+    debug_line(format!("{s:?}"))
 }

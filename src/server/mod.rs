@@ -52,6 +52,13 @@ pub struct ConnToken {
     pub gen: u32,
 }
 
+impl ConnToken {
+    /// The 64-bit form used in SQE user data and connection lookups.
+    pub fn packed(self) -> u64 {
+        ((self.gen as u64) << 32) | self.slot as u64
+    }
+}
+
 pub enum Msg {
     /// Run a command on the receiving worker's shards and reply.
     Request {

@@ -500,7 +500,7 @@ impl Worker {
                     self.outbox[from].push(Msg::Reply { token, seq, bytes });
                 }
                 Msg::Reply { token, seq, bytes } => {
-                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
                         conn.fill(seq, bytes);
                         let resume = conn.unparsed() > 0;
@@ -529,14 +529,14 @@ impl Worker {
                     }
                 }
                 Msg::Kill { token } => {
-                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    let tok = token.packed();
                     if self.conn_mut(tok).is_some() {
                         self.begin_close(token.slot);
                         self.maybe_free(token.slot);
                     }
                 }
                 Msg::Monitor { token, line } => {
-                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                    let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
                         if conn.pending.is_empty() {
                             conn.out.extend_from_slice(&line);
@@ -769,7 +769,7 @@ impl Worker {
         let monitors = self.shared.monitors.lock().expect("monitors lock").clone();
         for (w, token) in monitors {
             if w == self.id {
-                let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                let tok = token.packed();
                 if let Some(c) = self.conn_mut(tok) {
                     c.out.extend_from_slice(line.as_bytes());
                 }
@@ -1173,8 +1173,39 @@ impl Worker {
         push_sqe(&mut self.ring, &sqe);
     }
 
+    /// The outcome of a completed device read: `Ok` when all planned bytes arrived.
+    fn read_status(res: i32, want_bytes: usize) -> Result<(), crate::storage::StorageError> {
+        if res >= 0 && res as usize >= want_bytes {
+            return Ok(());
+        }
+        let e = if res < 0 {
+            std::io::Error::from_raw_os_error(-res)
+        } else {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short device read")
+        };
+        Err(crate::storage::StorageError::Device(
+            crate::device::DeviceError::Io(e),
+        ))
+    }
+
+    /// Issues the next read of a pending operation, growing its buffer if the plan needs it.
+    fn resubmit_read(&mut self, mut read: PendingRead, plan: ReadPlan) {
+        if plan.len_bytes > read.buf.len() {
+            let old = std::mem::replace(&mut read.buf, AlignedBuf::new_zeroed(plan.len_bytes));
+            self.recycle_read_buf(old);
+        }
+        read.plan = plan;
+        self.submit_read(read);
+    }
+
+    fn recycle_read_buf(&mut self, buf: AlignedBuf) {
+        if buf.len() == READ_BUFFER_BYTES {
+            self.read_bufs.push(buf);
+        }
+    }
+
     fn on_read(&mut self, idx: usize, res: i32, now: u64) {
-        let Some(mut read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
+        let Some(read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
             return;
         };
         self.free_reads.push(idx);
@@ -1183,47 +1214,29 @@ impl Worker {
             self.on_set_read(read, res, now);
             return;
         }
-        let step = if res < 0 || (res as usize) < read.plan.len_bytes {
-            let e = if res < 0 {
-                std::io::Error::from_raw_os_error(-res)
-            } else {
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short device read")
-            };
-            Err(crate::storage::StorageError::Device(
-                crate::device::DeviceError::Io(e),
-            ))
-        } else {
+        let step = Self::read_status(res, read.plan.len_bytes).and_then(|()| {
             match self.shards.slots[read.shard as usize].as_mut() {
-                Some(shard) => {
-                    let plan = read.plan.clone();
-                    shard.get_continue(read.db, &read.key, plan, read.buf.as_slice(), now)
-                }
+                Some(shard) => shard.get_continue(
+                    read.db,
+                    &read.key,
+                    read.plan.clone(),
+                    read.buf.as_slice(),
+                    now,
+                ),
                 None => Err(crate::storage::StorageError::Corrupt(
                     "shard not held at read completion".into(),
                 )),
             }
-        };
+        });
         match step {
-            Ok(GetStep::Read(plan)) => {
-                if plan.len_bytes > read.buf.len() {
-                    let old =
-                        std::mem::replace(&mut read.buf, AlignedBuf::new_zeroed(plan.len_bytes));
-                    if old.len() == READ_BUFFER_BYTES {
-                        self.read_bufs.push(old);
-                    }
-                }
-                read.plan = plan;
-                self.submit_read(read);
-            }
+            Ok(GetStep::Read(plan)) => self.resubmit_read(read, plan),
             other => {
                 let v = other.map(|s| match s {
                     GetStep::Done(v) => v,
                     GetStep::Read(_) => None,
                 });
                 let bytes = Self::encode_get(read.proto, v);
-                if read.buf.len() == READ_BUFFER_BYTES {
-                    self.read_bufs.push(read.buf);
-                }
+                self.recycle_read_buf(read.buf);
                 self.deliver(read.dest, bytes);
             }
         }
@@ -1232,56 +1245,33 @@ impl Worker {
     fn on_set_read(&mut self, mut read: PendingRead, res: i32, now: u64) {
         self.round_writes = true;
         let value = read.set_value.take().expect("a SET carries its value");
-        let step = if res < 0 || (res as usize) < read.plan.len_bytes {
-            let e = if res < 0 {
-                std::io::Error::from_raw_os_error(-res)
-            } else {
-                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short device read")
-            };
-            Err(crate::storage::StorageError::Device(
-                crate::device::DeviceError::Io(e),
-            ))
-        } else {
+        let step = Self::read_status(res, read.plan.len_bytes).and_then(|()| {
             match self.shards.slots[read.shard as usize].as_mut() {
-                Some(shard) => {
-                    let plan = read.plan.clone();
-                    shard.put_continue(
-                        read.db,
-                        &read.key,
-                        ValueKind::String,
-                        &value,
-                        None,
-                        plan,
-                        read.buf.as_slice(),
-                        now,
-                    )
-                }
+                Some(shard) => shard.put_continue(
+                    read.db,
+                    &read.key,
+                    ValueKind::String,
+                    &value,
+                    None,
+                    read.plan.clone(),
+                    read.buf.as_slice(),
+                    now,
+                ),
                 None => Err(crate::storage::StorageError::Corrupt(
                     "shard not held at read completion".into(),
                 )),
             }
-        };
+        });
         match step {
             Ok(PutStep::Read(plan)) => {
-                if plan.len_bytes > read.buf.len() {
-                    let old =
-                        std::mem::replace(&mut read.buf, AlignedBuf::new_zeroed(plan.len_bytes));
-                    if old.len() == READ_BUFFER_BYTES {
-                        self.read_bufs.push(old);
-                    }
-                }
-                read.plan = plan;
                 read.set_value = Some(value);
-                self.submit_read(read);
+                self.resubmit_read(read, plan);
             }
             other => {
                 let bytes = Self::encode_set(read.proto, other.map(|_| ()));
-                if read.buf.len() == READ_BUFFER_BYTES {
-                    self.read_bufs.push(read.buf);
-                }
+                self.recycle_read_buf(read.buf);
                 if let ReadDest::Local { token, .. } = read.dest {
-                    let tok = ((token.gen as u64) << 32) | token.slot as u64;
-                    if let Some(conn) = self.conn_mut(tok) {
+                    if let Some(conn) = self.conn_mut(token.packed()) {
                         conn.write_blocked = false;
                     }
                     self.mark_ready(token.slot);
@@ -1297,7 +1287,7 @@ impl Worker {
                 self.outbox[from].push(Msg::Reply { token, seq, bytes })
             }
             ReadDest::Local { token, seq } => {
-                let tok = ((token.gen as u64) << 32) | token.slot as u64;
+                let tok = token.packed();
                 if let Some(conn) = self.conn_mut(tok) {
                     conn.fill(seq, bytes);
                     if conn.unparsed() > 0 {
