@@ -19,6 +19,8 @@ pub enum OpKind {
     Wake = 4,
     /// A device read for a GET (`storage::get_async`).
     Read = 5,
+    /// An `fdatasync` of a data file for group commit (`worker::flush_storage`).
+    Fsync = 6,
 }
 
 /// Packs an operation kind and a 56-bit token (listener index or connection

@@ -51,6 +51,13 @@ pub struct Conn {
     /// too, so the connection's own commands never overtake it.
     pub write_blocked: bool,
     pub commands: u64,
+    /// Replies waiting for a group-commit epoch to be durable (`appendfsync
+    /// always`), oldest first, each with its epoch; they precede `out`'s bytes
+    /// added later.
+    pub held: VecDeque<(u64, Vec<u8>)>,
+    /// Leading bytes of `out` already cleared to leave (released from `held`
+    /// or produced while nothing was held); the rest is this round's.
+    pub out_cleared: usize,
 }
 
 impl Conn {
@@ -94,6 +101,8 @@ impl Conn {
             monitor: false,
             write_blocked: false,
             commands: 0,
+            held: VecDeque::new(),
+            out_cleared: 0,
         }
     }
 

@@ -11,6 +11,8 @@ use crate::runtime::{split_user_data, user_data, OpKind};
 use crate::storage::get_async::{GetStep, PutStep, ReadPlan};
 use crate::storage::{FsyncPolicy, Shard, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -62,6 +64,42 @@ struct PendingRead {
     buf: AlignedBuf,
 }
 
+/// Group commit that does not stall the worker: a flush *epoch* writes every
+/// shard's staged records (one device write each) and then syncs the data files
+/// with `fdatasync` submitted on the worker's ring. While it runs the worker
+/// goes on serving; replies that acknowledge (or reveal) writes not yet durable
+/// are held, tagged with the epoch that covers them, and leave when it ends.
+/// Up to `EPOCHS_INFLIGHT_MAX` epochs are in flight; their writes are issued
+/// in order (each completes before the next starts) and they become durable in
+/// order, so a reply never leaves before every earlier write is durable.
+#[derive(Default)]
+struct GroupCommit {
+    /// Epochs started; epochs whose syncs all completed (`durable <= issued`).
+    issued: u64,
+    durable: u64,
+    /// Epochs started and not yet durable, oldest first.
+    inflight: VecDeque<Epoch>,
+    /// A write ran after the newest epoch started: the next must cover it.
+    wanted: bool,
+    /// Held replies tagged with an epoch up to this one must not leave (the
+    /// epoch failed); with the message they get instead.
+    failed_upto: u64,
+    failed_text: String,
+}
+
+struct Epoch {
+    id: u64,
+    /// Its `fdatasync`s that have not completed.
+    syncs_left: u32,
+    /// Its first error (its write or one of its syncs).
+    error: Option<String>,
+}
+
+/// Group-commit epochs whose `fdatasync` may be in flight at once. More than
+/// one lets a write that arrives during a sync start its own sync at once
+/// instead of waiting for the one in flight to end.
+const EPOCHS_INFLIGHT_MAX: usize = 2;
+
 pub enum Outcome {
     Done,
     /// Needs other workers' shards: not consumed; the connection is
@@ -106,6 +144,12 @@ pub struct Worker {
     /// A command that writes ran this round (see `flush_storage`).
     round_writes: bool,
     last_background_flush_ms: u64,
+    commit: GroupCommit,
+    /// The epoch this round's replies need durable before they leave (nothing
+    /// to wait for when it is `<= commit.durable`).
+    round_need: u64,
+    /// Replies to other workers' clients waiting for an epoch, in order.
+    held_replies: VecDeque<(u64, usize, Msg)>,
 }
 
 fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
@@ -163,6 +207,9 @@ impl Worker {
             read_bufs: Vec::new(),
             round_writes: false,
             last_background_flush_ms: 0,
+            commit: GroupCommit::default(),
+            round_need: 0,
+            held_replies: VecDeque::new(),
         })
     }
 
@@ -199,7 +246,9 @@ impl Worker {
     fn finish(mut self) {
         // Device reads in flight write into buffers we own: wait for them.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while self.reads_inflight > 0 && Instant::now() < deadline {
+        while (self.reads_inflight > 0 || !self.commit.inflight.is_empty())
+            && Instant::now() < deadline
+        {
             let _ = self.ring.submit_and_wait(1);
             self.reap(now_ms());
         }
@@ -281,6 +330,7 @@ impl Worker {
                 k if k == OpKind::Send as u8 => self.on_send(token, res),
                 k if k == OpKind::Wake as u8 => self.arm_wake(),
                 k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
+                k if k == OpKind::Fsync as u8 => self.on_fsync(token, res, now),
                 _ => tracing::error!("unknown completion kind {kind}"),
             }
         }
@@ -550,6 +600,37 @@ impl Worker {
     }
 
     fn send_outbox(&mut self) {
+        // Replies of this round wait behind older held ones, and for this
+        // round's epoch when it is not durable yet.
+        let need = self.round_need;
+        if need > self.commit.durable || !self.held_replies.is_empty() {
+            let tag = need.max(self.held_replies.back().map_or(0, |h| h.0));
+            for w in 0..self.outbox.len() {
+                let mut kept = Vec::new();
+                for m in self.outbox[w].drain(..) {
+                    if matches!(m, Msg::Reply { .. }) {
+                        self.held_replies.push_back((tag, w, m));
+                    } else {
+                        kept.push(m);
+                    }
+                }
+                self.outbox[w] = kept;
+            }
+        }
+        while let Some(&(tag, _, _)) = self.held_replies.front() {
+            if tag > self.commit.durable {
+                break;
+            }
+            let Some((tag, w, mut m)) = self.held_replies.pop_front() else {
+                break;
+            };
+            if tag <= self.commit.failed_upto {
+                if let Msg::Reply { bytes, .. } = &mut m {
+                    *bytes = self.commit.failed_text.clone().into_bytes();
+                }
+            }
+            self.outbox[w].push(m);
+        }
         for w in 0..self.outbox.len() {
             if self.outbox[w].is_empty() {
                 continue;
@@ -1301,6 +1382,140 @@ impl Worker {
     // ----- storage and sending ----------------------------------------------
 
     fn flush_storage(&mut self, now: u64) {
+        self.round_need = 0;
+        match self.fsync {
+            FsyncPolicy::No => self.flush_storage_sync(now),
+            FsyncPolicy::Always => {
+                // Records staged by background work alone (defrag relocations,
+                // expiry tombstones) acknowledge nothing: they wait for the
+                // flush-max-ms window instead of costing a sync every round.
+                if std::mem::take(&mut self.round_writes) {
+                    self.commit.wanted = true;
+                }
+                if self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX {
+                    let window_over = now.saturating_sub(self.last_background_flush_ms)
+                        >= self.shared.settings.cli.flush_max_ms;
+                    let background = window_over && self.shards.held().any(|s| s.has_unflushed());
+                    if self.commit.wanted || background {
+                        self.start_epoch(now);
+                    }
+                }
+                self.round_need = self.commit.issued + u64::from(self.commit.wanted);
+            }
+            FsyncPolicy::EverySec => {
+                self.round_writes = false;
+                if self.commit.inflight.is_empty() && self.shards.held().any(|s| s.flush_due(now)) {
+                    self.start_epoch(now);
+                }
+            }
+        }
+    }
+
+    /// Starts a group-commit epoch: every shard with staged records (all of
+    /// them with `always`, those whose window is over with `everysec`) writes
+    /// them, then one `fdatasync` per data file goes on the ring.
+    fn start_epoch(&mut self, now: u64) {
+        let always = self.fsync == FsyncPolicy::Always;
+        let mut fds: Vec<RawFd> = Vec::new();
+        let mut failed: Option<String> = None;
+        for shard in self.shards.held() {
+            let due = if always {
+                shard.has_unflushed()
+            } else {
+                shard.flush_due(now)
+            };
+            if !due {
+                continue;
+            }
+            match shard.flush_write() {
+                Ok(list) => {
+                    for fd in list {
+                        if !fds.contains(&fd) {
+                            fds.push(fd);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("shard {} flush failed: {e}", shard.id());
+                    failed.get_or_insert(e.to_string());
+                }
+            }
+        }
+        self.commit.issued += 1;
+        self.commit.wanted = false;
+        self.last_background_flush_ms = now;
+        let id = self.commit.issued;
+        for fd in &fds {
+            let sqe = opcode::Fsync::new(types::Fd(*fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()
+                .user_data(user_data(OpKind::Fsync, id));
+            push_sqe(&mut self.ring, &sqe);
+        }
+        self.commit.inflight.push_back(Epoch {
+            id,
+            syncs_left: fds.len() as u32,
+            error: failed,
+        });
+        if fds.is_empty() {
+            self.advance_epochs(now);
+        } else {
+            // Start the device flush now rather than at the end of the round.
+            let _ = self.ring.submit();
+        }
+    }
+
+    fn on_fsync(&mut self, id: u64, res: i32, now: u64) {
+        let Some(epoch) = self.commit.inflight.iter_mut().find(|e| e.id == id) else {
+            tracing::error!("fdatasync completion for unknown epoch {id}");
+            return;
+        };
+        if res < 0 {
+            let e = std::io::Error::from_raw_os_error(-res);
+            tracing::error!("fdatasync of a data file failed: {e}");
+            epoch.error.get_or_insert(e.to_string());
+        }
+        epoch.syncs_left = epoch.syncs_left.saturating_sub(1);
+        self.advance_epochs(now);
+    }
+
+    /// Epochs at the front whose syncs all ended are durable: their held
+    /// replies may leave (or, if one failed, must not); writes made meanwhile
+    /// start the next epoch at once.
+    fn advance_epochs(&mut self, now: u64) {
+        while self
+            .commit
+            .inflight
+            .front()
+            .is_some_and(|e| e.syncs_left == 0)
+        {
+            let Some(epoch) = self.commit.inflight.pop_front() else {
+                break;
+            };
+            self.commit.durable = epoch.id;
+            if let Some(err) = epoch.error {
+                self.shared
+                    .stats
+                    .flush_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                if self.fsync == FsyncPolicy::Always {
+                    self.commit.failed_upto = epoch.id;
+                    self.commit.failed_text =
+                        format!("-ERR storage flush failed, write not acknowledged: {err}\r\n");
+                }
+            }
+        }
+        if self.commit.wanted
+            && self.fsync == FsyncPolicy::Always
+            && self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX
+        {
+            self.start_epoch(now);
+        }
+    }
+
+    /// Flushes with the sync done in place (`appendfsync no` writes without
+    /// syncing, so nothing waits).
+    fn flush_storage_sync(&mut self, now: u64) {
         let mut failed: Option<String> = None;
         // With `always`, a round that ran a write flushes every shard with staged
         // records before any reply leaves. Records staged by background work
@@ -1361,19 +1576,54 @@ impl Worker {
     }
 
     fn submit_sends(&mut self) {
+        let need = self.round_need;
+        let durable = self.commit.durable;
         for slot in 0..self.conns.len() {
             let Some(conn) = self.conns[slot].as_mut() else {
                 continue;
             };
-            if conn.closing || conn.send_inflight {
+            if conn.closing {
+                continue;
+            }
+            // Group commit: this round's replies wait for the epoch that makes
+            // them true, behind any older held ones; those whose epoch ended go.
+            let cleared = conn.out_cleared.min(conn.out.len());
+            if conn.out.len() > cleared && (need > durable || !conn.held.is_empty()) {
+                let tag = need.max(conn.held.back().map_or(0, |h| h.0));
+                let bytes = conn.out.split_off(cleared);
+                match conn.held.back_mut() {
+                    Some((t, b)) if *t == tag => b.extend_from_slice(&bytes),
+                    _ => conn.held.push_back((tag, bytes)),
+                }
+            }
+            if conn
+                .held
+                .front()
+                .is_some_and(|h| h.0 <= self.commit.failed_upto)
+            {
+                // Their epoch failed: no false acknowledgement leaves.
+                conn.held.clear();
+                conn.out.clear();
+                self.begin_close(slot as u32);
+                self.maybe_free(slot as u32);
+                continue;
+            }
+            while conn.held.front().is_some_and(|h| h.0 <= durable) {
+                if let Some((_, b)) = conn.held.pop_front() {
+                    conn.out.extend_from_slice(&b);
+                }
+            }
+            conn.out_cleared = conn.out.len();
+            if conn.send_inflight {
                 continue;
             }
             if conn.sending.is_empty() && !conn.out.is_empty() {
                 std::mem::swap(&mut conn.sending, &mut conn.out);
+                conn.out_cleared = 0;
                 conn.send_off = 0;
             }
             if conn.sending.is_empty() {
-                if conn.close_after_reply && conn.pending.is_empty() {
+                if conn.close_after_reply && conn.pending.is_empty() && conn.held.is_empty() {
                     self.begin_close(slot as u32);
                     self.maybe_free(slot as u32);
                 }

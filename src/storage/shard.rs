@@ -14,6 +14,7 @@ use super::tombraider::TombRaider;
 use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
 use crate::device::AlignedBuf;
 use std::collections::{BTreeSet, HashMap};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 /// Bytes a device read fetches first: enough for a record of up to ~4 KiB at any offset.
@@ -586,6 +587,38 @@ impl Shard {
             self.free_retired()?;
         }
         Ok(())
+    }
+
+    /// Group commit with the sync left to the caller: the worker submits `fdatasync` on its
+    /// io_uring and keeps serving while the device flushes its cache. Writes the staged
+    /// records and their commit marker in one device write, as [`Shard::flush`] does, and
+    /// returns the file descriptors to sync before anything staged so far may be
+    /// acknowledged. Devices without a file descriptor, and flushes that also free blocks
+    /// (defrag; rare), are synced here, synchronously, and are not in the list.
+    pub fn flush_write(&mut self) -> Result<Vec<RawFd>, StorageError> {
+        if !self.pending_frees.is_empty() {
+            self.flush()?;
+            return Ok(Vec::new());
+        }
+        if self.unflushed {
+            self.write_chunk(self.watermarks_dirty)?;
+            self.counters.flushes += 1;
+            self.unflushed = false;
+            self.first_unflushed_ms = None;
+        }
+        let mut fds = Vec::new();
+        for dev in 0..self.dirty_devices.len() {
+            if !self.dirty_devices[dev] {
+                continue;
+            }
+            match self.shared.layout.devices[dev].raw_fd() {
+                Some(fd) => fds.push(fd),
+                None => self.shared.layout.devices[dev].sync()?,
+            }
+            self.dirty_devices[dev] = false;
+            self.counters.fsyncs += 1;
+        }
+        Ok(fds)
     }
 
     /// Bounded background work: active expiry, one tomb-raider step (at most one block
