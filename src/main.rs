@@ -1,8 +1,9 @@
 //! The `lavik` server binary: parse settings, open the store, start one
 //! worker per CPU, wait for a shutdown signal or command, stop cleanly.
 use lavik::config::Settings;
+use lavik::server::Shared;
 use lavik::server::{build_shared, distribute_shards, Worker};
-use lavik::storage::{self, StoreConfig};
+use lavik::storage::{self, OpenedStore, RecoveryProgress, StoreConfig};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -54,8 +55,19 @@ impl std::io::Write for Tee {
     }
 }
 
-fn listen(addr: &str, port: u16) -> std::io::Result<OwnedFd> {
+/// Binds (without SO_REUSEPORT) and closes a socket: fails if anything listens on the port.
+fn probe_port(addr: &str, port: u16) -> std::io::Result<()> {
     use socket2::{Domain, Socket, Type};
+    let sa = socket_addr(addr, port)?;
+    let sock = Socket::new(Domain::for_address(sa), Type::STREAM, None)?;
+    if sa.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_reuse_address(true)?;
+    sock.bind(&sa.into())
+}
+
+fn socket_addr(addr: &str, port: u16) -> std::io::Result<std::net::SocketAddr> {
     let ip: std::net::IpAddr = addr
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -66,7 +78,12 @@ fn listen(addr: &str, port: u16) -> std::io::Result<OwnedFd> {
                 format!("invalid bind address '{addr}'"),
             )
         })?;
-    let sa = std::net::SocketAddr::new(ip, port);
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
+fn listen(addr: &str, port: u16) -> std::io::Result<OwnedFd> {
+    use socket2::{Domain, Socket, Type};
+    let sa = socket_addr(addr, port)?;
     let sock = Socket::new(Domain::for_address(sa), Type::STREAM, None)?;
     if sa.is_ipv6() {
         sock.set_only_v6(true)?;
@@ -102,6 +119,8 @@ fn main() {
         settings.data_files,
         settings.appendfsync
     );
+    let started = std::time::Instant::now();
+    let progress = Arc::new(RecoveryProgress::default());
     let store_cfg = StoreConfig {
         data_files: settings.data_files.clone(),
         create_size_bytes: settings.data_file_size_bytes,
@@ -112,51 +131,58 @@ fn main() {
         tomb_raider_interval_ms: settings.cli.tomb_raider_interval_ms,
         defrag_paused: settings.cli.defrag_paused,
         defrag_sleep_ms: settings.cli.defrag_sleep_ms,
+        recovery_progress: Some(progress.clone()),
         ..StoreConfig::default()
     };
-    let started = std::time::Instant::now();
-    let opened_result = if settings.cli.storage == "spdk" {
-        let uris: Vec<String> = settings
-            .data_files
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
-        let options = lavik::nvme::block::NvmeOptions {
-            max_completions_per_poll: settings.cli.spdk_max_completions_per_poll as usize,
-            io_queue_pairs: threads.min(u16::MAX as usize) as u16,
-            ..lavik::nvme::block::NvmeOptions::from_env()
-        };
-        match lavik::nvme::block::open_spdk_data_files(&uris, &options) {
-            Ok(devices) => storage::open_on(devices, &store_cfg),
-            Err(e) => {
-                tracing::error!("cannot open NVMe devices: {e}");
-                eprintln!("lavik: cannot open NVMe devices: {e}");
-                std::process::exit(1);
+    // Recovery runs beside the workers: they listen at once and answer
+    // -LOADING until it hands them their shards. Only the labels are read
+    // before we go on, so a foreign or damaged file is refused before
+    // anything listens.
+    let spdk = (settings.cli.storage == "spdk").then(|| lavik::nvme::block::NvmeOptions {
+        max_completions_per_poll: settings.cli.spdk_max_completions_per_poll as usize,
+        io_queue_pairs: threads.min(u16::MAX as usize) as u16,
+        ..lavik::nvme::block::NvmeOptions::from_env()
+    });
+    let load_delay_ms = settings.cli.debug_load_delay_ms;
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("lavik-recovery".into())
+        .spawn(move || {
+            let result = open_store(&store_cfg, spdk.as_ref());
+            std::thread::sleep(Duration::from_millis(load_delay_ms));
+            let _ = opened_tx.send(result);
+        })
+        .expect("spawn recovery thread");
+    let mut opened: Option<OpenedStore> = None;
+    let shard_count = loop {
+        let n = progress.shard_count.load(Ordering::SeqCst);
+        if n != 0 {
+            break n;
+        }
+        match opened_rx.recv_timeout(Duration::from_millis(1)) {
+            Ok(Ok(o)) => {
+                let n = o.info.shard_count;
+                opened = Some(o);
+                break n;
+            }
+            Ok(Err(e)) => fail_open(&e),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                fail_open("recovery thread ended without a result")
             }
         }
-    } else {
-        storage::open(&store_cfg)
     };
-    let opened = match opened_result {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!("cannot open store: {e}");
-            eprintln!("lavik: cannot open store: {e}");
-            std::process::exit(1);
-        }
-    };
-    let shard_count = opened.info.shard_count;
-    tracing::info!(
-        "store open: {} shards, {} keys recovered in {} ms",
-        shard_count,
-        opened.info.recovered_keys,
-        started.elapsed().as_millis()
-    );
     // Listeners first, so a busy port is reported before anything runs.
     let mut per_worker: Vec<Vec<OwnedFd>> = (0..threads).map(|_| Vec::new()).collect();
     if settings.cli.port != 0 {
         for addr in &settings.binds {
+            // SO_REUSEPORT would let a second server share the port with a running
+            // one (same user): probe with a plain bind first, as Redis fails then.
+            if let Err(e) = probe_port(addr, settings.cli.port) {
+                tracing::error!("cannot listen on {addr}:{}: {e}", settings.cli.port);
+                eprintln!("lavik: cannot listen on {addr}:{}: {e}", settings.cli.port);
+                std::process::exit(1);
+            }
             for l in per_worker.iter_mut() {
                 match listen(addr, settings.cli.port) {
                     Ok(fd) => l.push(fd),
@@ -171,8 +197,7 @@ fn main() {
     }
     let pin = settings.pin_workers;
     let cpus = settings.cpus.clone();
-    let (recovered, recovery_ms) = (opened.info.recovered_keys, opened.info.recovery_ms);
-    let (shared, mailboxes) = match build_shared(settings, shard_count, recovered, recovery_ms) {
+    let (shared, mailboxes) = match build_shared(settings, shard_count, Some(progress)) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("lavik: cannot start workers: {e}");
@@ -202,7 +227,7 @@ fn main() {
             }
         }
     }
-    let sets = distribute_shards(opened.shards, threads, shard_count);
+    let sets = distribute_shards(Vec::new(), threads, shard_count);
     let mut handles = Vec::new();
     for (id, ((set, listeners), mailbox)) in
         sets.into_iter().zip(per_worker).zip(mailboxes).enumerate()
@@ -227,14 +252,41 @@ fn main() {
         handles.push(h);
     }
     tracing::info!(
-        "ready to accept connections on port {}",
+        "listening on port {}; commands wait for recovery (-LOADING)",
         shared.settings.cli.port
     );
     // Instantaneous ops/s as Redis computes it: mean of recent 100 ms samples.
     let mut samples = [0u64; 16];
     let mut idx = 0;
     let mut last = shared.stats.total_commands.load(Ordering::Relaxed);
+    let mut pending = Some(opened_rx);
     while !shared.shutdown.load(Ordering::SeqCst) {
+        if let Some(rx) = pending.as_ref() {
+            let result = match opened.take() {
+                Some(o) => Some(Ok(o)),
+                None => match rx.try_recv() {
+                    Ok(r) => Some(r),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                        Some(Err("recovery thread ended without a result".to_string()))
+                    }
+                },
+            };
+            match result {
+                Some(Ok(o)) => {
+                    hand_over(&shared, o, threads, started);
+                    pending = None;
+                }
+                Some(Err(e)) => {
+                    shared.request_shutdown(false);
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    fail_open(&e);
+                }
+                None => {}
+            }
+        }
         if SIGNALLED.load(Ordering::SeqCst) {
             tracing::info!("signal received, shutting down");
             shared.request_shutdown(false);
@@ -255,4 +307,66 @@ fn main() {
         let _ = h.join();
     }
     tracing::info!("lavik stopped");
+}
+
+/// Opens the store (recovery included) on the data files or NVMe namespaces.
+fn open_store(
+    cfg: &StoreConfig,
+    spdk: Option<&lavik::nvme::block::NvmeOptions>,
+) -> Result<OpenedStore, String> {
+    match spdk {
+        Some(options) => {
+            let uris: Vec<String> = cfg
+                .data_files
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+            let devices = lavik::nvme::block::open_spdk_data_files(&uris, options)
+                .map_err(|e| format!("cannot open NVMe devices: {e}"))?;
+            storage::open_on(devices, cfg).map_err(|e| format!("cannot open store: {e}"))
+        }
+        None => storage::open(cfg).map_err(|e| format!("cannot open store: {e}")),
+    }
+}
+
+fn fail_open(e: &str) -> ! {
+    tracing::error!("{e}");
+    eprintln!("lavik: {e}");
+    std::process::exit(1);
+}
+
+/// Recovery is done: each worker adopts its shards, then commands run.
+fn hand_over(
+    shared: &Arc<Shared>,
+    opened: OpenedStore,
+    threads: usize,
+    started: std::time::Instant,
+) {
+    let shard_count = opened.info.shard_count;
+    shared
+        .recovered_keys
+        .store(opened.info.recovered_keys, Ordering::Relaxed);
+    shared
+        .recovery_ms
+        .store(opened.info.recovery_ms, Ordering::Relaxed);
+    let sets = distribute_shards(opened.shards, threads, shard_count);
+    let mut acks = Vec::new();
+    for (w, set) in sets.into_iter().enumerate() {
+        let (done, ack) = std::sync::mpsc::channel();
+        let shards = set.slots.into_iter().flatten().collect();
+        shared.workers[w].send(lavik::server::Msg::Adopt { shards, done });
+        acks.push(ack);
+    }
+    for ack in acks {
+        // A worker that already exited (shutdown) dropped the sender.
+        let _ = ack.recv();
+    }
+    shared.loading.store(false, Ordering::Release);
+    tracing::info!(
+        "store open: {} shards, {} keys recovered in {} ms; ready to accept connections",
+        shard_count,
+        opened.info.recovered_keys,
+        started.elapsed().as_millis()
+    );
 }

@@ -78,3 +78,47 @@ fn metrics_port() {
     assert!(n >= 2, "{line}");
     assert!(body.contains("lavik_connected_clients 1"));
 }
+
+// A second server on a running server's data file, or on its port, is refused with a
+// clear message (SO_REUSEPORT would otherwise let them share the port, and two
+// processes on one file would corrupt it).
+#[test]
+fn second_instance_refused() {
+    let s = common::Server::start("cli-twice", &[]);
+    let data = s.dir.join("lavik.data").display().to_string();
+    let other_port = common::free_port().to_string();
+    let out = lavik(
+        &[
+            "--port",
+            &other_port,
+            "--data-file",
+            &data,
+            "--no-pin-workers",
+        ],
+        &s.dir,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another process"), "{err}");
+    let port = s.port.to_string();
+    let other_data = s.dir.join("other.data").display().to_string();
+    let out = lavik(
+        &[
+            "--port",
+            &port,
+            "--data-file",
+            &other_data,
+            "--data-file-size",
+            "64mb",
+            "--no-pin-workers",
+        ],
+        &s.dir,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Address already in use"), "{err}");
+    // The first server is unharmed.
+    let mut c = s.client();
+    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
+    assert_eq!(pong, "PONG");
+}

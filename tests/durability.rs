@@ -148,3 +148,59 @@ fn sigkill_everysec_never_wrong() {
         snapshot.len()
     );
 }
+
+/// While recovery runs the server already listens and answers -LOADING (and
+/// INFO says loading:1) to commands without Redis's `loading` flag; once done,
+/// the recovered data is served.
+#[test]
+fn loading_state_while_recovering() {
+    let mut s = Server::start("loading", &["--appendfsync", "always"]);
+    let mut c = s.client();
+    let _: () = redis::cmd("SET").arg("k").arg("v1").query(&mut c).unwrap();
+    drop(c);
+    s.stop();
+    s.args
+        .extend(["--debug-load-delay-ms".to_string(), "5000".to_string()]);
+    let launched = std::time::Instant::now();
+    s.launch();
+    let mut raw = loop {
+        if let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", s.port)) {
+            drop(stream);
+            break s.raw();
+        }
+        assert!(
+            launched.elapsed() < std::time::Duration::from_secs(4),
+            "not listening during recovery: {}",
+            s.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    const LOADING: &[u8] = b"-LOADING Redis is loading the dataset in memory\r\n";
+    raw.expect(&[b"PING"], LOADING);
+    raw.expect(&[b"GET", b"k"], LOADING);
+    raw.expect(&[b"SET", b"k", b"v2"], LOADING);
+    raw.expect(&[b"DBSIZE"], LOADING);
+    raw.expect(&[b"SELECT", b"0"], b"+OK\r\n");
+    raw.cmd(&[b"INFO", b"persistence"]);
+    let mut header = Vec::new();
+    while !header.ends_with(b"\r\n") {
+        header.extend(raw.read_exact(1));
+    }
+    let len: usize = std::str::from_utf8(&header[1..header.len() - 2])
+        .unwrap()
+        .parse()
+        .unwrap();
+    let info = String::from_utf8_lossy(&raw.read_exact(len + 2)).to_string();
+    assert!(info.contains("loading:1\r\n"), "{info}");
+    assert!(info.contains("loading_eta_seconds:"), "{info}");
+    assert!(
+        launched.elapsed() < std::time::Duration::from_secs(5),
+        "checks ran past the loading window; the test proves nothing"
+    );
+    s.wait_ready();
+    let mut c = s.client();
+    let v: String = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+    assert_eq!(v, "v1");
+    let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
+    assert!(info.contains("loading:0\r\n"), "{info}");
+}

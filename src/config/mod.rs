@@ -91,6 +91,9 @@ pub struct Cli {
     /// Write an index checkpoint on clean shutdown.
     #[arg(long)]
     pub shutdown_checkpoint: bool,
+    /// Test hook: hold the recovered store this long before serving (to see -LOADING).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub debug_load_delay_ms: u64,
     /// Durability: always | everysec | no.
     #[arg(long, default_value = "everysec")]
     pub appendfsync: String,

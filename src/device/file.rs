@@ -6,11 +6,16 @@
 use super::{check_access, check_range, AlignedBuf, BlockDevice, DeviceError};
 use std::fs::{File, OpenOptions};
 use std::ops::Range;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 pub struct FileDevice {
     file: File,
+    /// A second descriptor of the same file holding the exclusive `flock`. Kept apart
+    /// from `file` because io_uring requests pin `file` for a while after the process
+    /// dies (its ring is torn down asynchronously); this one closes at exit at once.
+    _lock: File,
     path: PathBuf,
     capacity_bytes: u64,
     sector_size_bytes: u32,
@@ -38,6 +43,18 @@ impl FileDevice {
             )));
         }
         let (file, direct) = open_file(path, direct, !exists)?;
+        // One process per data file: a second lavik on the same file would corrupt it.
+        let lock = File::open(path)?;
+        // SAFETY: plain syscall on a descriptor we own; the lock lives as long as `lock`.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            let msg = if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                format!("{}: in use by another process (locked)", path.display())
+            } else {
+                format!("{}: cannot lock: {e}", path.display())
+            };
+            return Err(DeviceError::Io(std::io::Error::new(e.kind(), msg)));
+        }
         let meta = file.metadata()?;
         let is_block_device = meta.file_type().is_block_device();
         let (mut capacity_bytes, sector_size_bytes) = if is_block_device {
@@ -55,6 +72,7 @@ impl FileDevice {
         capacity_bytes -= capacity_bytes % super::IO_ALIGN_BYTES as u64;
         Ok(FileDevice {
             file,
+            _lock: lock,
             path: path.to_path_buf(),
             capacity_bytes,
             sector_size_bytes,

@@ -929,13 +929,36 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 "writes are handed to the device when staging fills; the device is never synced"
             }
         };
+        let loading = sh.loading.load(Ordering::Acquire);
+        let mut loading_fields = format!("loading:{}\r\nasync_loading:0\r\n", u8::from(loading));
+        if let (true, Some(p)) = (loading, sh.progress.as_ref()) {
+            // Recovery reads whole blocks: progress in blocks, shown in bytes.
+            let block = p.block_size_bytes.load(Ordering::Relaxed);
+            let total = p.blocks_total.load(Ordering::Relaxed) * block;
+            let done = p.bytes_done.load(Ordering::Relaxed).min(total);
+            let start = sh.loading_start_s.load(Ordering::Relaxed);
+            let elapsed = (crate::server::now_ms() / 1000).saturating_sub(start);
+            let perc = if total == 0 {
+                0.0
+            } else {
+                done as f64 * 100.0 / total as f64
+            };
+            let eta = if done == 0 {
+                1
+            } else {
+                elapsed * (total - done) / done
+            };
+            loading_fields.push_str(&format!(
+                "loading_start_time:{start}\r\nloading_total_bytes:{total}\r\nloading_rdb_used_mem:0\r\nloading_loaded_bytes:{done}\r\nloading_loaded_perc:{perc:.2}\r\nloading_eta_seconds:{eta}\r\n"
+            ));
+        }
         out.push_str(&format!(
-            "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n\r\n",
+            "# Persistence\r\n{loading_fields}rdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n\r\n",
             st.last_save_unix.load(Ordering::Relaxed),
             sh.settings.cli.flush_max_ms,
             st.flush_failures.load(Ordering::Relaxed),
-            sh.recovered_keys,
-            sh.recovery_ms,
+            sh.recovered_keys.load(Ordering::Relaxed),
+            sh.recovery_ms.load(Ordering::Relaxed),
         ));
     }
     if want("stats") {

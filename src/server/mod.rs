@@ -80,6 +80,11 @@ pub enum Msg {
         give: mpsc::Sender<Vec<Shard>>,
         back: mpsc::Receiver<Vec<Shard>>,
     },
+    /// Recovery is done: take these shards (ours) and say so on `done`.
+    Adopt {
+        shards: Vec<Shard>,
+        done: mpsc::Sender<()>,
+    },
     /// Close a connection (CLIENT KILL).
     Kill { token: ConnToken },
     /// A MONITOR line for a monitoring connection on this worker.
@@ -159,9 +164,15 @@ pub struct Shared {
     pub monitor_count: AtomicUsize,
     /// `appendfsync` in force (0 always, 1 everysec, 2 no); `CONFIG SET` changes it.
     pub fsync_policy: std::sync::atomic::AtomicU8,
-    pub recovered_keys: u64,
-    pub recovery_ms: u64,
+    pub recovered_keys: AtomicU64,
+    pub recovery_ms: AtomicU64,
     pub config_file: Option<std::path::PathBuf>,
+    /// Recovery is still running: commands without the `loading` flag get
+    /// `-LOADING` (the workers have no shards yet).
+    pub loading: AtomicBool,
+    /// Unix seconds when loading started, and recovery's counters for INFO.
+    pub loading_start_s: AtomicU64,
+    pub progress: Option<Arc<crate::storage::RecoveryProgress>>,
 }
 
 impl Shared {
@@ -208,8 +219,7 @@ pub fn now_ms() -> u64 {
 pub fn build_shared(
     settings: Settings,
     shard_count: u32,
-    recovered_keys: u64,
-    recovery_ms: u64,
+    progress: Option<Arc<crate::storage::RecoveryProgress>>,
 ) -> std::io::Result<(Arc<Shared>, Vec<mpsc::Receiver<Msg>>)> {
     let mut links = Vec::new();
     let mut rxs = Vec::new();
@@ -245,8 +255,11 @@ pub fn build_shared(
         slowlog: Mutex::new((0, Default::default())),
         monitors: Mutex::new(Vec::new()),
         monitor_count: AtomicUsize::new(0),
-        recovered_keys,
-        recovery_ms,
+        recovered_keys: AtomicU64::new(0),
+        recovery_ms: AtomicU64::new(0),
+        loading: AtomicBool::new(progress.is_some()),
+        loading_start_s: AtomicU64::new(now_ms() / 1000),
+        progress,
     };
     Ok((Arc::new(shared), rxs))
 }

@@ -32,7 +32,7 @@
 //! already use a root record over fragments).
 use crate::device::{BlockDevice, DeviceError, FileDevice};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 mod alloc;
@@ -147,6 +147,10 @@ pub struct RecoveryProgress {
     pub blocks_total: AtomicU64,
     pub blocks_done: AtomicU64,
     pub bytes_done: AtomicU64,
+    /// The store's shard count, set (non-zero) as soon as the labels are read, so a
+    /// server can route and listen while the rest of recovery runs.
+    pub shard_count: AtomicU32,
+    pub block_size_bytes: AtomicU64,
 }
 
 pub struct OpenedStore {

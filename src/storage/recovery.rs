@@ -276,6 +276,11 @@ pub(crate) fn open_store(
     }
     let last_shutdown_clean = meta.is_some_and(|m| m.clean_shutdown);
     let shard_count = layout.shard_count;
+    if let Some(p) = &cfg.recovery_progress {
+        p.block_size_bytes
+            .store(u64::from(layout.block_size_bytes), Ordering::Relaxed);
+        p.shard_count.store(shard_count, Ordering::SeqCst);
+    }
     let device_count = layout.devices.len();
     let shared = Arc::new(StoreShared {
         layout,

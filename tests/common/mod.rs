@@ -66,6 +66,38 @@ impl Server {
     }
 
     fn spawn(&mut self) {
+        // Another test may take the port between our choosing it and the server binding
+        // it; the server then refuses to start ("Address already in use"): move on.
+        for _ in 0..5 {
+            self.launch();
+            if !self.exited_on_busy_port() {
+                break;
+            }
+            self.port = free_port();
+            let i = self.args.iter().position(|a| a == "--port").unwrap();
+            self.args[i + 1] = self.port.to_string();
+        }
+        self.wait_ready();
+    }
+
+    /// Waits (briefly) to see whether the process exits because its port is taken.
+    fn exited_on_busy_port(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            // Our own log, not a connect: a connect could reach the other server.
+            if self.stderr().contains("listening on port") {
+                return false;
+            }
+            if let Ok(Some(_)) = self.child.as_mut().unwrap().try_wait() {
+                return self.stderr().contains("Address already in use");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// Starts the process without waiting for it to answer.
+    pub fn launch(&mut self) {
         let log =
             std::fs::File::create(self.dir.join(format!("stderr-{}.log", self.port))).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_lavik"))
@@ -76,16 +108,42 @@ impl Server {
             .spawn()
             .expect("start lavik");
         self.child = Some(child);
+    }
+
+    /// Waits until PING answers PONG (or NOAUTH): listening and done loading.
+    pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(mut c) = TcpStream::connect(("127.0.0.1", self.port)) {
                 c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                if c.write_all(b"PING\r\n").is_ok() {
-                    let mut b = [0u8; 64];
-                    if let Ok(n) = c.read(&mut b) {
-                        if b[..n].starts_with(b"+PONG") || b[..n].starts_with(b"-NOAUTH") {
-                            return;
+                // With a password, authenticate first: NOAUTH comes before LOADING, so
+                // only PONG proves the server is done loading.
+                let pass = self
+                    .args
+                    .iter()
+                    .position(|a| a == "--requirepass")
+                    .and_then(|i| self.args.get(i + 1));
+                let probe = match pass {
+                    Some(p) => format!("AUTH {p}\r\nPING\r\n"),
+                    None => "PING\r\n".to_string(),
+                };
+                let lines_wanted = if pass.is_some() { 2 } else { 1 };
+                if c.write_all(probe.as_bytes()).is_ok() {
+                    let mut b = [0u8; 128];
+                    let mut n = 0;
+                    while n < b.len()
+                        && b[..n].windows(2).filter(|w| *w == b"\r\n").count() < lines_wanted
+                    {
+                        match c.read(&mut b[n..]) {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => n += k,
                         }
+                    }
+                    let got = &b[..n];
+                    if got.windows(5).any(|w| w == b"+PONG")
+                        || (pass.is_none() && got.starts_with(b"-NOAUTH"))
+                    {
+                        return;
                     }
                 }
             }

@@ -10,7 +10,8 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// Recovery of a big store takes minutes; the server answers -LOADING meanwhile.
+const START_TIMEOUT: Duration = Duration::from_secs(600);
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
