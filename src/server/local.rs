@@ -943,11 +943,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             } else {
                 done as f64 * 100.0 / total as f64
             };
-            let eta = if done == 0 {
-                1
-            } else {
-                elapsed * (total - done) / done
-            };
+            let eta = (elapsed * (total - done)).checked_div(done).unwrap_or(1);
             loading_fields.push_str(&format!(
                 "loading_start_time:{start}\r\nloading_total_bytes:{total}\r\nloading_rdb_used_mem:0\r\nloading_loaded_bytes:{done}\r\nloading_loaded_perc:{perc:.2}\r\nloading_eta_seconds:{eta}\r\n"
             ));
