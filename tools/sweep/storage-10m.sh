@@ -20,7 +20,8 @@ start() { # extra flags...
     taskset -c 0 "$LAVIK" --port $PORT --data-file "$DATA" --data-file-size ${SIZE_GB}gb --threads 1 "$@" >"$DIR/lavik.log" 2>&1 &
     PID=$!
     local t0=$(date +%s.%N)
-    until redis-cli -p $PORT ping >/dev/null 2>&1; do
+    # PONG only once recovery is done (-LOADING before).
+    until [ "$(redis-cli -p $PORT ping 2>/dev/null)" = PONG ]; do
         kill -0 $PID 2>/dev/null || { cat "$DIR/lavik.log"; exit 1; }
         sleep 0.05
     done
