@@ -9,7 +9,7 @@ use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
 use crate::storage::get_async::{GetStep, PutStep, ReadPlan};
-use crate::storage::{FsyncPolicy, Shard, Value, ValueKind};
+use crate::storage::{ChunkIo, FsyncPolicy, Shard, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -95,6 +95,9 @@ struct Epoch {
     error: Option<String>,
 }
 
+/// Chunk writes submitted at once when an epoch starts (one per shard).
+const CHUNK_WRITES_PER_SUBMIT: u32 = 64;
+
 /// Group-commit epochs whose `fdatasync` may be in flight at once. More than
 /// one lets a write that arrives during a sync start its own sync at once
 /// instead of waiting for the one in flight to end.
@@ -117,6 +120,9 @@ pub struct Worker {
     // Field order matters: the ring must be dropped before the buffer ring
     // memory it references.
     ring: IoUring,
+    /// Group-commit chunk writes of all our shards, issued together and waited
+    /// for here alone (no other completion can arrive in between).
+    write_ring: IoUring,
     bufring: BufRing,
     pub shards: ShardSet,
     conns: Vec<Option<Conn>>,
@@ -191,6 +197,7 @@ impl Worker {
                     .build(RING_ENTRIES)
             })?;
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
+        let write_ring = IoUring::new(CHUNK_WRITES_PER_SUBMIT)?;
         let workers = shared.workers.len();
         Ok(Worker {
             id,
@@ -199,6 +206,7 @@ impl Worker {
             query_limit: shared.settings.client_query_buffer_limit_bytes,
             shared,
             ring,
+            write_ring,
             bufring,
             shards,
             conns: Vec::new(),
@@ -1447,6 +1455,22 @@ impl Worker {
         let always = self.fsync == FsyncPolicy::Always;
         let mut fds: Vec<RawFd> = Vec::new();
         let mut failed: Option<String> = None;
+        let mut note = |id: u32, r: Result<Vec<RawFd>, crate::storage::StorageError>| match r {
+            Ok(list) => {
+                for fd in list {
+                    if !fds.contains(&fd) {
+                        fds.push(fd);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!("shard {id} flush failed: {e}");
+                failed.get_or_insert(e.to_string());
+            }
+        };
+        // Every due shard's chunk is written at once (they go to the device in
+        // parallel instead of one synchronous write after another).
+        let mut chunks: Vec<(u32, ChunkIo)> = Vec::new();
         for shard in self.shards.held() {
             let due = if always {
                 shard.has_unflushed()
@@ -1456,18 +1480,22 @@ impl Worker {
             if !due {
                 continue;
             }
-            match shard.flush_write() {
-                Ok(list) => {
-                    for fd in list {
-                        if !fds.contains(&fd) {
-                            fds.push(fd);
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::error!("shard {} flush failed: {e}", shard.id());
-                    failed.get_or_insert(e.to_string());
-                }
+            match shard.flush_chunk_begin() {
+                Ok(Some(io)) => chunks.push((shard.id(), io)),
+                Ok(None) => note(shard.id(), shard.flush_write()),
+                Err(e) => note(shard.id(), Err(e)),
+            }
+        }
+        let results = self.write_chunks(&chunks);
+        for ((id, io), res) in chunks.into_iter().zip(results) {
+            match self.shards.slots[id as usize].as_mut() {
+                Some(shard) => note(id, shard.flush_chunk_done(io, res)),
+                None => note(
+                    id,
+                    Err(crate::storage::StorageError::Corrupt(
+                        "shard left during its flush".into(),
+                    )),
+                ),
             }
         }
         self.commit.issued += 1;
@@ -1492,6 +1520,54 @@ impl Worker {
             // Start the device flush now rather than at the end of the round.
             let _ = self.ring.submit();
         }
+    }
+
+    /// Writes the chunks on `write_ring` and waits for all of them.
+    fn write_chunks(&mut self, chunks: &[(u32, ChunkIo)]) -> Vec<std::io::Result<()>> {
+        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(chunks.len());
+        for batch in chunks.chunks(CHUNK_WRITES_PER_SUBMIT as usize) {
+            let base = results.len();
+            for (i, (_, io)) in batch.iter().enumerate() {
+                let sqe = opcode::Write::new(types::Fd(io.fd), io.ptr, io.len as u32)
+                    .offset(io.offset)
+                    .build()
+                    .user_data(i as u64);
+                // SAFETY: the bytes are in the shard's staging buffer, which nothing
+                // touches until `flush_chunk_done`, called only after this batch completes;
+                // the batch fits the ring (CHUNK_WRITES_PER_SUBMIT entries).
+                let pushed = unsafe { self.write_ring.submission().push(&sqe) };
+                debug_assert!(pushed.is_ok());
+                results.push(Err(std::io::Error::other("chunk write not completed")));
+            }
+            let mut done = 0;
+            while done < batch.len() {
+                match self.write_ring.submit_and_wait(batch.len() - done) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => {
+                        // The writes' fate is unknown: their buffers must stay untouched,
+                        // so this worker cannot go on safely.
+                        panic!("chunk write ring failed: {e}");
+                    }
+                }
+                for cqe in self.write_ring.completion() {
+                    let i = cqe.user_data() as usize;
+                    let want = batch[i].1.len;
+                    let res = cqe.result();
+                    results[base + i] = if res < 0 {
+                        Err(std::io::Error::from_raw_os_error(-res))
+                    } else if res as usize != want {
+                        Err(std::io::Error::other(format!(
+                            "short chunk write: {res} of {want} bytes"
+                        )))
+                    } else {
+                        Ok(())
+                    };
+                    done += 1;
+                }
+            }
+        }
+        results
     }
 
     fn on_fsync(&mut self, id: u64, res: i32, now: u64) {

@@ -46,7 +46,7 @@ mod shard;
 mod tombraider;
 
 pub use hash::{key_hash, key_slot, shard_of_slot};
-pub use shard::{DefragStatus, Shard, ShardStats};
+pub use shard::{ChunkIo, DefragStatus, Shard, ShardStats};
 pub use tombraider::{TombRaiderPhase, TombRaiderStatus};
 
 pub type Db = u8;

@@ -172,6 +172,26 @@ pub struct ShardStats {
 
 /// One slice of the keyspace (slot % shard_count == shard id), with its own index, append
 /// stream and counters. `Send`, not shared: exactly one worker thread owns it.
+/// Where a chunk goes: device, byte offset, and its range in the staging buffer.
+#[derive(Debug)]
+struct ChunkWrite {
+    dev: usize,
+    offset: u64,
+    start: usize,
+    end: usize,
+}
+
+/// A chunk write for the caller to perform (see [`Shard::flush_chunk_begin`]): `len` bytes
+/// at `ptr` (inside the shard's staging buffer, 4096-aligned) to `fd` at `offset`.
+#[derive(Debug)]
+pub struct ChunkIo {
+    pub fd: RawFd,
+    pub offset: u64,
+    pub ptr: *const u8,
+    pub len: usize,
+    write: ChunkWrite,
+}
+
 pub struct Shard {
     pub(crate) id: u32,
     pub(crate) shared: Arc<StoreShared>,
@@ -1116,6 +1136,21 @@ impl Shard {
     /// one device write. With `force_marker`, writes a marker even if nothing is staged (to
     /// make new FLUSHDB watermarks durable, or before retiring blocks).
     fn write_chunk(&mut self, force_marker: bool) -> Result<(), StorageError> {
+        let Some(w) = self.prepare_chunk(force_marker)? else {
+            return Ok(());
+        };
+        self.shared.layout.devices[w.dev].write_range_at(
+            w.offset,
+            &self.staging,
+            w.start..w.end,
+        )?;
+        self.chunk_written(&w);
+        Ok(())
+    }
+
+    /// First half of [`Shard::write_chunk`]: seals and opens blocks if needed, encodes the
+    /// commit marker into staging and says which bytes of staging go where.
+    fn prepare_chunk(&mut self, force_marker: bool) -> Result<Option<ChunkWrite>, StorageError> {
         let bs = self.block_size();
         let needs_new_block = match &self.open {
             None => force_marker,
@@ -1130,10 +1165,10 @@ impl Shard {
             self.open_new_block(true)?;
         }
         let Some(ob) = self.open.as_mut() else {
-            return Ok(());
+            return Ok(None);
         };
         if ob.write_pos == ob.chunk_start && !force_marker {
-            return Ok(());
+            return Ok(None);
         }
         let staging = self.staging.as_mut_slice();
         let marker_pos = ob.write_pos;
@@ -1149,22 +1184,83 @@ impl Shard {
         let end = align_up(marker_pos + mlen);
         debug_assert!(end <= bs);
         let (dev, base) = self.shared.layout.locate(ob.block);
-        self.shared.layout.devices[dev].write_range_at(
-            base + ob.chunk_start as u64,
-            &self.staging,
-            ob.chunk_start..end,
-        )?;
+        Ok(Some(ChunkWrite {
+            dev,
+            offset: base + ob.chunk_start as u64,
+            start: ob.chunk_start,
+            end,
+        }))
+    }
+
+    /// Second half of [`Shard::write_chunk`], once the bytes are on the device.
+    fn chunk_written(&mut self, w: &ChunkWrite) {
         self.counters.device_writes += 1;
-        self.counters.device_write_bytes += (end - ob.chunk_start) as u64;
-        self.dirty_devices[dev] = true;
-        ob.chunk_start = end;
-        ob.write_pos = end;
+        self.counters.device_write_bytes += (w.end - w.start) as u64;
+        self.dirty_devices[w.dev] = true;
+        let Some(ob) = self.open.as_mut() else {
+            return;
+        };
+        ob.chunk_start = w.end;
+        ob.write_pos = w.end;
         let block = ob.block;
         if let Some(info) = self.blocks.get_mut(&block) {
-            info.used_bytes = end as u32;
+            info.used_bytes = w.end as u32;
         }
         self.watermarks_dirty = false;
-        Ok(())
+    }
+
+    /// Group commit with the chunk write done by the caller, so one worker can write all its
+    /// shards' chunks at once: `Some` names the staged bytes to write (file descriptor,
+    /// offset, the bytes); nothing may touch this shard until [`Shard::flush_chunk_done`].
+    /// `None`: nothing to write this way (nothing staged, blocks to free, or a device
+    /// without a file descriptor); use [`Shard::flush_write`].
+    pub fn flush_chunk_begin(&mut self) -> Result<Option<ChunkIo>, StorageError> {
+        if !self.unflushed || !self.pending_frees.is_empty() {
+            return Ok(None);
+        }
+        let dev_fd = |s: &Self, dev: usize| s.shared.layout.devices[dev].raw_fd();
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|ob| dev_fd(self, self.shared.layout.locate(ob.block).0).is_none())
+        {
+            return Ok(None);
+        }
+        let Some(w) = self.prepare_chunk(self.watermarks_dirty)? else {
+            return Ok(None);
+        };
+        let Some(fd) = dev_fd(self, w.dev) else {
+            // Sealing moved the open block to a device without a descriptor.
+            self.shared.layout.devices[w.dev].write_range_at(
+                w.offset,
+                &self.staging,
+                w.start..w.end,
+            )?;
+            self.chunk_written(&w);
+            return Ok(None);
+        };
+        let bytes = &self.staging.as_slice()[w.start..w.end];
+        Ok(Some(ChunkIo {
+            fd,
+            offset: w.offset,
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+            write: w,
+        }))
+    }
+
+    /// Ends [`Shard::flush_chunk_begin`] with the write's outcome; on success, like
+    /// [`Shard::flush_write`], returns the descriptors to sync.
+    pub fn flush_chunk_done(
+        &mut self,
+        io: ChunkIo,
+        result: std::io::Result<()>,
+    ) -> Result<Vec<RawFd>, StorageError> {
+        result.map_err(|e| StorageError::Device(e.into()))?;
+        self.chunk_written(&io.write);
+        // Nothing is staged any more: this only marks the flush done and collects the
+        // devices to sync.
+        self.flush_write()
     }
 
     pub(crate) fn sync_dirty(&mut self) -> Result<(), StorageError> {
