@@ -66,7 +66,14 @@ fn outside() {
     let exe = std::env::current_exe().expect("test executable path");
     // `ulimit -n` in a shell rather than setrlimit here: no unsafe code in tests.
     let mut child = Command::new("ip")
-        .args(["netns", "exec", &netns, "sh", "-c", "ulimit -n 8192 && exec \"$0\""])
+        .args([
+            "netns",
+            "exec",
+            &netns,
+            "sh",
+            "-c",
+            "ulimit -n 8192 && exec \"$0\"",
+        ])
         .arg(&exe)
         .env(INSIDE_ENV, &netns)
         .spawn()
@@ -97,7 +104,11 @@ struct Lavik {
 
 impl Lavik {
     fn start(dir: &Path, faults: Option<&str>) -> Lavik {
-        let log = dir.join(if faults.is_some() { "lossy.log" } else { "clean.log" });
+        let log = dir.join(if faults.is_some() {
+            "lossy.log"
+        } else {
+            "clean.log"
+        });
         let log_file = std::fs::File::create(&log).expect("create log file");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lavik"));
         cmd.args([
@@ -156,7 +167,11 @@ impl Lavik {
             if up {
                 break;
             }
-            assert!(Instant::now() < deadline, "tap {TAP} never appeared; log:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "tap {TAP} never appeared; log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         run_ok("ip", &["addr", "add", CLIENT_CIDR, "dev", TAP]);
@@ -169,7 +184,11 @@ impl Lavik {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "lavik never answered PING; log:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "lavik never answered PING; log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -208,7 +227,10 @@ fn inside(netns: &str) {
     redis_benchmark();
     println!("redis-benchmark passed ({:.1?})", started.elapsed());
     many_connections();
-    println!("{CONNECTIONS} connections passed ({:.1?})", started.elapsed());
+    println!(
+        "{CONNECTIONS} connections passed ({:.1?})",
+        started.elapsed()
+    );
     let log = lavik.stop();
     assert!(log.contains("lavik stopped"), "no clean stop; log:\n{log}");
 
@@ -239,7 +261,9 @@ fn redis_cli_commands(dir: &Path) {
     for (args, want) in cases {
         assert_eq!(redis_cli(args, None), *want, "redis-cli {args:?}");
     }
-    let ttl: u32 = redis_cli(&["TTL", "greeting"], None).parse().expect("TTL is a number");
+    let ttl: u32 = redis_cli(&["TTL", "greeting"], None)
+        .parse()
+        .expect("TTL is a number");
     assert!((95..=100).contains(&ttl), "TTL {ttl}");
     // 1 MiB value in through stdin (-x) and back out.
     let big = pattern(1 << 20, 1);
@@ -263,23 +287,44 @@ fn redis_cli_commands(dir: &Path) {
 fn redis_benchmark() {
     let out = Command::new("timeout")
         .args(["60", "redis-benchmark", "-h", SERVER_IP])
-        .args(["-t", "set,get,incr,mset,ping", "-n", "20000", "-r", "100000"])
+        .args([
+            "-t",
+            "set,get,incr,mset,ping",
+            "-n",
+            "20000",
+            "-r",
+            "100000",
+        ])
         .args(["-d", "1024", "-P", "16", "-c", "50", "--csv"])
         .output()
         .expect("run redis-benchmark");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "redis-benchmark failed: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "redis-benchmark failed: {}\n{stdout}\n{stderr}",
+        out.status
+    );
     assert!(
         !stdout.contains("ERR") && !stderr.contains("ERR") && !stderr.contains("rror"),
         "redis-benchmark reported errors:\n{stdout}\n{stderr}"
     );
-    for test in ["PING_INLINE", "PING_MBULK", "SET", "GET", "INCR", "MSET (10 keys)"] {
+    for test in [
+        "PING_INLINE",
+        "PING_MBULK",
+        "SET",
+        "GET",
+        "INCR",
+        "MSET (10 keys)",
+    ] {
         let line = stdout
             .lines()
             .find(|l| l.starts_with(&format!("\"{test}\",")))
             .unwrap_or_else(|| panic!("no result for {test}:\n{stdout}\n{stderr}"));
-        let rps: f64 = line.split(',').nth(1).and_then(|v| v.trim_matches('"').parse().ok())
+        let rps: f64 = line
+            .split(',')
+            .nth(1)
+            .and_then(|v| v.trim_matches('"').parse().ok())
             .unwrap_or_else(|| panic!("unparsable result line: {line}"));
         assert!(rps > 0.0, "{line}");
         println!("  {line}");
@@ -300,7 +345,9 @@ fn many_connections() {
     }
     for (i, c) in conns.iter_mut().enumerate() {
         let mut reply = [0u8; 7];
-        c.stream.read_exact(&mut reply).unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        c.stream
+            .read_exact(&mut reply)
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
         assert_eq!(&reply, b"+PONG\r\n", "connection {i}");
     }
     assert_eq!(connected_clients(&mut watcher), CONNECTIONS + 1);
@@ -324,14 +371,22 @@ fn many_connections() {
 fn lossy_transfer() {
     let started = Instant::now();
     let mut c = Client::connect(Duration::from_secs(10)).expect("connect over the lossy link");
-    c.stream.set_read_timeout(Some(LOSSY_LIMIT)).expect("timeout");
+    c.stream
+        .set_read_timeout(Some(LOSSY_LIMIT))
+        .expect("timeout");
     let value = pattern(LOSSY_VALUE_BYTES, 2);
-    assert_eq!(c.command(&[b"SET", b"lossy", &value]).expect("SET"), b"+OK\r\n");
+    assert_eq!(
+        c.command(&[b"SET", b"lossy", &value]).expect("SET"),
+        b"+OK\r\n"
+    );
     let set_done = started.elapsed();
     let reply = c.command(&[b"GET", b"lossy"]).expect("GET");
     let header = format!("${}\r\n", value.len());
     assert!(reply.starts_with(header.as_bytes()), "GET reply header");
-    assert!(reply[header.len()..reply.len() - 2] == value[..], "value came back different");
+    assert!(
+        reply[header.len()..reply.len() - 2] == value[..],
+        "value came back different"
+    );
     let elapsed = started.elapsed();
     assert!(elapsed < LOSSY_LIMIT, "lossy transfer took {elapsed:?}");
     println!(

@@ -290,6 +290,14 @@ impl DpdkNet {
 
 impl Drop for DpdkNet {
     fn drop(&mut self) {
+        // The process is stopping: reset open connections so clients notice at once (a
+        // kernel socket gets the same from the kernel when the process exits).
+        let open: Vec<SocketHandle> = self.conns.drain().map(|(handle, _)| handle).collect();
+        for handle in open {
+            let _ = self.iface.abort(handle);
+        }
+        self.now = self.clock();
+        self.transmit();
         tracing::info!("userspace TCP stack: {:?}", self.iface.stats());
         if let Some(f) = &self.faults {
             tracing::info!("fault layer: rx {:?}, tx {:?}", f.rx.stats, f.tx.stats);
