@@ -231,8 +231,11 @@ fn inside(netns: &str) {
         "{CONNECTIONS} connections passed ({:.1?})",
         started.elapsed()
     );
+    let mut lingering = Client::connect(Duration::from_secs(5)).expect("lingering client");
+    assert_eq!(lingering.command(&[b"PING"]).expect("PING"), b"+PONG\r\n");
     let log = lavik.stop();
     assert!(log.contains("lavik stopped"), "no clean stop; log:\n{log}");
+    stopped_server_resets(&mut lingering);
 
     let lavik = Lavik::start(&dir, Some(FAULTS));
     lossy_transfer();
@@ -365,6 +368,20 @@ fn many_connections() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(watcher.command(&[b"PING"]).expect("PING"), b"+PONG\r\n");
+}
+
+/// A client still connected when lavik stops hears about it at once (the stack resets
+/// its connections on the way out) instead of waiting on a silent peer.
+fn stopped_server_resets(c: &mut Client) {
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut buf = [0u8; 16];
+    match c.stream.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("expected a reset after lavik stopped, got {other:?}"),
+    }
 }
 
 /// Multi-MiB values both ways over a link that drops, duplicates and reorders frames.
