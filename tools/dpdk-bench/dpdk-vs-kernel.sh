@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GET and SET throughput and requests per server-CPU-second: lavik --network=dpdk (DPDK tap
-# PMD + userspace TCP) against kernel mode (io_uring sockets over a veth pair), both reached
-# from a client in a network namespace. One worker pinned to CPU 0, client pinned to CPU 1.
+# GET and SET throughput and requests per CPU-second: lavik --network=dpdk (userspace TCP
+# over DPDK's af_packet PMD on a veth, and over its tap PMD) against kernel mode (io_uring
+# sockets on the same veth), the client in its own network namespace. One lavik worker
+# pinned to CPU 0, the client (lavik-bench, one thread) pinned to CPU 1.
 #
 #   cargo build --release --features dpdk -p lavik -p lavik-bench
 #   sudo tools/dpdk-bench/dpdk-vs-kernel.sh [seconds-per-point] [out.csv]
@@ -48,6 +49,9 @@ ip -n "$NS_CLI" addr add 10.98.0.1/24 dev "$TAG-c"
 ip -n "$NS_SRV" addr add 10.98.0.2/24 dev "$TAG-s"
 ip -n "$NS_CLI" link set "$TAG-c" up
 ip -n "$NS_SRV" link set "$TAG-s" up
+# The af_packet PMD sees frames as the client's kernel hands them to the veth: without this
+# their TCP checksums are left for an offload that never happens. Set for every mode.
+ip netns exec "$NS_CLI" ethtool -K "$TAG-c" tx off >/dev/null
 
 # Samples the server's CPU time (utime+stime, all threads) every 100 ms, with wall time.
 start_sampler() {
@@ -119,18 +123,33 @@ wait_ping "$NS_CLI" 10.98.0.2
 measure kernel 10.98.0.2
 kill "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=
 
-# DPDK mode: the tap PMD's kernel end lives in the client namespace.
+# DPDK mode on the same veth: the af_packet PMD takes over the server end (its kernel
+# address is removed; the kernel drops what it still sees for 10.98.0.2).
+ip -n "$NS_SRV" addr flush dev "$TAG-s"
+ip netns exec "$NS_SRV" "$LAVIK" --threads 1 --cpus 0 --network=dpdk \
+    --dpdk-eal-args "-l 0 --no-huge --no-pci --no-shconf --no-telemetry -m 512 --vdev=net_af_packet0,iface=$TAG-s" \
+    --dpdk-ip 10.98.0.2/24 --protected-mode no --data-file "$TMP/afp.data" --data-file-size 1gb \
+    >"$TMP/afp.log" 2>&1 &
+SERVER_PID=$!
+start_sampler
+ip -n "$NS_CLI" neigh flush dev "$TAG-c"
+wait_ping "$NS_CLI" 10.98.0.2 || { cat "$TMP/afp.log"; exit 1; }
+measure dpdk-af_packet 10.98.0.2
+kill "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=
+
+# DPDK mode over the tap PMD; its kernel end lives in the client namespace. The tap PMD
+# signals every received frame with SIGIO, which lavik's main thread takes.
 ip netns exec "$NS_CLI" "$LAVIK" --threads 1 --cpus 0 --network=dpdk \
     --dpdk-eal-args "-l 0 --no-huge --no-pci --no-shconf --no-telemetry -m 512 --vdev=net_tap0,iface=$TAG-t" \
-    --dpdk-ip 10.99.0.2/24 --protected-mode no --data-file "$TMP/dpdk.data" --data-file-size 1gb \
-    >"$TMP/dpdk.log" 2>&1 &
+    --dpdk-ip 10.99.0.2/24 --protected-mode no --data-file "$TMP/tap.data" --data-file-size 1gb \
+    >"$TMP/tap.log" 2>&1 &
 SERVER_PID=$!
 start_sampler
 for _ in $(seq 200); do ip -n "$NS_CLI" link show "$TAG-t" >/dev/null 2>&1 && break; sleep 0.05; done
 ip -n "$NS_CLI" addr add 10.99.0.1/24 dev "$TAG-t"
 ip -n "$NS_CLI" link set "$TAG-t" up
-wait_ping "$NS_CLI" 10.99.0.2 || { cat "$TMP/dpdk.log"; exit 1; }
-measure dpdk 10.99.0.2
+wait_ping "$NS_CLI" 10.99.0.2 || { cat "$TMP/tap.log"; exit 1; }
+measure dpdk-tap 10.99.0.2
 kill "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=
 
 cat "$TMP/results.csv" >"$OUT"
