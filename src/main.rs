@@ -95,6 +95,22 @@ fn listen(addr: &str, port: u16) -> std::io::Result<OwnedFd> {
     Ok(sock.into())
 }
 
+/// Waits `period` against a monotonic deadline. Not `thread::sleep`: with DPDK's tap PMD,
+/// which signals every received frame to the process, the main thread's `nanosleep` was
+/// seen sleeping for 15+ seconds after a load (the remaining time it reported had grown),
+/// delaying SIGTERM handling by as much. `park_timeout` may return early on a signal; the
+/// loop then waits out the rest of the period.
+fn pause(period: Duration) {
+    let deadline = std::time::Instant::now() + period;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
+}
+
 fn main() {
     let settings = match Settings::from_args(std::env::args().collect()) {
         Ok(s) => s,
@@ -325,7 +341,7 @@ fn main() {
             shared.request_shutdown(false);
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        pause(Duration::from_millis(100));
         let now = shared.stats.total_commands.load(Ordering::Relaxed);
         samples[idx % 16] = (now - last) * 10;
         idx += 1;
