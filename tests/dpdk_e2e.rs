@@ -226,6 +226,7 @@ fn inside(netns: &str) {
     println!("redis-cli checks passed ({:.1?})", started.elapsed());
     redis_benchmark();
     println!("redis-benchmark passed ({:.1?})", started.elapsed());
+    quit_and_maxclients();
     many_connections();
     println!(
         "{CONNECTIONS} connections passed ({:.1?})",
@@ -332,6 +333,32 @@ fn redis_benchmark() {
         assert!(rps > 0.0, "{line}");
         println!("  {line}");
     }
+}
+
+/// QUIT answers +OK and then closes; maxclients refuses the client beyond it, as Redis.
+fn quit_and_maxclients() {
+    let mut c = Client::connect(Duration::from_secs(5)).expect("connect");
+    assert_eq!(c.command(&[b"QUIT"]).expect("QUIT"), b"+OK\r\n");
+    let mut rest = Vec::new();
+    c.reader.read_to_end(&mut rest).expect("EOF after QUIT");
+    assert!(rest.is_empty(), "bytes after QUIT: {rest:?}");
+
+    let mut admin = Client::connect(Duration::from_secs(5)).expect("connect");
+    let set = |admin: &mut Client, n: &[u8]| {
+        let reply = admin.command(&[b"CONFIG", b"SET", b"maxclients", n]);
+        assert_eq!(reply.expect("CONFIG SET"), b"+OK\r\n");
+    };
+    set(&mut admin, b"2");
+    let mut second = Client::connect(Duration::from_secs(5)).expect("second client");
+    assert_eq!(second.command(&[b"PING"]).expect("PING"), b"+PONG\r\n");
+    let mut third = Client::connect(Duration::from_secs(5)).expect("third client connects");
+    let mut refusal = Vec::new();
+    third
+        .reader
+        .read_to_end(&mut refusal)
+        .expect("refusal then EOF");
+    assert_eq!(refusal, b"-ERR max number of clients reached\r\n");
+    set(&mut admin, b"10000");
 }
 
 /// 1,000 clients at once: each is served, and all are released when they leave.
