@@ -130,6 +130,10 @@ impl Lavik {
             "--no-pin-workers",
             "--protected-mode",
             "no",
+            // The lossy run also has every reply to a write wait for its fdatasync
+            // (group commit holds replies; the stack must still send them).
+            "--appendfsync",
+            if faults.is_some() { "always" } else { "everysec" },
         ])
         .stdout(Stdio::null())
         .stderr(log_file);
