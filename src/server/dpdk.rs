@@ -32,9 +32,9 @@
 //! frame → stack ring → `inbuf`, and `out` → stack ring → frame), and a per-socket
 //! buffer pool (the stack allocates each connection's rings when it opens).
 
-use super::super::faults::{FaultLayer, Verdict};
 use super::{Transport, Worker};
 use crate::config::{DpdkPort, DpdkSettings};
+use crate::server::faults::{FaultLayer, Verdict};
 use crate::server::ConnToken;
 use dpdk_sys::{Eal, Mbuf, Mempool, Port, PortConfig, BURST_MAX_PACKETS};
 use std::collections::HashMap;
