@@ -16,9 +16,10 @@
 //!   has room; the rest waits in `Conn` for a later round. `OUTPUT_HIGH_WATER_BYTES`
 //!   stops parsing for a client that does not read, as in kernel mode. Then every frame
 //!   the stack wants to send (data, ACKs, retransmissions, ARP) goes out in `tx_burst`s.
-//! - `dpdk_wait` (in place of parking): never blocks. It submits queued io_uring
-//!   entries (storage reads) without waiting; completions are reaped at the top of the
-//!   next round, timers fire in `poll_transmit` with the round's clock.
+//! - `dpdk_wait` (in place of parking): never blocks. It enters the ring without waiting
+//!   when entries are queued (storage reads, fsyncs) or deferred task work is pending (so
+//!   completions get posted); they are reaped at the top of the next round. Timers fire
+//!   in `poll_transmit` with the round's clock.
 //! - the close in `begin_close`: a graceful close of the stack socket (FIN after the
 //!   replies already in its send ring); the `Conn` is freed at once (no ring operation
 //!   is in flight for it).
@@ -510,9 +511,17 @@ impl Worker {
         }
     }
 
-    /// The DPDK worker's "wait": hand queued storage reads to the kernel, never block.
+    /// The DPDK worker's "wait": never blocks. It enters the ring only when there is
+    /// something to hand over (queued storage reads, fsyncs) or deferred task work to run:
+    /// the ring defers completion work (`setup_defer_taskrun`), so completions of device
+    /// reads, fsyncs and the mailbox eventfd are posted only by an enter with GETEVENTS,
+    /// which `submit` adds when the kernel sets the task-run flag.
     pub(super) fn dpdk_wait(&mut self) {
-        if !self.ring.submission().is_empty() {
+        let queued = {
+            let sq = self.ring.submission();
+            !sq.is_empty() || sq.taskrun()
+        };
+        if queued {
             let _ = self.ring.submit();
         }
         std::hint::spin_loop();
