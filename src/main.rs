@@ -95,6 +95,22 @@ fn listen(addr: &str, port: u16) -> std::io::Result<OwnedFd> {
     Ok(sock.into())
 }
 
+/// Waits `period` against a monotonic deadline. Not `thread::sleep`: with DPDK's tap PMD,
+/// which signals every received frame to the process, the main thread's `nanosleep` was
+/// seen sleeping for 15+ seconds after a load (the remaining time it reported had grown),
+/// delaying SIGTERM handling by as much. `park_timeout` may return early on a signal; the
+/// loop then waits out the rest of the period.
+fn pause(period: Duration) {
+    let deadline = std::time::Instant::now() + period;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
+}
+
 fn main() {
     let settings = match Settings::from_args(std::env::args().collect()) {
         Ok(s) => s,
@@ -174,7 +190,10 @@ fn main() {
     };
     // Listeners first, so a busy port is reported before anything runs.
     let mut per_worker: Vec<Vec<OwnedFd>> = (0..threads).map(|_| Vec::new()).collect();
-    if settings.cli.port != 0 {
+    // In DPDK mode `--port` is the userspace stack's port; kernel listeners open only for
+    // addresses given with an explicit `--bind` (e.g. a loopback admin port).
+    let kernel_listeners = settings.dpdk.is_none() || !settings.cli.bind.is_empty();
+    if settings.cli.port != 0 && kernel_listeners {
         for addr in &settings.binds {
             // SO_REUSEPORT would let a second server share the port with a running
             // one (same user): probe with a plain bind first, as Redis fails then.
@@ -234,6 +253,13 @@ fn main() {
     {
         let shared = shared.clone();
         let cpu = cpus[id % cpus.len()];
+        // Worker 0 owns the DPDK port (one RX/TX queue pair).
+        #[cfg(feature = "dpdk")]
+        let dpdk = if id == 0 {
+            shared.settings.dpdk.clone()
+        } else {
+            None
+        };
         let h = std::thread::Builder::new()
             .name(format!("lavik-w{id}"))
             .spawn(move || {
@@ -241,6 +267,24 @@ fn main() {
                     tracing::warn!("worker {id}: could not pin to CPU {cpu}");
                 }
                 match Worker::new(id, shared.clone(), set, listeners, mailbox) {
+                    #[cfg(feature = "dpdk")]
+                    Ok(mut w) if dpdk.is_some() => {
+                        let settings = dpdk.expect("checked above");
+                        let maxclients = shared.settings.cli.maxclients;
+                        match lavik::server::DpdkNet::open(&settings, maxclients) {
+                            Ok(net) => w.attach_dpdk(net),
+                            Err(e) => {
+                                tracing::error!("cannot start DPDK networking: {e}");
+                                eprintln!("lavik: cannot start DPDK networking: {e}");
+                                std::process::exit(1);
+                            }
+                        }
+                        // EAL init moved this thread to the main lcore's CPUs.
+                        if pin && !lavik::runtime::pin_current_thread(cpu) {
+                            tracing::warn!("worker {id}: could not pin to CPU {cpu}");
+                        }
+                        w.run()
+                    }
                     Ok(w) => w.run(),
                     Err(e) => {
                         tracing::error!("worker {id} failed to start: {e}");
@@ -252,8 +296,13 @@ fn main() {
         handles.push(h);
     }
     tracing::info!(
-        "listening on port {}; commands wait for recovery (-LOADING)",
-        shared.settings.cli.port
+        "listening on port {}{}; commands wait for recovery (-LOADING)",
+        shared.settings.cli.port,
+        if shared.settings.dpdk.is_some() {
+            " (userspace TCP over DPDK, worker 0)"
+        } else {
+            ""
+        }
     );
     // Instantaneous ops/s as Redis computes it: mean of recent 100 ms samples.
     let mut samples = [0u64; 16];
@@ -292,7 +341,7 @@ fn main() {
             shared.request_shutdown(false);
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        pause(Duration::from_millis(100));
         let now = shared.stats.total_commands.load(Ordering::Relaxed);
         samples[idx % 16] = (now - last) * 10;
         idx += 1;

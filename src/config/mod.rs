@@ -121,6 +121,21 @@ pub struct Cli {
     /// Use O_DIRECT on data files (yes|no).
     #[arg(long, default_value = "yes")]
     pub direct_io: String,
+    /// DPDK EAL arguments for `--network=dpdk`, one string (default: env `BYCORF_EAL_ARGS`).
+    #[arg(long, allow_hyphen_values = true)]
+    pub dpdk_eal_args: Option<String>,
+    /// DPDK port to serve on: a port id or a device name (default: the first port).
+    #[arg(long)]
+    pub dpdk_port: Option<String>,
+    /// Our address on the DPDK port, `A.B.C.D/prefix` (required with `--network=dpdk`).
+    #[arg(long)]
+    pub dpdk_ip: Option<String>,
+    /// Next hop for destinations outside the DPDK subnet.
+    #[arg(long)]
+    pub dpdk_gateway: Option<String>,
+    /// Ethernet address to use instead of the port's own (turns on promiscuous mode).
+    #[arg(long)]
+    pub dpdk_mac: Option<String>,
 }
 
 /// Settings after merging file and flags and validating values.
@@ -139,6 +154,121 @@ pub struct Settings {
     pub appendfsync: crate::storage::FsyncPolicy,
     pub direct_io: bool,
     pub config_file: Option<PathBuf>,
+    /// Appliance networking (`--network=dpdk`); `None` in kernel mode.
+    pub dpdk: Option<DpdkSettings>,
+}
+
+/// Validated `--network=dpdk` settings. Parsing needs no DPDK, so it is built and tested
+/// without the `dpdk` feature; only using them does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpdkSettings {
+    /// EAL arguments after the program name (`-m` added from `BYCORF_DPDK_MEMORY_MB`).
+    pub eal_args: Vec<String>,
+    /// Port to serve on; `None` = the first port.
+    pub port: Option<DpdkPort>,
+    pub ip: std::net::Ipv4Addr,
+    pub prefix_len: u8,
+    pub gateway: Option<std::net::Ipv4Addr>,
+    pub mac: Option<[u8; 6]>,
+    /// The TCP port the userspace stack listens on (`--port`).
+    pub listen_port: u16,
+}
+
+/// How `--dpdk-port` names the port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DpdkPort {
+    Id(u16),
+    Name(String),
+}
+
+/// Environment variable with the EAL arguments (the published name).
+pub const EAL_ARGS_ENV: &str = "BYCORF_EAL_ARGS";
+/// Environment variable with the EAL memory in MiB (becomes `-m`).
+pub const DPDK_MEMORY_ENV: &str = "BYCORF_DPDK_MEMORY_MB";
+
+/// Builds the DPDK settings from the flags and the two environment values (passed in so
+/// tests need not touch the process environment). Flags win over the environment.
+pub fn dpdk_settings(
+    cli: &Cli,
+    eal_args_env: Option<&str>,
+    memory_mb_env: Option<&str>,
+) -> Result<DpdkSettings, String> {
+    let text = cli.dpdk_eal_args.as_deref().or(eal_args_env).unwrap_or("");
+    let mut eal_args: Vec<String> = split_args(text.as_bytes())
+        .ok_or_else(|| format!("--dpdk-eal-args: unbalanced quotes in '{text}'"))?
+        .into_iter()
+        .map(|w| String::from_utf8_lossy(&w).into_owned())
+        .collect();
+    if let Some(mb) = memory_mb_env.map(str::trim).filter(|v| !v.is_empty()) {
+        let mb: u32 = mb.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+            format!("{DPDK_MEMORY_ENV} must be a positive number of MiB, got '{mb}'")
+        })?;
+        let has_memory = eal_args.iter().any(|a| {
+            a == "-m" || a.starts_with("--socket-mem") || (a.starts_with("-m") && a.len() > 2)
+        });
+        if !has_memory {
+            eal_args.push("-m".into());
+            eal_args.push(mb.to_string());
+        }
+    }
+    let ip_text = cli
+        .dpdk_ip
+        .as_deref()
+        .ok_or("--network=dpdk needs --dpdk-ip A.B.C.D/prefix")?;
+    let (ip, prefix_len) = parse_ipv4_prefix(ip_text)
+        .ok_or_else(|| format!("--dpdk-ip takes A.B.C.D/prefix (prefix 1-32), got '{ip_text}'"))?;
+    let gateway = match cli.dpdk_gateway.as_deref() {
+        None => None,
+        Some(g) => Some(
+            g.parse::<std::net::Ipv4Addr>()
+                .map_err(|_| format!("--dpdk-gateway takes A.B.C.D, got '{g}'"))?,
+        ),
+    };
+    let mac = match cli.dpdk_mac.as_deref() {
+        None => None,
+        Some(m) => Some(parse_mac(m).ok_or_else(|| {
+            format!("--dpdk-mac takes a unicast address like 02:00:00:00:00:01, got '{m}'")
+        })?),
+    };
+    let port = cli.dpdk_port.as_deref().map(|p| match p.parse::<u16>() {
+        Ok(id) => DpdkPort::Id(id),
+        Err(_) => DpdkPort::Name(p.to_string()),
+    });
+    if cli.port == 0 {
+        return Err("--network=dpdk needs a TCP port (--port must not be 0)".into());
+    }
+    Ok(DpdkSettings {
+        eal_args,
+        port,
+        ip,
+        prefix_len,
+        gateway,
+        mac,
+        listen_port: cli.port,
+    })
+}
+
+/// `A.B.C.D/prefix` with a prefix of 1 to 32.
+pub fn parse_ipv4_prefix(s: &str) -> Option<(std::net::Ipv4Addr, u8)> {
+    let (ip, prefix) = s.split_once('/')?;
+    let prefix: u8 = prefix.parse().ok().filter(|p| (1..=32).contains(p))?;
+    Some((ip.parse().ok()?, prefix))
+}
+
+/// `aa:bb:cc:dd:ee:ff` (or with `-`), unicast only.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut mac = [0u8; 6];
+    for (byte, part) in mac.iter_mut().zip(parts) {
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    (mac[0] & 1 == 0 && mac != [0; 6]).then_some(mac)
 }
 
 /// Parses Redis memory units: `1gb`, `512mb`, `100k`, plain bytes.
@@ -222,6 +352,11 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "defrag-record-sleep-us",
     "spdk-max-completions-per-poll",
     "direct-io",
+    "dpdk-eal-args",
+    "dpdk-port",
+    "dpdk-ip",
+    "dpdk-gateway",
+    "dpdk-mac",
 ];
 const BOOL_FLAGS: &[&str] = &[
     "pin-workers",
@@ -386,11 +521,16 @@ impl Settings {
             "spdk" => {}
             other => return Err(format!("--storage must be uring or spdk, got '{other}'")),
         }
-        match cli.network.as_str() {
-            "kernel" => {}
-            "dpdk" => return Err("--network=dpdk: DPDK support is not built into this binary (build with --features dpdk; issue 5)".into()),
+        let dpdk = match cli.network.as_str() {
+            "kernel" => None,
+            "dpdk" if !cfg!(feature = "dpdk") => return Err("--network=dpdk: DPDK support is not built into this binary (build with --features dpdk; issue 5)".into()),
+            "dpdk" => Some(dpdk_settings(
+                &cli,
+                std::env::var(EAL_ARGS_ENV).ok().as_deref(),
+                std::env::var(DPDK_MEMORY_ENV).ok().as_deref(),
+            )?),
             other => return Err(format!("--network must be kernel or dpdk, got '{other}'")),
-        }
+        };
         let data_file_size_bytes = parse_memory(&cli.data_file_size)
             .filter(|&n| n >= 16 << 20)
             .ok_or_else(|| {
@@ -470,6 +610,7 @@ impl Settings {
             protected_mode,
             appendfsync,
             direct_io,
+            dpdk,
             cli,
         })
     }
@@ -538,8 +679,100 @@ mod tests {
     fn bad_values_refused() {
         assert!(settings(&["--appendfsync", "sometimes"]).is_err());
         assert!(settings(&["--threads", "0"]).is_err());
+        #[cfg(not(feature = "dpdk"))]
         assert!(settings(&["--network", "dpdk"])
             .unwrap_err()
             .contains("not built"));
+    }
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut v = vec!["lavik"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).unwrap()
+    }
+
+    // DPDK flags parse into addresses; the flag's EAL args win over the environment's, and
+    // the memory variable becomes `-m` only when the args do not size memory themselves.
+    #[test]
+    fn dpdk_settings_from_flags_and_env() {
+        let c = cli(&[
+            "--dpdk-eal-args",
+            "--no-huge --vdev=net_tap0,iface=t0",
+            "--dpdk-ip",
+            "10.99.0.2/24",
+            "--dpdk-gateway",
+            "10.99.0.1",
+            "--dpdk-port",
+            "net_tap0",
+            "--dpdk-mac",
+            "02:00:00:00:00:07",
+            "--port",
+            "7000",
+        ]);
+        let d = dpdk_settings(&c, Some("--ignored"), Some("512")).unwrap();
+        assert_eq!(
+            d.eal_args,
+            vec!["--no-huge", "--vdev=net_tap0,iface=t0", "-m", "512"]
+        );
+        assert_eq!(d.ip, std::net::Ipv4Addr::new(10, 99, 0, 2));
+        assert_eq!(d.prefix_len, 24);
+        assert_eq!(d.gateway, Some(std::net::Ipv4Addr::new(10, 99, 0, 1)));
+        assert_eq!(d.port, Some(DpdkPort::Name("net_tap0".into())));
+        assert_eq!(d.mac, Some([2, 0, 0, 0, 0, 7]));
+        assert_eq!(d.listen_port, 7000);
+        let c = cli(&["--dpdk-ip", "10.0.0.1/8", "--dpdk-port", "1"]);
+        let d = dpdk_settings(&c, Some("-l 0 -m 256"), Some("512")).unwrap();
+        assert_eq!(d.eal_args, vec!["-l", "0", "-m", "256"]);
+        assert_eq!(d.port, Some(DpdkPort::Id(1)));
+        assert_eq!(d.gateway, None);
+    }
+
+    // Missing or malformed DPDK values are refused with the flag's name.
+    #[test]
+    fn dpdk_settings_refuse_bad_values() {
+        let e = dpdk_settings(&cli(&[]), None, None).unwrap_err();
+        assert!(e.contains("--dpdk-ip"), "{e}");
+        for bad in ["10.0.0.1", "10.0.0.1/33", "10.0.0.1/0", "10.0.0/24"] {
+            let e = dpdk_settings(&cli(&["--dpdk-ip", bad]), None, None).unwrap_err();
+            assert!(e.contains("--dpdk-ip"), "{bad}: {e}");
+        }
+        let ok = ["--dpdk-ip", "10.0.0.1/24"];
+        let e = dpdk_settings(
+            &cli(&[&ok[..], &["--dpdk-mac", "01:00:5e:00:00:01"]].concat()),
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("--dpdk-mac"), "{e}");
+        let e = dpdk_settings(
+            &cli(&[&ok[..], &["--dpdk-gateway", "x"]].concat()),
+            None,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.contains("--dpdk-gateway"), "{e}");
+        let e = dpdk_settings(&cli(&ok), None, Some("lots")).unwrap_err();
+        assert!(e.contains(DPDK_MEMORY_ENV), "{e}");
+        let e = dpdk_settings(&cli(&[&ok[..], &["--port", "0"]].concat()), None, None).unwrap_err();
+        assert!(e.contains("--port"), "{e}");
+    }
+
+    // Config-file directives reach the DPDK flags under the same names.
+    #[test]
+    fn dpdk_directives_map_to_flags() {
+        let args = config_file_args(
+            "dpdk-eal-args \"--no-huge -m 512\"\ndpdk-ip 10.99.0.2/24\ndpdk-port 0\n",
+        )
+        .unwrap();
+        assert_eq!(
+            args,
+            vec![
+                "--dpdk-eal-args=--no-huge -m 512",
+                "--dpdk-ip=10.99.0.2/24",
+                "--dpdk-port=0"
+            ]
+        );
+        let c = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(c.dpdk_eal_args.as_deref(), Some("--no-huge -m 512"));
     }
 }

@@ -3,7 +3,26 @@
 
 use crate::resp::{Proto, ReplyBuf};
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+/// Where a connection's bytes go: a kernel socket served through io_uring, or a
+/// connection of the worker's userspace TCP stack (`--network=dpdk`, see `dpdk.rs`).
+pub enum Transport {
+    Kernel(OwnedFd),
+    #[cfg(feature = "dpdk")]
+    Stack(tcp_stack::SocketHandle),
+}
+
+impl Transport {
+    /// The kernel socket, or `None` for a userspace-stack connection.
+    pub fn kernel_fd(&self) -> Option<RawFd> {
+        match self {
+            Transport::Kernel(fd) => Some(fd.as_raw_fd()),
+            #[cfg(feature = "dpdk")]
+            Transport::Stack(_) => None,
+        }
+    }
+}
 
 /// Replies stay in request order even when some commands ran on another
 /// worker: a remote command reserves a slot, later replies queue behind it.
@@ -13,7 +32,7 @@ pub enum Slot {
 }
 
 pub struct Conn {
-    pub fd: OwnedFd,
+    pub fd: Transport,
     pub gen: u32,
     pub id: u64,
     pub addr: String,
@@ -62,7 +81,7 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(
-        fd: OwnedFd,
+        fd: Transport,
         gen: u32,
         id: u64,
         addr: String,
@@ -185,7 +204,7 @@ impl Conn {
             self.id,
             self.addr,
             self.laddr,
-            std::os::fd::AsRawFd::as_raw_fd(&self.fd),
+            self.fd.kernel_fd().unwrap_or(-1),
             name,
             now_ms.saturating_sub(self.created_ms) / 1000,
             now_ms.saturating_sub(self.last_cmd_ms) / 1000,

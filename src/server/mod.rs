@@ -29,6 +29,8 @@
 //! read), allocation-free cross-worker messages.
 
 mod conn;
+#[cfg(any(test, feature = "dpdk"))]
+pub mod faults;
 pub mod local;
 pub mod metrics;
 mod worker;
@@ -43,6 +45,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::Instant;
 
+#[cfg(feature = "dpdk")]
+pub use worker::DpdkNet;
 pub use worker::Worker;
 
 /// Identifies a connection on its worker: slab index and generation.

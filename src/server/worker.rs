@@ -1,6 +1,6 @@
 //! The worker loop. See the module essay in `mod.rs`.
 
-use super::conn::{Conn, Slot};
+use super::conn::{Conn, Slot, Transport};
 use super::{local, now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
@@ -17,6 +17,15 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+// Appliance networking: the DPDK port and the userspace TCP stack, driven from this loop
+// through small hooks (`dpdk_receive`, `dpdk_send`, `dpdk_wait`, the close in `begin_close`).
+// A child module so it can use the worker's connection table and helpers directly.
+#[cfg(feature = "dpdk")]
+#[path = "dpdk.rs"]
+mod dpdk;
+#[cfg(feature = "dpdk")]
+pub use dpdk::DpdkNet;
 
 /// Ring size: submissions per round before we must submit early.
 const RING_ENTRIES: u32 = 4096;
@@ -156,6 +165,9 @@ pub struct Worker {
     round_need: u64,
     /// Replies to other workers' clients waiting for an epoch, in order.
     held_replies: VecDeque<(u64, usize, Msg)>,
+    /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
+    #[cfg(feature = "dpdk")]
+    dpdk: Option<DpdkNet>,
 }
 
 fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
@@ -231,6 +243,8 @@ impl Worker {
             commit: GroupCommit::default(),
             round_need: 0,
             held_replies: VecDeque::new(),
+            #[cfg(feature = "dpdk")]
+            dpdk: None,
         })
     }
 
@@ -243,6 +257,8 @@ impl Worker {
             let now = now_ms();
             self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
             self.reap(now);
+            #[cfg(feature = "dpdk")]
+            self.dpdk_receive(now);
             self.drain_mailbox(now);
             self.process_ready(now);
             self.flush_storage(now);
@@ -314,10 +330,13 @@ impl Worker {
         if conn.recv_armed || conn.closing {
             return;
         }
+        let Some(fd) = conn.fd.kernel_fd() else {
+            return;
+        };
         conn.recv_armed = true;
         conn.ops_inflight += 1;
         let token = ((conn.gen as u64) << 32) | slot as u64;
-        let sqe = opcode::RecvMulti::new(types::Fd(conn.fd.as_raw_fd()), RECV_GROUP_ID)
+        let sqe = opcode::RecvMulti::new(types::Fd(fd), RECV_GROUP_ID)
             .build()
             .user_data(user_data(OpKind::Recv, token));
         push_sqe(&mut self.ring, &sqe);
@@ -376,30 +395,49 @@ impl Worker {
         let laddr = local_addr
             .map(|a| a.to_string())
             .unwrap_or_else(|| "?:0".into());
-        let rt = self
-            .shared
-            .runtime
-            .read()
-            .expect("runtime config lock")
-            .clone();
+        let loopback = peer.is_some_and(|a| a.ip().is_loopback());
+        let authenticated = match self.admit(loopback) {
+            Ok(authenticated) => authenticated,
+            Err(refusal) => {
+                let _ = write_all_now(&fd, refusal);
+                return;
+            }
+        };
+        let slot = self.install_conn(Transport::Kernel(fd), addr, laddr, authenticated, now);
+        self.arm_recv(slot);
+    }
+
+    /// Applies maxclients and protected mode to a new client: `Ok(authenticated)`, or the
+    /// refusal to write before closing it (counted as rejected).
+    fn admit(&self, loopback: bool) -> Result<bool, &'static [u8]> {
+        let rt = self.shared.runtime.read().expect("runtime config lock");
         let stats = &self.shared.stats;
         if stats.connected_clients.load(Ordering::Relaxed) >= rt.maxclients {
             stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = write_all_now(&fd, b"-ERR max number of clients reached\r\n");
-            return;
+            return Err(b"-ERR max number of clients reached\r\n");
         }
-        let loopback = peer.is_some_and(|a| a.ip().is_loopback());
         if rt.protected_mode && rt.requirepass.is_none() && !loopback {
             stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-            let _ = write_all_now(&fd, DENIED.as_bytes());
-            return;
+            return Err(DENIED.as_bytes());
         }
+        Ok(rt.requirepass.is_none())
+    }
+
+    /// Registers an admitted connection (slot, counters, `CLIENT LIST` entry).
+    fn install_conn(
+        &mut self,
+        fd: Transport,
+        addr: String,
+        laddr: String,
+        authenticated: bool,
+        now: u64,
+    ) -> u32 {
+        let stats = &self.shared.stats;
         stats.connected_clients.fetch_add(1, Ordering::Relaxed);
         stats.total_connections.fetch_add(1, Ordering::Relaxed);
         let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        let authenticated = rt.requirepass.is_none();
         let conn = Conn::new(fd, gen, id, addr.clone(), laddr.clone(), now, authenticated);
         let slot = match self.free_slots.pop() {
             Some(s) => s,
@@ -420,7 +458,7 @@ impl Worker {
                 info,
             },
         );
-        self.arm_recv(slot);
+        slot
     }
 
     fn on_recv(&mut self, token: u64, res: i32, flags: u32) {
@@ -511,9 +549,15 @@ impl Worker {
             return;
         }
         conn.closing = true;
-        // Ends the armed multishot receive (it completes with 0) and any send.
-        // SAFETY: plain syscall on an fd we own.
-        unsafe { libc::shutdown(conn.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        match &conn.fd {
+            Transport::Kernel(fd) => {
+                // Ends the armed multishot receive (it completes with 0) and any send.
+                // SAFETY: plain syscall on an fd we own.
+                unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+            #[cfg(feature = "dpdk")]
+            Transport::Stack(handle) => dpdk::close_stack_socket(&mut self.dpdk, *handle),
+        }
         let id = conn.id;
         let was_monitor = conn.monitor;
         self.shared
@@ -1734,6 +1778,9 @@ impl Worker {
             if conn.closing || conn.send_inflight {
                 continue;
             }
+            let Some(fd) = conn.fd.kernel_fd() else {
+                continue;
+            };
             if conn.sending.is_empty() && !conn.out.is_empty() {
                 std::mem::swap(&mut conn.sending, &mut conn.out);
                 conn.out_cleared = 0;
@@ -1748,18 +1795,17 @@ impl Worker {
             }
             let rest = &conn.sending[conn.send_off..];
             let token = ((conn.gen as u64) << 32) | slot as u64;
-            let sqe = opcode::Send::new(
-                types::Fd(conn.fd.as_raw_fd()),
-                rest.as_ptr(),
-                rest.len() as u32,
-            )
-            .flags(libc::MSG_NOSIGNAL)
-            .build()
-            .user_data(user_data(OpKind::Send, token));
+            let sqe = opcode::Send::new(types::Fd(fd), rest.as_ptr(), rest.len() as u32)
+                .flags(libc::MSG_NOSIGNAL)
+                .build()
+                .user_data(user_data(OpKind::Send, token));
             conn.send_inflight = true;
             conn.ops_inflight += 1;
             push_sqe(&mut self.ring, &sqe);
         }
+        // Stack connections' `out` now holds only replies cleared to leave.
+        #[cfg(feature = "dpdk")]
+        self.dpdk_send();
     }
 
     fn background(&mut self, now: u64) {
@@ -1772,6 +1818,11 @@ impl Worker {
     }
 
     fn wait(&mut self) {
+        #[cfg(feature = "dpdk")]
+        if self.dpdk.is_some() {
+            self.dpdk_wait();
+            return;
+        }
         if !self.ready.is_empty() || self.retry_pending {
             let _ = self.ring.submit();
             if self.retry_pending {
