@@ -214,6 +214,8 @@ impl Server {
             if let Ok(mut c) = Client::connect() {
                 match c.call(&[b"PING"]) {
                     Ok(Reply::Simple(p)) if p == "PONG" => return Ok(server),
+                    // Listening while recovery runs: ready once PING answers PONG.
+                    Ok(Reply::Error(e)) if e.starts_with("LOADING") => {}
                     other => return Err(format!("PING: {other:?}{}", server.log_tail())),
                 }
             }
