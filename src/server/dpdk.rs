@@ -58,6 +58,8 @@ const TX_QUEUED_MAX_FRAMES: usize = 4 * BURST_MAX_PACKETS;
 /// Connections half-open or waiting for `accept` (SYNs beyond it are dropped; the client
 /// retries).
 const LISTEN_BACKLOG: usize = 1024;
+/// How long the port stays open after the last frames at shutdown (see `Drop`).
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_millis(50);
 /// Stack socket slots beyond `maxclients`: the listener, connections we closed that are
 /// still finishing (FIN-WAIT, TIME-WAIT), refused connections.
 const SOCKET_SLOTS_EXTRA: usize = 4096;
@@ -299,6 +301,13 @@ impl Drop for DpdkNet {
         }
         self.now = self.clock();
         self.transmit();
+        if !self.tx.is_empty() || self.iface.stats().tx_frames > 0 {
+            // Frames handed to the driver may still sit in its TX ring (a NIC) or in the
+            // kernel's receive backlog (tap, af_packet); stopping the port at once can drop
+            // them, RSTs included. One bounded pause at shutdown lets them out.
+            std::thread::sleep(SHUTDOWN_DRAIN);
+            self.transmit();
+        }
         tracing::info!("userspace TCP stack: {:?}", self.iface.stats());
         if let Some(f) = &self.faults {
             tracing::info!("fault layer: rx {:?}, tx {:?}", f.rx.stats, f.tx.stats);
