@@ -138,7 +138,7 @@ measure dpdk-af_packet 10.98.0.2
 kill "$SERVER_PID"; wait "$SERVER_PID" || true; SERVER_PID=
 
 # DPDK mode over the tap PMD; its kernel end lives in the client namespace. The tap PMD
-# signals every received frame with SIGIO, which lavik's main thread takes.
+# signals every received frame (its RX trigger), which lavik's main thread takes.
 ip netns exec "$NS_CLI" "$LAVIK" --threads 1 --cpus 0 --network=dpdk \
     --dpdk-eal-args "-l 0 --no-huge --no-pci --no-shconf --no-telemetry -m 512 --vdev=net_tap0,iface=$TAG-t" \
     --dpdk-ip 10.99.0.2/24 --protected-mode no --data-file "$TMP/tap.data" --data-file-size 1gb \
