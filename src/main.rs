@@ -197,7 +197,17 @@ fn main() {
         for addr in &settings.binds {
             // SO_REUSEPORT would let a second server share the port with a running
             // one (same user): probe with a plain bind first, as Redis fails then.
-            if let Err(e) = probe_port(addr, settings.cli.port) {
+            // A server that just died (SIGKILL) can hold the port for a moment while
+            // the kernel tears its io_uring down: give that a little time.
+            let mut probed = probe_port(addr, settings.cli.port);
+            let until = std::time::Instant::now() + Duration::from_secs(2);
+            while matches!(&probed, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+                && std::time::Instant::now() < until
+            {
+                std::thread::sleep(Duration::from_millis(20));
+                probed = probe_port(addr, settings.cli.port);
+            }
+            if let Err(e) = probed {
                 tracing::error!("cannot listen on {addr}:{}: {e}", settings.cli.port);
                 eprintln!("lavik: cannot listen on {addr}:{}: {e}", settings.cli.port);
                 std::process::exit(1);

@@ -281,6 +281,14 @@ impl Worker {
     }
 
     fn finish(mut self) {
+        // Stop listening now: the ring's multishot accepts keep the sockets open until
+        // the ring is torn down, which the kernel finishes after we exit; a listening
+        // socket that lingers would take new connections (reset later) and keep the port
+        // from a restarted server.
+        for l in &self.listeners {
+            // SAFETY: plain syscall on a socket we own.
+            unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+        }
         // Device reads in flight write into buffers we own: wait for them.
         let deadline = Instant::now() + Duration::from_secs(5);
         while (self.reads_inflight > 0 || !self.commit.inflight.is_empty())
