@@ -165,6 +165,8 @@ pub struct Worker {
     round_need: u64,
     /// Replies to other workers' clients waiting for an epoch, in order.
     held_replies: VecDeque<(u64, usize, Msg)>,
+    /// Some connection has replies in `held` (see `gate_replies`).
+    any_held: bool,
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
     #[cfg(feature = "dpdk")]
     dpdk: Option<DpdkNet>,
@@ -243,6 +245,7 @@ impl Worker {
             commit: GroupCommit::default(),
             round_need: 0,
             held_replies: VecDeque::new(),
+            any_held: false,
             #[cfg(feature = "dpdk")]
             dpdk: None,
         })
@@ -727,20 +730,25 @@ impl Worker {
 
     // ----- commands ----------------------------------------------------------
 
+    /// Runs what a ready connection has received (if it still exists).
+    fn run_slot(&mut self, slot: u32, now: u64) {
+        let Some(mut conn) = self.conns[slot as usize].take() else {
+            return;
+        };
+        conn.in_ready = false;
+        self.process_conn(&mut conn, slot, now);
+        let close_now = conn.closing;
+        self.conns[slot as usize] = Some(conn);
+        if close_now {
+            self.maybe_free(slot);
+        }
+    }
+
     fn process_ready(&mut self, now: u64) {
         self.retry_pending = false;
         let ready = std::mem::take(&mut self.ready);
         for &slot in &ready {
-            let Some(mut conn) = self.conns[slot as usize].take() else {
-                continue;
-            };
-            conn.in_ready = false;
-            self.process_conn(&mut conn, slot, now);
-            let close_now = conn.closing;
-            self.conns[slot as usize] = Some(conn);
-            if close_now {
-                self.maybe_free(slot);
-            }
+            self.run_slot(slot, now);
         }
         let mut ready = ready;
         ready.clear();
@@ -757,16 +765,7 @@ impl Worker {
         let all: Vec<usize> = (0..self.shared.workers.len()).collect();
         let done = self.with_workers(&all, |w| {
             for &slot in &deferred {
-                let Some(mut conn) = w.conns[slot as usize].take() else {
-                    continue;
-                };
-                conn.in_ready = false;
-                w.process_conn(&mut conn, slot, now);
-                let close_now = conn.closing;
-                w.conns[slot as usize] = Some(conn);
-                if close_now {
-                    w.maybe_free(slot);
-                }
+                w.run_slot(slot, now);
             }
         });
         if done.is_none() {
@@ -1588,7 +1587,9 @@ impl Worker {
                 // touches until `flush_chunk_done`, called only after this batch completes;
                 // the batch fits the ring (CHUNK_WRITES_PER_SUBMIT entries).
                 let pushed = unsafe { self.write_ring.submission().push(&sqe) };
-                debug_assert!(pushed.is_ok());
+                // Cannot fail: the ring starts each batch empty and holds a whole batch;
+                // a lost entry would leave the wait below hanging.
+                pushed.expect("chunk write ring full");
                 results.push(Err(std::io::Error::other("chunk write not completed")));
             }
             let mut done = 0;
@@ -1738,6 +1739,13 @@ impl Worker {
     fn gate_replies(&mut self) {
         let need = self.round_need;
         let durable = self.commit.durable;
+        // Nothing to hold and nothing held (the common case without `always`): no
+        // pass over the connections. Bytes left unsent from such rounds may be held
+        // once gating resumes, which only delays them, in order.
+        if need <= durable && !self.any_held {
+            return;
+        }
+        let mut any_held = false;
         for slot in 0..self.conns.len() {
             let Some(conn) = self.conns[slot].as_mut() else {
                 continue;
@@ -1774,7 +1782,9 @@ impl Worker {
                 }
             }
             conn.out_cleared = conn.out.len();
+            any_held |= !conn.held.is_empty();
         }
+        self.any_held = any_held;
     }
 
     fn submit_sends(&mut self) {
