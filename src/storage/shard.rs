@@ -225,6 +225,19 @@ pub struct Shard {
     pub(crate) last_defrag_ms: Option<u64>,
     /// The block being defragged, its image and how far relocation got.
     pub(crate) defrag_job: Option<DefragJob>,
+    /// `Some`: the last scan for a defrag candidate found none and nothing has made one
+    /// since, so the next defrag step need not walk every block again (that walk, once per
+    /// loop round, cost more than a GET's own work). See `start_defrag_job`.
+    pub(crate) defrag_idle: Option<DefragIdle>,
+}
+
+/// Why "no defrag candidate" still holds: the open block of that scan. Sealing it (a new
+/// open block) may make it a candidate; the other ways a block becomes one (live bytes
+/// dropping in `unaccount`, tombstones found droppable, `flush_db`) clear the memo where
+/// they happen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DefragIdle {
+    open_block: Option<BlockId>,
 }
 
 /// A defrag in progress: the block's image (read once) and the records still to consider.
@@ -289,6 +302,7 @@ impl Shard {
             defrag_sleep_ms: cfg.defrag_sleep_ms,
             last_defrag_ms: None,
             defrag_job: None,
+            defrag_idle: None,
             shared,
         }
     }
@@ -505,6 +519,7 @@ impl Shard {
         self.indexes[d] = Index::new();
         self.expiry[d] = BTreeSet::new();
         let mut dead_extents = Vec::new();
+        self.defrag_idle = None;
         for (b, info) in self.blocks.iter_mut() {
             info.live_bytes[d] = 0;
             if info.kind == BLOCK_KIND_EXTENT && info.live_total() == 0 && !info.retiring {
@@ -952,9 +967,15 @@ impl Shard {
 
     pub(crate) fn unaccount(&mut self, db: Db, addr: Address, len: usize) {
         let (block, _) = self.shared.layout.split(addr);
+        let pct = u64::from(self.defrag_live_percent_max);
         if let Some(info) = self.blocks.get_mut(&block) {
             let live = &mut info.live_bytes[db as usize];
             *live = live.saturating_sub(len as u32);
+            // Fewer live bytes may make this block the defrag candidate the idle memo
+            // says does not exist.
+            if self.defrag_idle.is_some() && Self::defrag_candidate(info, pct) {
+                self.defrag_idle = None;
+            }
         }
     }
 
@@ -1546,6 +1567,12 @@ impl Shard {
 
     fn start_defrag_job(&mut self) -> Result<Option<DefragJob>, StorageError> {
         let open_block = self.open.as_ref().map(|o| o.block);
+        if self
+            .defrag_idle
+            .is_some_and(|idle| idle.open_block == open_block)
+        {
+            return Ok(None);
+        }
         let pct = u64::from(self.defrag_live_percent_max);
         let pick = self
             .blocks
@@ -1560,8 +1587,10 @@ impl Shard {
             })
             .map(|(b, i)| (*b, i.clone()));
         let Some((block, info)) = pick else {
+            self.defrag_idle = Some(DefragIdle { open_block });
             return Ok(None);
         };
+        self.defrag_idle = None;
         if info.live_total() == 0 && !info.has_tombs {
             self.retire(block);
             return Ok(None);
