@@ -57,6 +57,21 @@ impl ParsedCommand {
         }
     }
 
+    /// The arguments as slices into `out`, which must hold exactly `arg_count()`
+    /// of them (lets the caller keep short argument lists on the stack).
+    pub fn args_into<'a>(&'a self, buf: &'a [u8], out: &mut [&'a [u8]]) {
+        assert_eq!(out.len(), self.arg_count(), "argument slots");
+        if self.owned.is_empty() {
+            for (slot, &(s, e)) in out.iter_mut().zip(&self.ranges) {
+                *slot = &buf[s..e];
+            }
+        } else {
+            for (slot, v) in out.iter_mut().zip(&self.owned) {
+                *slot = v.as_slice();
+            }
+        }
+    }
+
     /// The arguments as slices, given the buffer that was parsed.
     pub fn args<'a>(&'a self, buf: &'a [u8], out: &mut Vec<&'a [u8]>) {
         out.clear();

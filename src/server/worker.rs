@@ -8,8 +8,8 @@ use crate::device::AlignedBuf;
 use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
-use crate::storage::get_async::{GetStep, PutStep, ReadPlan};
-use crate::storage::{ChunkIo, FsyncPolicy, Shard, Value, ValueKind};
+use crate::storage::get_async::{GetReadStep, GetStep, PutStep, ReadPlan};
+use crate::storage::{ChunkIo, FsyncPolicy, Shard, StorageError, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -42,8 +42,15 @@ const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 const IDLE_WAIT_MS: u64 = 100;
 /// GET device reads in flight per worker; beyond it GETs read synchronously.
 const READS_INFLIGHT_MAX: usize = 256;
+/// Arguments of a command kept on the stack while it runs; longer lists use the heap.
+const ARGS_INLINE: usize = 8;
 /// Size of a pooled read buffer (the engine's first read window).
 const READ_BUFFER_BYTES: usize = 8192;
+/// Key and value copies kept by pending reads come from a pool, so a steady stream of
+/// GETs and SETs allocates nothing; buffers bigger than this are dropped, not pooled.
+const POOLED_BYTES_MAX_BYTES: usize = 64 << 10;
+/// Buffers the pool keeps: a key and a value for every read that may be in flight.
+const POOLED_BUFFERS_MAX: usize = 2 * READS_INFLIGHT_MAX;
 
 /// Where the answer to an asynchronous GET goes.
 #[derive(Clone, Copy)]
@@ -60,7 +67,8 @@ enum ReadDest {
 }
 
 /// A GET waiting for its device read. The buffer is owned here, untouched,
-/// until the read's completion arrives.
+/// until the read's completion arrives. `key` and `set_value` come from the
+/// worker's byte-buffer pool and go back to it when the operation ends.
 struct PendingRead {
     dest: ReadDest,
     /// `Some(value)`: a plain SET verifying the key it overwrites; `None`: a GET.
@@ -156,6 +164,8 @@ pub struct Worker {
     free_reads: Vec<usize>,
     reads_inflight: usize,
     read_bufs: Vec<AlignedBuf>,
+    /// Spare buffers for pending reads' key and value copies (see `POOLED_BUFFERS_MAX`).
+    spare_bytes: Vec<Vec<u8>>,
     /// A command that writes ran this round (see `flush_storage`).
     round_writes: bool,
     last_background_flush_ms: u64,
@@ -240,6 +250,7 @@ impl Worker {
             free_reads: Vec::new(),
             reads_inflight: 0,
             read_bufs: Vec::new(),
+            spare_bytes: Vec::new(),
             round_writes: false,
             last_background_flush_ms: 0,
             commit: GroupCommit::default(),
@@ -610,7 +621,9 @@ impl Worker {
                 } => {
                     if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
                         let dest = ReadDest::Remote { from, token, seq };
-                        if let Some(bytes) = self.try_get_async(dest, db, &args[1], proto, now) {
+                        if let Some(v) = self.try_get_async(dest, db, &args[1], proto, now) {
+                            let mut bytes = Vec::new();
+                            write_get_reply(&mut ReplyBuf::new(&mut bytes, proto), v);
                             self.outbox[from].push(Msg::Reply { token, seq, bytes });
                         }
                         continue;
@@ -821,10 +834,19 @@ impl Worker {
                         continue;
                     }
                     let inbuf = std::mem::take(&mut conn.inbuf);
-                    let mut args: Vec<&[u8]> = Vec::with_capacity(parsed.arg_count());
-                    parsed.args(&inbuf[start..], &mut args);
-                    let outcome = self.dispatch(conn, slot, &args, now);
-                    drop(args);
+                    // Short argument lists (GET, SET, ...) stay on the stack.
+                    let argc = parsed.arg_count();
+                    let mut inline: [&[u8]; ARGS_INLINE] = [&[]; ARGS_INLINE];
+                    let mut spilled: Vec<&[u8]> = Vec::new();
+                    let args: &[&[u8]] = if argc <= ARGS_INLINE {
+                        parsed.args_into(&inbuf[start..], &mut inline[..argc]);
+                        &inline[..argc]
+                    } else {
+                        parsed.args(&inbuf[start..], &mut spilled);
+                        &spilled
+                    };
+                    let outcome = self.dispatch(conn, slot, args, now);
+                    drop(spilled);
                     conn.inbuf = inbuf;
                     match outcome {
                         Outcome::Done => conn.in_pos += consumed,
@@ -1064,7 +1086,7 @@ impl Worker {
                     seq,
                 };
                 match self.try_set_async(dest, conn.db, args[1], args[2], conn.proto, now) {
-                    Some(bytes) => conn.reply(|r| r.out.extend_from_slice(&bytes)),
+                    Some(res) => conn.reply(|r| write_set_reply(r, res)),
                     None => {
                         let reserved = conn.reserve();
                         debug_assert_eq!(reserved, seq);
@@ -1083,7 +1105,7 @@ impl Worker {
                     seq,
                 };
                 match self.try_get_async(dest, conn.db, args[1], conn.proto, now) {
-                    Some(bytes) => conn.reply(|r| r.out.extend_from_slice(&bytes)),
+                    Some(v) => conn.reply(|r| write_get_reply(r, v)),
                     None => {
                         let reserved = conn.reserve();
                         debug_assert_eq!(reserved, seq);
@@ -1200,19 +1222,7 @@ impl Worker {
 
     // ----- asynchronous GET ----------------------------------------------------
 
-    fn encode_get(proto: Proto, v: Result<Option<Value>, crate::storage::StorageError>) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut r = ReplyBuf::new(&mut out, proto);
-        match v {
-            Ok(Some(v)) if v.kind != ValueKind::String => r.error(crate::commands::ERR_WRONGTYPE),
-            Ok(Some(v)) => r.bulk(&v.bytes),
-            Ok(None) => r.null(),
-            Err(e) => r.error(&crate::commands::storage_error(e)),
-        }
-        out
-    }
-
-    /// Starts a GET on one of our own shards. `Some(reply)`: answered now.
+    /// Starts a GET on one of our own shards. `Some(answer)`: answered now.
     /// `None`: a device read is in flight and `dest` will get the reply.
     fn try_get_async(
         &mut self,
@@ -1221,32 +1231,28 @@ impl Worker {
         key: &[u8],
         proto: Proto,
         now: u64,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Result<Option<Value>, StorageError>> {
         let shard_id = self.shards.shard_id(key);
         let own = shard_id as usize % self.shared.workers.len() == self.id;
         let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
-            return Some(Self::encode_get(
-                proto,
-                Err(crate::storage::StorageError::Corrupt(
-                    "shard not held".into(),
-                )),
-            ));
+            return Some(Err(StorageError::Corrupt("shard not held".into())));
         };
         if !own || self.reads_inflight >= READS_INFLIGHT_MAX {
-            return Some(Self::encode_get(proto, shard.get(db, key, now)));
+            return Some(shard.get(db, key, now));
         }
         match shard.get_begin(db, key, now) {
-            Ok(GetStep::Done(v)) => Some(Self::encode_get(proto, Ok(v))),
-            Err(e) => Some(Self::encode_get(proto, Err(e))),
+            Ok(GetStep::Done(v)) => Some(Ok(v)),
+            Err(e) => Some(Err(e)),
             Ok(GetStep::Read(plan)) => {
                 let buf = self.read_buf_for(plan.len_bytes);
+                let key = self.pooled_copy(key);
                 let read = PendingRead {
                     dest,
                     set_value: None,
                     shard: shard_id,
                     db,
                     proto,
-                    key: key.to_vec(),
+                    key,
                     plan,
                     buf,
                 };
@@ -1256,17 +1262,7 @@ impl Worker {
         }
     }
 
-    fn encode_set(proto: Proto, r: Result<(), crate::storage::StorageError>) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut rb = ReplyBuf::new(&mut out, proto);
-        match r {
-            Ok(()) => rb.ok(),
-            Err(e) => rb.error(&crate::commands::storage_error(e)),
-        }
-        out
-    }
-
-    /// Starts a plain `SET key value` on one of our own shards. `Some(reply)`:
+    /// Starts a plain `SET key value` on one of our own shards. `Some(result)`:
     /// done now. `None`: the read that verifies the overwritten key is in flight.
     fn try_set_async(
         &mut self,
@@ -1276,40 +1272,51 @@ impl Worker {
         value: &[u8],
         proto: Proto,
         now: u64,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Result<(), StorageError>> {
         let shard_id = self.shards.shard_id(key);
         let own = shard_id as usize % self.shared.workers.len() == self.id;
         let inflight_full = self.reads_inflight >= READS_INFLIGHT_MAX;
         let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
-            return Some(Self::encode_set(
-                proto,
-                Err(crate::storage::StorageError::Corrupt(
-                    "shard not held".into(),
-                )),
-            ));
+            return Some(Err(StorageError::Corrupt("shard not held".into())));
         };
         if !own || inflight_full {
-            let r = shard.put(db, key, ValueKind::String, value, None, now);
-            return Some(Self::encode_set(proto, r));
+            return Some(shard.put(db, key, ValueKind::String, value, None, now));
         }
         match shard.put_begin(db, key, ValueKind::String, value, None, now) {
-            Ok(PutStep::Done) => Some(Self::encode_set(proto, Ok(()))),
-            Err(e) => Some(Self::encode_set(proto, Err(e))),
+            Ok(PutStep::Done) => Some(Ok(())),
+            Err(e) => Some(Err(e)),
             Ok(PutStep::Read(plan)) => {
                 let buf = self.read_buf_for(plan.len_bytes);
+                let key = self.pooled_copy(key);
+                let value = self.pooled_copy(value);
                 let read = PendingRead {
                     dest,
-                    set_value: Some(value.to_vec()),
+                    set_value: Some(value),
                     shard: shard_id,
                     db,
                     proto,
-                    key: key.to_vec(),
+                    key,
                     plan,
                     buf,
                 };
                 self.submit_read(read);
                 None
             }
+        }
+    }
+
+    /// A copy of `bytes` in a buffer from the pool (allocated only when the pool is empty).
+    fn pooled_copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut v = self.spare_bytes.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Gives a buffer from `pooled_copy` back to the pool (or frees it when the pool is full).
+    fn recycle_bytes(&mut self, v: Vec<u8>) {
+        if v.capacity() <= POOLED_BYTES_MAX_BYTES && self.spare_bytes.len() < POOLED_BUFFERS_MAX {
+            self.spare_bytes.push(v);
         }
     }
 
@@ -1385,30 +1392,33 @@ impl Worker {
         }
         let step = Self::read_status(res, read.plan.len_bytes).and_then(|()| {
             match self.shards.slots[read.shard as usize].as_mut() {
-                Some(shard) => shard.get_continue(
+                Some(shard) => shard.get_continue_in_place(
                     read.db,
                     &read.key,
                     read.plan.clone(),
                     read.buf.as_slice(),
                     now,
                 ),
-                None => Err(crate::storage::StorageError::Corrupt(
+                None => Err(StorageError::Corrupt(
                     "shard not held at read completion".into(),
                 )),
             }
         });
-        match step {
-            Ok(GetStep::Read(plan)) => self.resubmit_read(read, plan),
-            other => {
-                let v = other.map(|s| match s {
-                    GetStep::Done(v) => v,
-                    GetStep::Read(_) => None,
-                });
-                let bytes = Self::encode_get(read.proto, v);
-                self.recycle_read_buf(read.buf);
-                self.deliver(read.dest, bytes);
-            }
-        }
+        let answer = match step {
+            Ok(GetReadStep::Read(plan)) => return self.resubmit_read(read, plan),
+            Ok(GetReadStep::InBuffer { kind, range, .. }) => Ok((kind, range)),
+            Ok(GetReadStep::Done(v)) => Err(Ok(v)),
+            Err(e) => Err(Err(e)),
+        };
+        // The value goes from the read buffer straight into the reply, copied once.
+        let buf = read.buf.as_slice();
+        self.deliver_with(read.dest, read.proto, |r| match answer {
+            Ok((kind, range)) if kind == ValueKind::String => r.bulk(&buf[range]),
+            Ok(_) => r.error(crate::commands::ERR_WRONGTYPE),
+            Err(v) => write_get_reply(r, v),
+        });
+        self.recycle_read_buf(read.buf);
+        self.recycle_bytes(read.key);
     }
 
     fn on_set_read(&mut self, mut read: PendingRead, res: i32, now: u64) {
@@ -1426,7 +1436,7 @@ impl Worker {
                     read.buf.as_slice(),
                     now,
                 ),
-                None => Err(crate::storage::StorageError::Corrupt(
+                None => Err(StorageError::Corrupt(
                     "shard not held at read completion".into(),
                 )),
             }
@@ -1437,28 +1447,35 @@ impl Worker {
                 self.resubmit_read(read, plan);
             }
             other => {
-                let bytes = Self::encode_set(read.proto, other.map(|_| ()));
                 self.recycle_read_buf(read.buf);
+                self.recycle_bytes(read.key);
+                self.recycle_bytes(value);
                 if let ReadDest::Local { token, .. } = read.dest {
                     if let Some(conn) = self.conn_mut(token.packed()) {
                         conn.write_blocked = false;
                     }
                     self.mark_ready(token.slot);
                 }
-                self.deliver(read.dest, bytes);
+                let res = other.map(|_| ());
+                self.deliver_with(read.dest, read.proto, |r| write_set_reply(r, res));
             }
         }
     }
 
-    fn deliver(&mut self, dest: ReadDest, bytes: Vec<u8>) {
+    /// Writes the reply of a finished asynchronous operation where it belongs: into the
+    /// connection's output in request order (no intermediate buffer when it is the
+    /// reply the connection waits for first), or into a message to another worker.
+    fn deliver_with(&mut self, dest: ReadDest, proto: Proto, write: impl FnOnce(&mut ReplyBuf)) {
         match dest {
             ReadDest::Remote { from, token, seq } => {
+                let mut bytes = Vec::new();
+                write(&mut ReplyBuf::new(&mut bytes, proto));
                 self.outbox[from].push(Msg::Reply { token, seq, bytes })
             }
             ReadDest::Local { token, seq } => {
                 let tok = token.packed();
                 if let Some(conn) = self.conn_mut(tok) {
-                    conn.fill(seq, bytes);
+                    conn.fill_with(seq, proto, write);
                     if conn.unparsed() > 0 {
                         self.mark_ready(token.slot);
                     }
@@ -1886,6 +1903,24 @@ impl Worker {
                     || e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => tracing::error!("io_uring wait failed: {e}"),
         }
+    }
+}
+
+/// The reply to a GET: the value, a null, or the error.
+fn write_get_reply(r: &mut ReplyBuf, v: Result<Option<Value>, StorageError>) {
+    match v {
+        Ok(Some(v)) if v.kind != ValueKind::String => r.error(crate::commands::ERR_WRONGTYPE),
+        Ok(Some(v)) => r.bulk(&v.bytes),
+        Ok(None) => r.null(),
+        Err(e) => r.error(&crate::commands::storage_error(e)),
+    }
+}
+
+/// The reply to a plain SET: `+OK` or the error.
+fn write_set_reply(r: &mut ReplyBuf, res: Result<(), StorageError>) {
+    match res {
+        Ok(()) => r.ok(),
+        Err(e) => r.error(&crate::commands::storage_error(e)),
     }
 }
 
