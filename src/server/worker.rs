@@ -177,6 +177,10 @@ pub struct Worker {
     held_replies: VecDeque<(u64, usize, Msg)>,
     /// Some connection has replies in `held` (see `gate_replies`).
     any_held: bool,
+    /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
+    /// configuration once per round and after each connection/server command (CONFIG
+    /// SET is one) rather than under its lock for every command.
+    slowlog_threshold_us: i64,
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
     #[cfg(feature = "dpdk")]
     dpdk: Option<DpdkNet>,
@@ -257,6 +261,7 @@ impl Worker {
             round_need: 0,
             held_replies: VecDeque::new(),
             any_held: false,
+            slowlog_threshold_us: 0,
             #[cfg(feature = "dpdk")]
             dpdk: None,
         })
@@ -270,6 +275,7 @@ impl Worker {
         loop {
             let now = now_ms();
             self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
+            self.refresh_slowlog_threshold();
             self.reap(now);
             #[cfg(feature = "dpdk")]
             self.dpdk_receive(now);
@@ -621,7 +627,8 @@ impl Worker {
                 } => {
                     if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
                         let dest = ReadDest::Remote { from, token, seq };
-                        if let Some(v) = self.try_get_async(dest, db, &args[1], proto, now) {
+                        let shard = self.shards.shard_id(&args[1]);
+                        if let Some(v) = self.try_get_async(dest, shard, db, &args[1], proto, now) {
                             let mut bytes = Vec::new();
                             write_get_reply(&mut ReplyBuf::new(&mut bytes, proto), v);
                             self.outbox[from].push(Msg::Reply { token, seq, bytes });
@@ -898,13 +905,18 @@ impl Worker {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
             return Outcome::Done;
         }
-        let started = Instant::now();
+        // Timing costs two clock reads per command: only when the slow log is on.
+        let started = (self.slowlog_threshold_us >= 0).then(Instant::now);
         if spec.flags.contains(&"write") {
             self.round_writes = true;
         }
         let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
         let outcome = match spec.kind {
-            Kind::Local => local::run(self, conn, slot, spec, args, now),
+            Kind::Local => {
+                let outcome = local::run(self, conn, slot, spec, args, now);
+                self.refresh_slowlog_threshold();
+                outcome
+            }
             Kind::Keyed => self.route_keyed(conn, slot, spec, args, now),
             Kind::AllShards => {
                 let all: Vec<usize> = (0..self.shared.workers.len()).collect();
@@ -925,10 +937,17 @@ impl Worker {
             if self.shared.monitor_count.load(Ordering::Relaxed) > 0 && spec.name != "monitor" {
                 self.feed_monitors(conn, args);
             }
-            let micros = started.elapsed().as_micros() as u64;
-            self.maybe_slowlog(conn, args, micros);
+            if let Some(started) = started {
+                let micros = started.elapsed().as_micros() as u64;
+                self.maybe_slowlog(conn, args, micros);
+            }
         }
         outcome
+    }
+
+    fn refresh_slowlog_threshold(&mut self) {
+        let rt = self.shared.runtime.read().expect("runtime lock");
+        self.slowlog_threshold_us = rt.slowlog_log_slower_than_us;
     }
 
     fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
@@ -974,12 +993,7 @@ impl Worker {
     }
 
     fn maybe_slowlog(&self, conn: &Conn, args: &[&[u8]], micros: u64) {
-        let threshold = self
-            .shared
-            .runtime
-            .read()
-            .expect("runtime lock")
-            .slowlog_log_slower_than_us;
+        let threshold = self.slowlog_threshold_us;
         if threshold < 0 || micros < threshold as u64 {
             return;
         }
@@ -1062,8 +1076,11 @@ impl Worker {
         let mut all_held = true;
         let mut owner: Option<usize> = None;
         let mut several = false;
+        // The shard of the first key (GET and SET have one key; computed once).
+        let mut first_shard: Option<u32> = None;
         for pos in key_positions(spec, args.len()) {
             let shard = self.shards.shard_id(args[pos]);
+            first_shard.get_or_insert(shard);
             if self.shards.slots[shard as usize].is_some() {
                 continue;
             }
@@ -1075,7 +1092,7 @@ impl Worker {
                 _ => {}
             }
         }
-        if all_held {
+        if let (true, Some(shard)) = (all_held, first_shard) {
             if spec.name == "set" && args.len() == 3 {
                 let seq = conn.next_seq;
                 let dest = ReadDest::Local {
@@ -1085,7 +1102,8 @@ impl Worker {
                     },
                     seq,
                 };
-                match self.try_set_async(dest, conn.db, args[1], args[2], conn.proto, now) {
+                let (key, value) = (args[1], args[2]);
+                match self.try_set_async(dest, shard, conn.db, key, value, conn.proto, now) {
                     Some(res) => conn.reply(|r| write_set_reply(r, res)),
                     None => {
                         let reserved = conn.reserve();
@@ -1104,7 +1122,7 @@ impl Worker {
                     },
                     seq,
                 };
-                match self.try_get_async(dest, conn.db, args[1], conn.proto, now) {
+                match self.try_get_async(dest, shard, conn.db, args[1], conn.proto, now) {
                     Some(v) => conn.reply(|r| write_get_reply(r, v)),
                     None => {
                         let reserved = conn.reserve();
@@ -1113,6 +1131,10 @@ impl Worker {
                 }
                 return Outcome::Done;
             }
+            self.run_local(conn, spec, args, now);
+            return Outcome::Done;
+        }
+        if all_held {
             self.run_local(conn, spec, args, now);
             return Outcome::Done;
         }
@@ -1222,17 +1244,18 @@ impl Worker {
 
     // ----- asynchronous GET ----------------------------------------------------
 
-    /// Starts a GET on one of our own shards. `Some(answer)`: answered now.
-    /// `None`: a device read is in flight and `dest` will get the reply.
+    /// Starts a GET on one of our own shards (`shard_id` is the key's). `Some(answer)`:
+    /// answered now. `None`: a device read is in flight and `dest` will get the reply.
     fn try_get_async(
         &mut self,
         dest: ReadDest,
+        shard_id: u32,
         db: u8,
         key: &[u8],
         proto: Proto,
         now: u64,
     ) -> Option<Result<Option<Value>, StorageError>> {
-        let shard_id = self.shards.shard_id(key);
+        debug_assert_eq!(shard_id, self.shards.shard_id(key));
         let own = shard_id as usize % self.shared.workers.len() == self.id;
         let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
             return Some(Err(StorageError::Corrupt("shard not held".into())));
@@ -1262,18 +1285,21 @@ impl Worker {
         }
     }
 
-    /// Starts a plain `SET key value` on one of our own shards. `Some(result)`:
-    /// done now. `None`: the read that verifies the overwritten key is in flight.
+    /// Starts a plain `SET key value` on one of our own shards (`shard_id` is the key's).
+    /// `Some(result)`: done now. `None`: the read that verifies the overwritten key is
+    /// in flight.
+    #[allow(clippy::too_many_arguments)]
     fn try_set_async(
         &mut self,
         dest: ReadDest,
+        shard_id: u32,
         db: u8,
         key: &[u8],
         value: &[u8],
         proto: Proto,
         now: u64,
     ) -> Option<Result<(), StorageError>> {
-        let shard_id = self.shards.shard_id(key);
+        debug_assert_eq!(shard_id, self.shards.shard_id(key));
         let own = shard_id as usize % self.shared.workers.len() == self.id;
         let inflight_full = self.reads_inflight >= READS_INFLIGHT_MAX;
         let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
