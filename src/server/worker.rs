@@ -142,7 +142,9 @@ pub struct Worker {
     write_ring: IoUring,
     bufring: BufRing,
     pub shards: ShardSet,
-    conns: Vec<Option<Conn>>,
+    /// Boxed: `run_slot` takes a connection out of its slot and puts it back for every
+    /// batch of commands, which moves a pointer instead of the whole `Conn`.
+    conns: Vec<Option<Box<Conn>>>,
     free_slots: Vec<u32>,
     next_gen: u32,
     listeners: Vec<OwnedFd>,
@@ -372,7 +374,10 @@ impl Worker {
 
     fn conn_mut(&mut self, token: u64) -> Option<&mut Conn> {
         let (slot, gen) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
-        self.conns.get_mut(slot)?.as_mut().filter(|c| c.gen == gen)
+        self.conns
+            .get_mut(slot)?
+            .as_deref_mut()
+            .filter(|c| c.gen == gen)
     }
 
     fn mark_ready(&mut self, slot: u32) {
@@ -466,7 +471,15 @@ impl Worker {
         let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        let conn = Conn::new(fd, gen, id, addr.clone(), laddr.clone(), now, authenticated);
+        let conn = Box::new(Conn::new(
+            fd,
+            gen,
+            id,
+            addr.clone(),
+            laddr.clone(),
+            now,
+            authenticated,
+        ));
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {

@@ -1,7 +1,7 @@
 //! One shard: a slice of the keyspace with its own per-db indexes, one open (staging) block,
 //! counters and expiry sets. Owned by exactly one worker thread; no locks except the shared
 //! block allocator, taken once per block.
-use super::alloc::{BlockId, StoreShared};
+use super::alloc::{BlockId, BlockIdHashing, StoreShared};
 use super::format::{
     decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES,
@@ -202,7 +202,7 @@ pub struct Shard {
     pub(crate) defrag_paused: bool,
     pub(crate) defrag_live_percent_max: u32,
     pub(crate) indexes: Vec<Index>,
-    pub(crate) blocks: HashMap<BlockId, BlockInfo>,
+    pub(crate) blocks: HashMap<BlockId, BlockInfo, BlockIdHashing>,
     pub(crate) open: Option<OpenBlock>,
     pub(crate) staging: AlignedBuf,
     pub(crate) next_seq: u64,
@@ -282,7 +282,7 @@ impl Shard {
             defrag_paused: cfg.defrag_paused,
             defrag_live_percent_max: cfg.defrag_live_percent_max.min(100),
             indexes: (0..DB_COUNT).map(|_| Index::new()).collect(),
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             open: None,
             staging: AlignedBuf::new_zeroed(block_size),
             next_seq: 1,
