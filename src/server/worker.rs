@@ -1519,8 +1519,14 @@ impl Worker {
         // The value goes from the read buffer straight into the reply, copied once.
         let buf = read.buf.bytes.as_slice();
         self.deliver_with(read.dest, read.proto, |r| match answer {
-            Ok((kind, range)) if kind == ValueKind::String => r.bulk(&buf[range]),
-            Ok(_) => r.error(crate::commands::ERR_WRONGTYPE),
+            // As write_get_reply: only strings answer a GET.
+            Ok((kind, range)) => {
+                if kind == ValueKind::String {
+                    r.bulk(&buf[range])
+                } else {
+                    r.error(crate::commands::ERR_WRONGTYPE)
+                }
+            }
             Err(v) => write_get_reply(r, v),
         });
         self.recycle_read_buf(read.buf);
