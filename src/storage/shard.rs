@@ -214,6 +214,11 @@ pub struct Shard {
     pub(crate) pending_frees: Vec<BlockId>,
     /// Per db: (expire_at_ms, address) of every current record that has an expiry.
     pub(crate) expiry: Vec<BTreeSet<(u64, Address)>>,
+    /// No entry of `expiry` (any db) expires before this (`u64::MAX`: none can exist).
+    /// A lower bound kept by `expiry_add` and made exact when active expiry finds
+    /// nothing due, so the background pass of every loop round skips the per-db walk
+    /// while no key can be due.
+    pub(crate) expiry_earliest_ms: u64,
     pub(crate) expiry_cursor_db: usize,
     pub(crate) rng: u64,
     pub(crate) counters: Counters,
@@ -293,6 +298,7 @@ impl Shard {
             dirty_devices: vec![false; device_count],
             pending_frees: Vec::new(),
             expiry: (0..DB_COUNT).map(|_| BTreeSet::new()).collect(),
+            expiry_earliest_ms: u64::MAX,
             expiry_cursor_db: 0,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
@@ -951,6 +957,7 @@ impl Shard {
 
     pub(crate) fn expiry_add(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
         if expire_at_ms != 0 {
+            self.expiry_earliest_ms = self.expiry_earliest_ms.min(expire_at_ms);
             self.expiry[db as usize].insert((expire_at_ms, addr));
         }
     }
@@ -1495,6 +1502,9 @@ impl Shard {
     // ---- background: expiry and defrag -------------------------------------------------
 
     fn active_expiry(&mut self, now_ms: u64, work: &mut u64) -> Result<(), StorageError> {
+        if self.expiry_earliest_ms > now_ms {
+            return Ok(());
+        }
         let mut idle_dbs = 0;
         while *work > 0 && idle_dbs < DB_COUNT {
             let d = self.expiry_cursor_db;
@@ -1510,6 +1520,15 @@ impl Shard {
                     self.expiry_cursor_db = (d + 1) % DB_COUNT;
                 }
             }
+        }
+        if idle_dbs == DB_COUNT {
+            // Nothing is due in any db: the earliest entry is the next time to look.
+            self.expiry_earliest_ms = self
+                .expiry
+                .iter()
+                .filter_map(|e| e.first().map(|&(at, _)| at))
+                .min()
+                .unwrap_or(u64::MAX);
         }
         Ok(())
     }

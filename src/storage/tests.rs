@@ -169,6 +169,28 @@ fn active_expiry_reaps() {
     assert_eq!(s.stats().expired_keys, 49);
 }
 
+// Proves active expiry's "nothing due before T" bound follows new keys: a key added with an
+// earlier expiry after a pass found nothing due is still reaped on time, in another db too.
+#[test]
+fn active_expiry_sees_keys_added_after_an_idle_pass() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    s.put(0, b"late", ValueKind::String, b"x", Some(10_000), 0)
+        .unwrap();
+    s.background(10, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 0);
+    s.put(3, b"soon", ValueKind::String, b"x", Some(20), 10)
+        .unwrap();
+    s.background(19, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 0);
+    s.background(20, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 1);
+    assert_eq!(s.key_count(3), 0);
+    assert_eq!(s.key_count(0), 1);
+    s.background(10_000, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 2);
+}
+
 // Proves FLUSHDB empties one db at once, leaves others, and is durable after flush + crash.
 #[test]
 fn flush_db_is_durable() {
