@@ -132,6 +132,10 @@ pub struct Stats {
     pub instantaneous_ops: AtomicU64,
     pub last_save_unix: AtomicU64,
     pub flush_failures: AtomicU64,
+    /// Group-commit epochs completed, and their summed chunk-write and sync phases.
+    pub commit_epochs: AtomicU64,
+    pub commit_write_us: AtomicU64,
+    pub commit_sync_us: AtomicU64,
 }
 
 pub struct ClientEntry {

@@ -9,7 +9,7 @@ use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
 use crate::storage::get_async::{GetStep, PutStep, ReadPlan};
-use crate::storage::{ChunkIo, FsyncPolicy, Shard, Value, ValueKind};
+use crate::storage::{FsyncPolicy, Shard, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -90,6 +90,8 @@ struct GroupCommit {
     inflight: VecDeque<Epoch>,
     /// A write ran after the newest epoch started: the next must cover it.
     wanted: bool,
+    /// Chunk writes on the ring (all belong to the newest epoch).
+    writes_inflight: u32,
     /// Held replies tagged with an epoch up to this one must not leave (the
     /// epoch failed); with the message they get instead.
     failed_upto: u64,
@@ -98,19 +100,23 @@ struct GroupCommit {
 
 struct Epoch {
     id: u64,
+    /// Its chunk writes still in flight; its syncs are issued when none is left.
+    writes_left: u32,
+    /// The data files to sync once its writes are done.
+    fds: Vec<RawFd>,
     /// Its `fdatasync`s that have not completed.
     syncs_left: u32,
     /// Its first error (its write or one of its syncs).
     error: Option<String>,
+    started: Instant,
+    /// When its writes were done and its syncs issued.
+    synced_from: Option<Instant>,
 }
-
-/// Chunk writes submitted at once when an epoch starts (one per shard).
-const CHUNK_WRITES_PER_SUBMIT: u32 = 64;
 
 /// Group-commit epochs whose `fdatasync` may be in flight at once. More than
 /// one lets a write that arrives during a sync start its own sync at once
 /// instead of waiting for the one in flight to end.
-const EPOCHS_INFLIGHT_MAX: usize = 2;
+const EPOCHS_INFLIGHT_MAX: usize = 4;
 
 pub enum Outcome {
     Done,
@@ -129,9 +135,6 @@ pub struct Worker {
     // Field order matters: the ring must be dropped before the buffer ring
     // memory it references.
     ring: IoUring,
-    /// Group-commit chunk writes of all our shards, issued together and waited
-    /// for here alone (no other completion can arrive in between).
-    write_ring: IoUring,
     bufring: BufRing,
     pub shards: ShardSet,
     conns: Vec<Option<Conn>>,
@@ -172,13 +175,33 @@ pub struct Worker {
     dpdk: Option<DpdkNet>,
 }
 
+/// Records one shard's part of an epoch: the files it needs synced, or its error.
+fn note_flush(epoch: &mut Epoch, shard: u32, r: Result<Vec<RawFd>, crate::storage::StorageError>) {
+    match r {
+        Ok(list) => {
+            for fd in list {
+                if !epoch.fds.contains(&fd) {
+                    epoch.fds.push(fd);
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!("shard {shard} flush failed: {e}");
+            epoch.error.get_or_insert(e.to_string());
+        }
+    }
+}
+
 fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
     loop {
         // SAFETY: every SQE we build points at memory that outlives the
         // operation: connection buffers are not touched while their send is
         // in flight (`send_inflight`), GET read buffers are owned by their
         // `PendingRead` until its completion, receive buffers belong to the buffer
-        // ring, and the wake buffer is a Box owned by the worker.
+        // ring, the wake buffer is a Box owned by the worker, and a chunk write's
+        // bytes are in a staging buffer its shard keeps unchanged and alive (parked
+        // if the block is sealed meanwhile) until the write's completion reaches
+        // `Shard::flush_chunk_done`; `finish` waits for those completions.
         if unsafe { ring.submission().push(sqe) }.is_ok() {
             return;
         }
@@ -211,7 +234,6 @@ impl Worker {
                     .build(RING_ENTRIES)
             })?;
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
-        let write_ring = IoUring::new(CHUNK_WRITES_PER_SUBMIT)?;
         let workers = shared.workers.len();
         Ok(Worker {
             id,
@@ -220,7 +242,6 @@ impl Worker {
             query_limit: shared.settings.client_query_buffer_limit_bytes,
             shared,
             ring,
-            write_ring,
             bufring,
             shards,
             conns: Vec::new(),
@@ -293,9 +314,12 @@ impl Worker {
             unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
         }
         // Device reads in flight write into buffers we own: wait for them.
+        // So do chunk writes, from staging buffers the shards are about to free: no
+        // deadline for those (a write always completes, if only with an error).
         let deadline = Instant::now() + Duration::from_secs(5);
-        while (self.reads_inflight > 0 || !self.commit.inflight.is_empty())
-            && Instant::now() < deadline
+        while self.commit.writes_inflight > 0
+            || ((self.reads_inflight > 0 || !self.commit.inflight.is_empty())
+                && Instant::now() < deadline)
         {
             let _ = self.ring.submit_and_wait(1);
             self.reap(now_ms());
@@ -382,6 +406,7 @@ impl Worker {
                 k if k == OpKind::Wake as u8 => self.arm_wake(),
                 k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
                 k if k == OpKind::Fsync as u8 => self.on_fsync(token, res, now),
+                k if k == OpKind::ChunkWrite as u8 => self.on_chunk_write(token, res, now),
                 _ => tracing::error!("unknown completion kind {kind}"),
             }
         }
@@ -1480,7 +1505,7 @@ impl Worker {
                 if std::mem::take(&mut self.round_writes) {
                     self.commit.wanted = true;
                 }
-                if self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX {
+                if self.can_start_epoch() {
                     let window_over = now.saturating_sub(self.last_background_flush_ms)
                         >= self.shared.settings.cli.flush_max_ms;
                     let background = window_over && self.shards.held().any(|s| s.has_unflushed());
@@ -1499,29 +1524,35 @@ impl Worker {
         }
     }
 
+    /// A new epoch may start: fewer than the maximum in flight, and the newest
+    /// one's chunk writes are done (a shard has at most one write in flight, and
+    /// an epoch's writes are issued after the previous epoch's have completed).
+    fn can_start_epoch(&self) -> bool {
+        self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX
+            && self
+                .commit
+                .inflight
+                .back()
+                .is_none_or(|e| e.writes_left == 0)
+    }
+
     /// Starts a group-commit epoch: every shard with staged records (all of
-    /// them with `always`, those whose window is over with `everysec`) writes
-    /// them, then one `fdatasync` per data file goes on the ring.
+    /// them with `always`, those whose window is over with `everysec`) hands
+    /// its chunk to a write on the ring, and the worker goes on serving; when
+    /// the epoch's writes have completed, one `fdatasync` per data file goes on
+    /// the ring (`on_chunk_write`).
     fn start_epoch(&mut self, now: u64) {
         let always = self.fsync == FsyncPolicy::Always;
-        let mut fds: Vec<RawFd> = Vec::new();
-        let mut failed: Option<String> = None;
-        let mut note = |id: u32, r: Result<Vec<RawFd>, crate::storage::StorageError>| match r {
-            Ok(list) => {
-                for fd in list {
-                    if !fds.contains(&fd) {
-                        fds.push(fd);
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::error!("shard {id} flush failed: {e}");
-                failed.get_or_insert(e.to_string());
-            }
+        let id = self.commit.issued + 1;
+        let mut epoch = Epoch {
+            id,
+            writes_left: 0,
+            fds: Vec::new(),
+            syncs_left: 0,
+            error: None,
+            started: Instant::now(),
+            synced_from: None,
         };
-        // Every due shard's chunk is written at once (they go to the device in
-        // parallel instead of one synchronous write after another).
-        let mut chunks: Vec<(u32, ChunkIo)> = Vec::new();
         for shard in self.shards.held() {
             let due = if always {
                 shard.has_unflushed()
@@ -1531,96 +1562,88 @@ impl Worker {
             if !due {
                 continue;
             }
-            match shard.flush_chunk_begin() {
-                Ok(Some(io)) => chunks.push((shard.id(), io)),
-                Ok(None) => note(shard.id(), shard.flush_write()),
-                Err(e) => note(shard.id(), Err(e)),
-            }
+            let sid = shard.id();
+            let r = match shard.flush_chunk_begin() {
+                Ok(Some(io)) => {
+                    let sqe = opcode::Write::new(types::Fd(io.fd), io.ptr, io.len as u32)
+                        .offset(io.offset)
+                        .build()
+                        .user_data(user_data(OpKind::ChunkWrite, u64::from(sid)));
+                    push_sqe(&mut self.ring, &sqe);
+                    epoch.writes_left += 1;
+                    self.commit.writes_inflight += 1;
+                    Ok(Vec::new())
+                }
+                Ok(None) => shard.flush_write(),
+                Err(e) => Err(e),
+            };
+            note_flush(&mut epoch, sid, r);
         }
-        let results = self.write_chunks(&chunks);
-        for ((id, io), res) in chunks.into_iter().zip(results) {
-            match self.shards.slots[id as usize].as_mut() {
-                Some(shard) => note(id, shard.flush_chunk_done(io, res)),
-                None => note(
-                    id,
-                    Err(crate::storage::StorageError::Corrupt(
-                        "shard left during its flush".into(),
-                    )),
-                ),
-            }
-        }
-        self.commit.issued += 1;
+        self.commit.issued = id;
         self.commit.wanted = false;
         self.last_background_flush_ms = now;
-        let id = self.commit.issued;
-        for fd in &fds {
-            let sqe = opcode::Fsync::new(types::Fd(*fd))
+        let writes = epoch.writes_left;
+        self.commit.inflight.push_back(epoch);
+        if writes == 0 {
+            self.issue_syncs(now);
+        }
+        // Start the device work now rather than at the end of the round.
+        let _ = self.ring.submit();
+    }
+
+    /// The newest epoch's writes are done: its syncs go on the ring (or, with
+    /// none to do, it may be durable already).
+    fn issue_syncs(&mut self, now: u64) {
+        let Some(epoch) = self.commit.inflight.back_mut() else {
+            return;
+        };
+        let id = epoch.id;
+        epoch.synced_from = Some(Instant::now());
+        epoch.syncs_left = epoch.fds.len() as u32;
+        for fd in std::mem::take(&mut epoch.fds) {
+            let sqe = opcode::Fsync::new(types::Fd(fd))
                 .flags(types::FsyncFlags::DATASYNC)
                 .build()
                 .user_data(user_data(OpKind::Fsync, id));
             push_sqe(&mut self.ring, &sqe);
         }
-        self.commit.inflight.push_back(Epoch {
-            id,
-            syncs_left: fds.len() as u32,
-            error: failed,
-        });
-        if fds.is_empty() {
+        if self
+            .commit
+            .inflight
+            .back()
+            .is_some_and(|e| e.syncs_left == 0)
+        {
             self.advance_epochs(now);
         } else {
-            // Start the device flush now rather than at the end of the round.
             let _ = self.ring.submit();
         }
     }
 
-    /// Writes the chunks on `write_ring` and waits for all of them.
-    fn write_chunks(&mut self, chunks: &[(u32, ChunkIo)]) -> Vec<std::io::Result<()>> {
-        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(chunks.len());
-        for batch in chunks.chunks(CHUNK_WRITES_PER_SUBMIT as usize) {
-            let base = results.len();
-            for (i, (_, io)) in batch.iter().enumerate() {
-                let sqe = opcode::Write::new(types::Fd(io.fd), io.ptr, io.len as u32)
-                    .offset(io.offset)
-                    .build()
-                    .user_data(i as u64);
-                // SAFETY: the bytes are in the shard's staging buffer, which nothing
-                // touches until `flush_chunk_done`, called only after this batch completes;
-                // the batch fits the ring (CHUNK_WRITES_PER_SUBMIT entries).
-                let pushed = unsafe { self.write_ring.submission().push(&sqe) };
-                // Cannot fail: the ring starts each batch empty and holds a whole batch;
-                // a lost entry would leave the wait below hanging.
-                pushed.expect("chunk write ring full");
-                results.push(Err(std::io::Error::other("chunk write not completed")));
-            }
-            let mut done = 0;
-            while done < batch.len() {
-                match self.write_ring.submit_and_wait(batch.len() - done) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(e) => {
-                        // The writes' fate is unknown: their buffers must stay untouched,
-                        // so this worker cannot go on safely.
-                        panic!("chunk write ring failed: {e}");
-                    }
-                }
-                for cqe in self.write_ring.completion() {
-                    let i = cqe.user_data() as usize;
-                    let want = batch[i].1.len;
-                    let res = cqe.result();
-                    results[base + i] = if res < 0 {
-                        Err(std::io::Error::from_raw_os_error(-res))
-                    } else if res as usize != want {
-                        Err(std::io::Error::other(format!(
-                            "short chunk write: {res} of {want} bytes"
-                        )))
-                    } else {
-                        Ok(())
-                    };
-                    done += 1;
-                }
-            }
+    /// A shard's chunk write completed: the shard retries a failed one itself;
+    /// the epoch's syncs start when its last write is done.
+    fn on_chunk_write(&mut self, shard_id: u64, res: i32, now: u64) {
+        self.commit.writes_inflight = self.commit.writes_inflight.saturating_sub(1);
+        let r = match self
+            .shards
+            .slots
+            .get_mut(shard_id as usize)
+            .and_then(|s| s.as_mut())
+        {
+            Some(shard) => shard.flush_chunk_done(res),
+            None => Err(crate::storage::StorageError::Corrupt(format!(
+                "chunk write completion for shard {shard_id}, which this worker does not hold"
+            ))),
+        };
+        // Only the newest epoch can have writes in flight.
+        let Some(epoch) = self.commit.inflight.back_mut() else {
+            tracing::error!("chunk write completion outside an epoch");
+            return;
+        };
+        note_flush(epoch, shard_id as u32, r);
+        epoch.writes_left = epoch.writes_left.saturating_sub(1);
+        if epoch.writes_left == 0 {
+            self.issue_syncs(now);
         }
-        results
     }
 
     fn on_fsync(&mut self, id: u64, res: i32, now: u64) {
@@ -1651,6 +1674,18 @@ impl Worker {
                 break;
             };
             self.commit.durable = epoch.id;
+            let end = Instant::now();
+            let synced_from = epoch.synced_from.unwrap_or(end);
+            let st = &self.shared.stats;
+            st.commit_epochs.fetch_add(1, Ordering::Relaxed);
+            st.commit_write_us.fetch_add(
+                synced_from.duration_since(epoch.started).as_micros() as u64,
+                Ordering::Relaxed,
+            );
+            st.commit_sync_us.fetch_add(
+                end.duration_since(synced_from).as_micros() as u64,
+                Ordering::Relaxed,
+            );
             if let Some(err) = epoch.error {
                 self.shared
                     .stats
@@ -1663,10 +1698,7 @@ impl Worker {
                 }
             }
         }
-        if self.commit.wanted
-            && self.fsync == FsyncPolicy::Always
-            && self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX
-        {
+        if self.commit.wanted && self.fsync == FsyncPolicy::Always && self.can_start_epoch() {
             self.start_epoch(now);
         }
     }

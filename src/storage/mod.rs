@@ -201,6 +201,8 @@ pub enum StorageError {
     Corrupt(String),
     #[error("refusing to use {0}")]
     ForeignLabel(String),
+    #[error("writes refused after a failed device write: {0}")]
+    WriteFailed(String),
     #[error("invalid storage configuration: {0}")]
     Config(String),
 }

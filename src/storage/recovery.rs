@@ -407,7 +407,8 @@ fn finish_open(
             max_block_seq + 1,
             RESERVE_BLOCKS_PER_SHARD * shard_count as usize,
         );
-        for b in (0..total).map(BlockId) {
+        // Released in reverse so blocks are handed out from the start of each device.
+        for b in (0..total).rev().map(BlockId) {
             if !used.contains(&b) {
                 alloc.release(shared.layout.locate(b).0, b);
             }
