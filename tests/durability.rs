@@ -31,14 +31,25 @@ fn load_until_killed(
             };
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             let mut i = 0u64;
+            // Thread 0 writes two keys per MSET: they usually live on different workers,
+            // so this is the coordinated (shard-borrowing) path.
+            let per_cmd = if t == 0 { 2 } else { 1 };
             while !stop.load(Ordering::SeqCst) {
-                let key = round * 1_000_000_000 + t * 1_000_000 + i;
-                let v = value_for(key, round);
-                let k = format!("crash:{key}");
-                let mut req = format!("*3\r\n$3\r\nSET\r\n${}\r\n{k}\r\n${}\r\n", k.len(), v.len())
-                    .into_bytes();
-                req.extend_from_slice(&v);
-                req.extend_from_slice(b"\r\n");
+                let keys: Vec<u64> = (0..per_cmd)
+                    .map(|j| round * 1_000_000_000 + t * 1_000_000 + i + j)
+                    .collect();
+                let name = if per_cmd == 1 { "SET" } else { "MSET" };
+                let mut req =
+                    format!("*{}\r\n${}\r\n{name}\r\n", 1 + 2 * per_cmd, name.len()).into_bytes();
+                for &key in &keys {
+                    let v = value_for(key, round);
+                    let k = format!("crash:{key}");
+                    req.extend_from_slice(
+                        format!("${}\r\n{k}\r\n${}\r\n", k.len(), v.len()).as_bytes(),
+                    );
+                    req.extend_from_slice(&v);
+                    req.extend_from_slice(b"\r\n");
+                }
                 if s.write_all(&req).is_err() {
                     return;
                 }
@@ -47,8 +58,8 @@ fn load_until_killed(
                     return;
                 }
                 assert_eq!(&reply, b"+OK\r\n");
-                acked.lock().unwrap().push(key);
-                i += 1;
+                acked.lock().unwrap().extend_from_slice(&keys);
+                i += per_cmd;
             }
         }));
     }

@@ -170,6 +170,8 @@ pub struct Worker {
     held_replies: VecDeque<(u64, usize, Msg)>,
     /// Some connection has replies in `held` (see `gate_replies`).
     any_held: bool,
+    /// `with_workers` could not make borrowed shards durable (see `run_slot`).
+    coordinated_flush_failed: bool,
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
     #[cfg(feature = "dpdk")]
     dpdk: Option<DpdkNet>,
@@ -267,6 +269,7 @@ impl Worker {
             round_need: 0,
             held_replies: VecDeque::new(),
             any_held: false,
+            coordinated_flush_failed: false,
             #[cfg(feature = "dpdk")]
             dpdk: None,
         })
@@ -762,9 +765,18 @@ impl Worker {
         };
         conn.in_ready = false;
         self.process_conn(&mut conn, slot, now);
+        let flush_failed = std::mem::take(&mut self.coordinated_flush_failed);
+        if flush_failed {
+            // A command here borrowed shards and their flush failed: its reply must not
+            // acknowledge what may not be durable.
+            conn.out.truncate(conn.out_cleared.min(conn.out.len()));
+        }
         let close_now = conn.closing;
         self.conns[slot as usize] = Some(conn);
-        if close_now {
+        if flush_failed {
+            self.begin_close(slot);
+        }
+        if close_now || flush_failed {
             self.maybe_free(slot);
         }
     }
@@ -793,6 +805,16 @@ impl Worker {
                 w.run_slot(slot, now);
             }
         });
+        if std::mem::take(&mut self.coordinated_flush_failed) {
+            // Their replies may acknowledge writes that are not durable: none leave.
+            for &slot in &deferred {
+                if let Some(c) = self.conns[slot as usize].as_mut() {
+                    c.out.truncate(c.out_cleared.min(c.out.len()));
+                }
+                self.begin_close(slot);
+                self.maybe_free(slot);
+            }
+        }
         if done.is_none() {
             self.retry_pending = true;
             for slot in deferred {
@@ -1196,20 +1218,37 @@ impl Worker {
         }
         let result = if complete { Some(f(self)) } else { None };
         if self.fsync == FsyncPolicy::Always {
+            // What `f` wrote into borrowed shards, and what their owners wrote whose sync
+            // is still running on the owner's ring, must be durable before `f`'s replies
+            // (which may acknowledge or reveal it) can leave: flush them, then sync every
+            // device once (all shards share the store's devices).
+            let mut failed = false;
+            let mut any = None;
             for ids in &lent {
                 for &id in ids {
                     if let Some(s) = self.shards.slots[id as usize].as_mut() {
+                        any.get_or_insert(id);
                         if s.has_unflushed() {
                             if let Err(e) = s.flush() {
                                 tracing::error!("flush of lent shard {id} failed: {e}");
-                                self.shared
-                                    .stats
-                                    .flush_failures
-                                    .fetch_add(1, Ordering::Relaxed);
+                                failed = true;
                             }
                         }
                     }
                 }
+            }
+            if let Some(s) = any.and_then(|id| self.shards.slots[id as usize].as_mut()) {
+                if let Err(e) = s.sync_store_devices() {
+                    tracing::error!("sync after a coordinated command failed: {e}");
+                    failed = true;
+                }
+            }
+            if failed {
+                self.shared
+                    .stats
+                    .flush_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.coordinated_flush_failed = true;
             }
         }
         for (ids, back) in lent.into_iter().zip(backs) {

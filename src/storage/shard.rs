@@ -1416,6 +1416,18 @@ impl Shard {
         Ok(fds)
     }
 
+    /// Syncs every device of the store now, whatever this shard wrote: what another
+    /// worker wrote into this shard and is still syncing on its own ring becomes durable
+    /// too (a coordinator about to answer from borrowed shards needs that).
+    pub fn sync_store_devices(&mut self) -> Result<(), StorageError> {
+        for dev in &self.shared.layout.devices {
+            dev.sync()?;
+            self.counters.fsyncs += 1;
+        }
+        self.dirty_devices.iter_mut().for_each(|d| *d = false);
+        Ok(())
+    }
+
     pub(crate) fn sync_dirty(&mut self) -> Result<(), StorageError> {
         for dev in 0..self.dirty_devices.len() {
             if self.dirty_devices[dev] {
