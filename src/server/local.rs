@@ -963,13 +963,14 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            st.foreground_budget_cuts.load(Ordering::Relaxed),
         ));
     }
     if want("replication") {

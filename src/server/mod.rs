@@ -136,6 +136,8 @@ pub struct Stats {
     pub commit_epochs: AtomicU64,
     pub commit_write_us: AtomicU64,
     pub commit_sync_us: AtomicU64,
+    /// Rounds that left ready connections for the next round at --foreground-budget-us.
+    pub foreground_budget_cuts: AtomicU64,
 }
 
 pub struct ClientEntry {

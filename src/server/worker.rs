@@ -286,12 +286,14 @@ impl Worker {
             self.reap(now);
             #[cfg(feature = "dpdk")]
             self.dpdk_receive(now);
+            let round_start = Instant::now();
             self.drain_mailbox(now);
-            self.process_ready(now);
+            self.process_ready(now, round_start);
             self.flush_storage(now);
             self.send_outbox();
             self.submit_sends();
-            self.background(now);
+            let foreground_us = round_start.elapsed().as_micros() as u64;
+            self.background(now, foreground_us);
             if self.commands_this_round > 0 {
                 self.shared
                     .stats
@@ -781,16 +783,33 @@ impl Worker {
         }
     }
 
-    fn process_ready(&mut self, now: u64) {
+    fn process_ready(&mut self, now: u64, round_start: Instant) {
         self.retry_pending = false;
-        let ready = std::mem::take(&mut self.ready);
-        for &slot in &ready {
-            self.run_slot(slot, now);
+        let budget = Duration::from_micros(self.shared.settings.cli.foreground_budget_us.max(1));
+        let mut ready = std::mem::take(&mut self.ready);
+        let mut served = 0;
+        while served < ready.len() {
+            self.run_slot(ready[served], now);
+            served += 1;
+            // --foreground-budget-us: past it, the rest wait for the next round (first in
+            // line), so syncs, sends, completions and background work are not starved.
+            if round_start.elapsed() >= budget {
+                break;
+            }
         }
-        let mut ready = ready;
-        ready.clear();
-        if self.ready.is_empty() {
+        if served < ready.len() {
+            self.shared
+                .stats
+                .foreground_budget_cuts
+                .fetch_add(1, Ordering::Relaxed);
+            ready.drain(..served);
+            ready.append(&mut self.ready);
             self.ready = ready;
+        } else {
+            ready.clear();
+            if self.ready.is_empty() {
+                self.ready = ready;
+            }
         }
         if self.deferred.is_empty() {
             return;
@@ -1897,8 +1916,14 @@ impl Worker {
         self.dpdk_send();
     }
 
-    fn background(&mut self, now: u64) {
-        let budget = self.shared.settings.cli.background_budget_us;
+    /// Bounded background work (expiry, tomb raider, defrag) once per round:
+    /// `--background-budget-us`, raised to `--background-warrant-percent` of the
+    /// round's foreground time, so background work keeps that share under load.
+    fn background(&mut self, now: u64, foreground_us: u64) {
+        let cli = &self.shared.settings.cli;
+        let budget = cli
+            .background_budget_us
+            .max(foreground_us * cli.background_warrant_percent / 100);
         for shard in self.shards.held() {
             if let Err(e) = shard.background(now, budget) {
                 tracing::warn!("shard {} background work failed: {e}", shard.id());
