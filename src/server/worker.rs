@@ -44,6 +44,9 @@ const IDLE_WAIT_MS: u64 = 100;
 const READS_INFLIGHT_MAX: usize = 256;
 /// Size of a pooled read buffer (the engine's first read window).
 const READ_BUFFER_BYTES: usize = 8192;
+/// Data files registered with the ring (reads, chunk writes and syncs name them by
+/// index: no file lookup and reference count per operation); more use plain fds.
+const FIXED_FILES_MAX: u32 = 16;
 
 /// Where the answer to an asynchronous GET goes.
 #[derive(Clone, Copy)]
@@ -159,6 +162,11 @@ pub struct Worker {
     free_reads: Vec<usize>,
     reads_inflight: usize,
     read_bufs: Vec<AlignedBuf>,
+    /// Pooled read buffers registered with the ring, by address: reads into them are
+    /// `ReadFixed` (the kernel does not pin the pages for every read).
+    registered_bufs: std::collections::HashMap<usize, u16>,
+    /// Data file descriptors registered with the ring, by index.
+    fixed_files: Vec<RawFd>,
     /// A command that writes ran this round (see `flush_storage`).
     round_writes: bool,
     last_background_flush_ms: u64,
@@ -175,6 +183,19 @@ pub struct Worker {
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
     #[cfg(feature = "dpdk")]
     dpdk: Option<DpdkNet>,
+}
+
+/// How an operation names a data file: registered index or plain descriptor.
+enum FileTarget {
+    Fixed(u32),
+    Fd(RawFd),
+}
+
+fn file_target(fixed: &[RawFd], fd: RawFd) -> FileTarget {
+    match fixed.iter().position(|&f| f == fd) {
+        Some(i) => FileTarget::Fixed(i as u32),
+        None => FileTarget::Fd(fd),
+    }
 }
 
 /// Records one shard's part of an epoch: the files it needs synced, or its error.
@@ -237,7 +258,7 @@ impl Worker {
             })?;
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
         let workers = shared.workers.len();
-        Ok(Worker {
+        let mut w = Worker {
             id,
             fsync: shared.settings.appendfsync,
             max_bulk: shared.settings.proto_max_bulk_len_bytes,
@@ -263,6 +284,8 @@ impl Worker {
             free_reads: Vec::new(),
             reads_inflight: 0,
             read_bufs: Vec::new(),
+            registered_bufs: std::collections::HashMap::new(),
+            fixed_files: Vec::new(),
             round_writes: false,
             last_background_flush_ms: 0,
             commit: GroupCommit::default(),
@@ -272,7 +295,79 @@ impl Worker {
             coordinated_flush_failed: false,
             #[cfg(feature = "dpdk")]
             dpdk: None,
-        })
+        };
+        w.register_read_buffers();
+        if let Err(e) = w.ring.submitter().register_files_sparse(FIXED_FILES_MAX) {
+            tracing::warn!(
+                "worker {}: no registered files ({e}); using plain descriptors",
+                w.id
+            );
+        }
+        w.register_shard_files();
+        Ok(w)
+    }
+
+    /// Allocates the pooled read buffers and registers them with the ring. Without
+    /// registration (old kernel, locked-memory limit) reads use plain buffers.
+    fn register_read_buffers(&mut self) {
+        let bufs: Vec<AlignedBuf> = (0..READS_INFLIGHT_MAX)
+            .map(|_| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
+            .collect();
+        let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(bufs.len());
+        for b in &bufs {
+            iovecs.push(libc::iovec {
+                iov_base: b.as_slice().as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            });
+        }
+        // SAFETY: every registered buffer stays allocated while the ring exists: pooled
+        // buffers are only ever in `read_bufs` or in a pending read, and the ring is
+        // dropped before the worker's other fields (it is declared first). A buffer that
+        // leaves the pool is never read into by index again.
+        match unsafe { self.ring.submitter().register_buffers(&iovecs) } {
+            Ok(()) => {
+                for (i, b) in bufs.iter().enumerate() {
+                    self.registered_bufs
+                        .insert(b.as_slice().as_ptr() as usize, i as u16);
+                }
+            }
+            Err(e) => {
+                tracing::warn!("worker {}: read buffers not registered ({e})", self.id)
+            }
+        }
+        self.read_bufs = bufs;
+    }
+
+    /// Registers the data files of the shards we hold (at start, and when recovery
+    /// hands shards over); files already registered are skipped.
+    fn register_shard_files(&mut self) {
+        let mut fds: Vec<RawFd> = Vec::new();
+        for shard in self.shards.slots.iter().flatten() {
+            for fd in shard.device_fds() {
+                if !fds.contains(&fd) {
+                    fds.push(fd);
+                }
+            }
+        }
+        for fd in fds {
+            if self.fixed_files.contains(&fd) || self.fixed_files.len() >= FIXED_FILES_MAX as usize
+            {
+                continue;
+            }
+            let slot = self.fixed_files.len() as u32;
+            match self.ring.submitter().register_files_update(slot, &[fd]) {
+                Ok(_) => self.fixed_files.push(fd),
+                Err(e) => {
+                    tracing::warn!("worker {}: data file not registered ({e})", self.id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The ring's name for a data file: its registered index if it has one.
+    fn file_target(&self, fd: RawFd) -> FileTarget {
+        file_target(&self.fixed_files, fd)
     }
 
     pub fn run(mut self) {
@@ -691,6 +786,7 @@ impl Worker {
                         let id = shard.id() as usize;
                         self.shards.slots[id] = Some(shard);
                     }
+                    self.register_shard_files();
                     let _ = done.send(());
                 }
                 Msg::Kill { token } => {
@@ -1416,10 +1512,27 @@ impl Worker {
         };
         let len = read.plan.len_bytes.min(read.buf.len());
         let ptr = read.buf.as_mut_slice().as_mut_ptr();
-        let sqe = opcode::Read::new(types::Fd(read.plan.fd), ptr, len as u32)
-            .offset(read.plan.offset_bytes)
-            .build()
-            .user_data(user_data(OpKind::Read, idx as u64));
+        let off = read.plan.offset_bytes;
+        let buf_index = self.registered_bufs.get(&(ptr as usize)).copied();
+        let sqe = match (self.file_target(read.plan.fd), buf_index) {
+            (FileTarget::Fixed(f), Some(b)) => {
+                opcode::ReadFixed::new(types::Fixed(f), ptr, len as u32, b)
+                    .offset(off)
+                    .build()
+            }
+            (FileTarget::Fixed(f), None) => opcode::Read::new(types::Fixed(f), ptr, len as u32)
+                .offset(off)
+                .build(),
+            (FileTarget::Fd(fd), Some(b)) => {
+                opcode::ReadFixed::new(types::Fd(fd), ptr, len as u32, b)
+                    .offset(off)
+                    .build()
+            }
+            (FileTarget::Fd(fd), None) => opcode::Read::new(types::Fd(fd), ptr, len as u32)
+                .offset(off)
+                .build(),
+        }
+        .user_data(user_data(OpKind::Read, idx as u64));
         self.reads[idx] = Some(read);
         self.reads_inflight += 1;
         push_sqe(&mut self.ring, &sqe);
@@ -1623,10 +1736,19 @@ impl Worker {
             let sid = shard.id();
             let r = match shard.flush_chunk_begin() {
                 Ok(Some(io)) => {
-                    let sqe = opcode::Write::new(types::Fd(io.fd), io.ptr, io.len as u32)
-                        .offset(io.offset)
-                        .build()
-                        .user_data(user_data(OpKind::ChunkWrite, u64::from(sid)));
+                    let sqe = match file_target(&self.fixed_files, io.fd) {
+                        FileTarget::Fixed(f) => {
+                            opcode::Write::new(types::Fixed(f), io.ptr, io.len as u32)
+                                .offset(io.offset)
+                                .build()
+                        }
+                        FileTarget::Fd(fd) => {
+                            opcode::Write::new(types::Fd(fd), io.ptr, io.len as u32)
+                                .offset(io.offset)
+                                .build()
+                        }
+                    }
+                    .user_data(user_data(OpKind::ChunkWrite, u64::from(sid)));
                     push_sqe(&mut self.ring, &sqe);
                     epoch.writes_left += 1;
                     self.commit.writes_inflight += 1;
@@ -1659,10 +1781,13 @@ impl Worker {
         epoch.synced_from = Some(Instant::now());
         epoch.syncs_left = epoch.fds.len() as u32;
         for fd in std::mem::take(&mut epoch.fds) {
-            let sqe = opcode::Fsync::new(types::Fd(fd))
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-                .user_data(user_data(OpKind::Fsync, id));
+            let sqe = match file_target(&self.fixed_files, fd) {
+                FileTarget::Fixed(f) => opcode::Fsync::new(types::Fixed(f)),
+                FileTarget::Fd(fd) => opcode::Fsync::new(types::Fd(fd)),
+            }
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(user_data(OpKind::Fsync, id));
             push_sqe(&mut self.ring, &sqe);
         }
         if self

@@ -1270,6 +1270,17 @@ impl Shard {
         }
     }
 
+    /// The file descriptors of the store's devices that have one (for io_uring file
+    /// registration).
+    pub fn device_fds(&self) -> Vec<RawFd> {
+        self.shared
+            .layout
+            .devices
+            .iter()
+            .filter_map(|d| d.raw_fd())
+            .collect()
+    }
+
     /// A chunk write handed to the worker is still in flight (see `flush_chunk_begin`).
     pub fn chunk_write_inflight(&self) -> bool {
         self.inflight.is_some()
