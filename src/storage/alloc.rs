@@ -140,6 +140,8 @@ pub struct StoreShared {
     pub layout: Layout,
     pub allocator: Mutex<Allocator>,
     pub meta: Mutex<MetaState>,
+    /// Defrag jobs running per device (`--defrag-max-active-per-device`).
+    pub defrag_active: Vec<std::sync::atomic::AtomicU32>,
 }
 
 pub struct MetaState {

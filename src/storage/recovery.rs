@@ -285,6 +285,9 @@ pub(crate) fn open_store(
     let shared = Arc::new(StoreShared {
         layout,
         allocator: Mutex::new(Allocator::new(device_count, 1, 0)),
+        defrag_active: (0..device_count)
+            .map(|_| std::sync::atomic::AtomicU32::new(0))
+            .collect(),
         meta: Mutex::new(MetaState {
             generation: meta.map_or(0, |m| m.generation),
             open_shards: shard_count,

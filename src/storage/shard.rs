@@ -239,6 +239,10 @@ pub struct Shard {
     pub(crate) last_now_ms: u64,
     pub(crate) raider: TombRaider,
     pub(crate) defrag_sleep_ms: u64,
+    pub(crate) defrag_max_active_per_device: u32,
+    pub(crate) defrag_record_sleep_us: u64,
+    /// With a record sleep: no relocation before this instant.
+    defrag_next_record: Option<std::time::Instant>,
     pub(crate) last_defrag_ms: Option<u64>,
     /// The block being defragged, its image and how far relocation got.
     pub(crate) defrag_job: Option<DefragJob>,
@@ -255,6 +259,8 @@ pub struct Shard {
 
 /// A defrag in progress: the block's image (read once) and the records still to consider.
 pub(crate) struct DefragJob {
+    /// Counts the job against its device's limit until the job is dropped.
+    _active: DefragSlot,
     block: BlockId,
     block_seq: u64,
     image: AlignedBuf,
@@ -262,6 +268,44 @@ pub(crate) struct DefragJob {
     next: usize,
     /// Every committed chunk up to the block's used length parsed.
     parsed_all: bool,
+}
+
+/// One of a device's `--defrag-max-active-per-device` places, held by a running job.
+pub(crate) struct DefragSlot {
+    shared: Arc<StoreShared>,
+    dev: usize,
+}
+
+impl DefragSlot {
+    fn take(shared: &Arc<StoreShared>, dev: usize, max: u32) -> Option<DefragSlot> {
+        let counter = &shared.defrag_active[dev];
+        let mut cur = counter.load(std::sync::atomic::Ordering::Relaxed);
+        loop {
+            if max != 0 && cur >= max {
+                return None;
+            }
+            match counter.compare_exchange_weak(
+                cur,
+                cur + 1,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(DefragSlot {
+                        shared: shared.clone(),
+                        dev,
+                    })
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
+impl Drop for DefragSlot {
+    fn drop(&mut self) {
+        self.shared.defrag_active[self.dev].fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 fn is_expired(h: &RecordHeader, now_ms: u64) -> bool {
@@ -313,6 +357,9 @@ impl Shard {
             last_now_ms: 0,
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
             defrag_sleep_ms: cfg.defrag_sleep_ms,
+            defrag_max_active_per_device: cfg.defrag_max_active_per_device,
+            defrag_record_sleep_us: cfg.defrag_record_sleep_us,
+            defrag_next_record: None,
             last_defrag_ms: None,
             defrag_job: None,
             inflight: None,
@@ -1753,6 +1800,10 @@ impl Shard {
         }
         let bs = self.block_size();
         let (dev, base) = self.shared.layout.locate(block);
+        let Some(active) = DefragSlot::take(&self.shared, dev, self.defrag_max_active_per_device)
+        else {
+            return Ok(None); // the device has its share of defrag jobs; try later
+        };
         let mut image = AlignedBuf::new_zeroed(bs);
         self.shared.layout.devices[dev].read_at(base, &mut image)?;
         self.counters.device_reads += 1;
@@ -1768,6 +1819,7 @@ impl Shard {
             pos = align_up(chunk.end);
         }
         Ok(Some(DefragJob {
+            _active: active,
             block,
             block_seq: info.block_seq,
             image,
@@ -1785,14 +1837,26 @@ impl Shard {
             *b != job.block && i.kind == BLOCK_KIND_LOG && i.block_seq < job.block_seq
         });
         while job.next < job.records.len() {
-            if *work == 0 {
+            let resting = self.defrag_record_sleep_us > 0
+                && self
+                    .defrag_next_record
+                    .is_some_and(|t| std::time::Instant::now() < t);
+            if *work == 0 || resting {
                 self.defrag_job = Some(job);
                 return Ok(());
             }
             *work -= 1;
             let off = job.records[job.next];
             job.next += 1;
+            let moved_before = self.counters.defrag_relocated_records;
             self.relocate_record(&job, off, older_log_block_exists)?;
+            let moved = self.counters.defrag_relocated_records > moved_before;
+            if moved && self.defrag_record_sleep_us > 0 {
+                self.defrag_next_record = Some(
+                    std::time::Instant::now()
+                        + std::time::Duration::from_micros(self.defrag_record_sleep_us),
+                );
+            }
         }
         let live_left = self.blocks.get(&job.block).map_or(0, |i| i.live_total());
         if !job.parsed_all || live_left != 0 {

@@ -943,3 +943,85 @@ fn chunk_write_failing_twice_refuses_writes() {
     assert_eq!(val(&mut s, b"safe", 0), Some(b"1".to_vec()));
     assert_eq!(val(&mut s, b"doomed", 0), None);
 }
+
+/// Fills `s` so that its first blocks are mostly dead (defrag candidates).
+fn defrag_workload(s: &mut Shard) {
+    for round in 0..2u8 {
+        for i in 0..400u32 {
+            if round == 0 || i % 4 != 0 {
+                s.put(
+                    0,
+                    format!("k{i}").as_bytes(),
+                    ValueKind::String,
+                    &[round; 100],
+                    None,
+                    0,
+                )
+                .unwrap();
+            }
+        }
+    }
+    s.flush().unwrap();
+}
+
+// Proves --defrag-record-sleep-us: however large the budget, a shard relocates at most one
+// record per sleep interval, and goes on once the interval has passed.
+#[test]
+fn defrag_record_sleep_paces_relocations() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.defrag_record_sleep_us = 1_000_000;
+    let mut s = one_shard(&dev, &c);
+    defrag_workload(&mut s);
+    let start = std::time::Instant::now();
+    let mut calls = 0;
+    while start.elapsed() < std::time::Duration::from_millis(50) {
+        s.background(0, 1_000_000).unwrap();
+        calls += 1;
+    }
+    let moved = s.stats().defrag_relocated_records;
+    assert_eq!(
+        moved, 1,
+        "{moved} records relocated in 50 ms ({calls} calls)"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    s.background(0, 1_000_000).unwrap();
+    assert_eq!(s.stats().defrag_relocated_records, 2);
+}
+
+// Proves --defrag-max-active-per-device: two shards on one device with candidates, limit 1:
+// only one runs a defrag job at a time; the other starts once the first job is over.
+#[test]
+fn defrag_jobs_limited_per_device() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+    c.shard_count = 2;
+    c.defrag_max_active_per_device = 1;
+    let mut shards = open_mem(&dev, &c).shards;
+    for s in shards.iter_mut() {
+        defrag_workload(s);
+    }
+    // A small budget: a job takes several calls.
+    shards[0].background(0, 600).unwrap();
+    shards[1].background(0, 600).unwrap();
+    assert!(
+        shards[0].defrag_job.is_some(),
+        "first shard did not start a job"
+    );
+    assert!(
+        shards[1].defrag_job.is_none(),
+        "second shard started a job beside the first"
+    );
+    let mut steps = 0;
+    while shards[1].defrag_job.is_none() && shards[1].stats().defrag_freed_blocks == 0 {
+        shards[0].background(0, 600).unwrap();
+        shards[0].flush().unwrap();
+        shards[1].background(0, 600).unwrap();
+        assert!(
+            shards[0].defrag_job.is_none() || shards[1].defrag_job.is_none(),
+            "two jobs at once"
+        );
+        steps += 1;
+        assert!(steps < 1000, "second shard never got to defrag");
+    }
+}
