@@ -178,6 +178,8 @@ pub struct Worker {
     held_replies: VecDeque<(u64, usize, Msg)>,
     /// Some connection has replies in `held` (see `gate_replies`).
     any_held: bool,
+    /// Completed syncs held back by `--debug-sync-delay-ms`: (due, epoch, result).
+    delayed_syncs: VecDeque<(Instant, u64, i32)>,
     /// `with_workers` could not make borrowed shards durable (see `run_slot`).
     coordinated_flush_failed: bool,
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
@@ -292,6 +294,7 @@ impl Worker {
             round_need: 0,
             held_replies: VecDeque::new(),
             any_held: false,
+            delayed_syncs: VecDeque::new(),
             coordinated_flush_failed: false,
             #[cfg(feature = "dpdk")]
             dpdk: None,
@@ -379,6 +382,9 @@ impl Worker {
             let now = now_ms();
             self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
             self.reap(now);
+            if !self.delayed_syncs.is_empty() {
+                self.release_delayed_syncs(now);
+            }
             #[cfg(feature = "dpdk")]
             self.dpdk_receive(now);
             let round_start = Instant::now();
@@ -421,7 +427,13 @@ impl Worker {
             || ((self.reads_inflight > 0 || !self.commit.inflight.is_empty())
                 && Instant::now() < deadline)
         {
-            let _ = self.ring.submit_and_wait(1);
+            if self.delayed_syncs.is_empty() {
+                let _ = self.ring.submit_and_wait(1);
+            } else {
+                let _ = self.ring.submit();
+                std::thread::sleep(Duration::from_millis(1));
+                self.release_delayed_syncs(now_ms());
+            }
             self.reap(now_ms());
         }
         // Serve lend requests already queued so a coordinator never waits on
@@ -1830,6 +1842,29 @@ impl Worker {
     }
 
     fn on_fsync(&mut self, id: u64, res: i32, now: u64) {
+        let delay = self.shared.settings.cli.debug_sync_delay_ms;
+        if delay > 0 {
+            self.delayed_syncs
+                .push_back((Instant::now() + Duration::from_millis(delay), id, res));
+            return;
+        }
+        self.fsync_done(id, res, now);
+    }
+
+    /// `--debug-sync-delay-ms`: syncs whose delay is over count as completed now.
+    fn release_delayed_syncs(&mut self, now: u64) {
+        while self
+            .delayed_syncs
+            .front()
+            .is_some_and(|d| d.0 <= Instant::now())
+        {
+            if let Some((_, id, res)) = self.delayed_syncs.pop_front() {
+                self.fsync_done(id, res, now);
+            }
+        }
+    }
+
+    fn fsync_done(&mut self, id: u64, res: i32, now: u64) {
         let Some(epoch) = self.commit.inflight.iter_mut().find(|e| e.id == id) else {
             tracing::error!("fdatasync completion for unknown epoch {id}");
             return;
@@ -1847,11 +1882,13 @@ impl Worker {
     /// replies may leave (or, if one failed, must not); writes made meanwhile
     /// start the next epoch at once.
     fn advance_epochs(&mut self, now: u64) {
+        // Durable: every write done, its syncs issued and all of them completed (an
+        // epoch still writing has no syncs counted yet: it is not durable).
         while self
             .commit
             .inflight
             .front()
-            .is_some_and(|e| e.syncs_left == 0)
+            .is_some_and(|e| e.writes_left == 0 && e.synced_from.is_some() && e.syncs_left == 0)
         {
             let Some(epoch) = self.commit.inflight.pop_front() else {
                 break;
@@ -2091,7 +2128,9 @@ impl Worker {
             .iter()
             .flatten()
             .any(|s| s.has_unflushed());
-        let wait_ms = if unflushed {
+        let wait_ms = if !self.delayed_syncs.is_empty() {
+            1
+        } else if unflushed {
             self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
         } else {
             IDLE_WAIT_MS
