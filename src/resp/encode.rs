@@ -48,8 +48,12 @@ impl<'a> ReplyBuf<'a> {
         self.out.extend_from_slice(b"\r\n");
     }
 
+    /// Every GET reply goes through here: one reservation, no formatting machinery.
     pub fn bulk(&mut self, b: &[u8]) {
-        let _ = write!(self.out, "${}\r\n", b.len());
+        self.out.reserve(b.len() + BULK_FRAMING_MAX_BYTES);
+        self.out.push(b'$');
+        push_decimal(self.out, b.len() as u64);
+        self.out.extend_from_slice(b"\r\n");
         self.out.extend_from_slice(b);
         self.out.extend_from_slice(b"\r\n");
     }
@@ -135,6 +139,25 @@ impl<'a> ReplyBuf<'a> {
     }
 }
 
+/// Bytes a bulk string adds around its payload at most: `$`, 20 digits, two CRLFs.
+const BULK_FRAMING_MAX_BYTES: usize = 1 + 20 + 4;
+
+/// Appends `v` in decimal, the digits `write!(out, "{v}")` gives.
+fn push_decimal(out: &mut Vec<u8>, v: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = v;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// Formats a float the way Redis replies with INCRBYFLOAT (`%.17Lg` then
 /// trimmed): integers have no decimal point, others are shortest round-trip.
 pub fn format_double(v: f64) -> String {
@@ -182,6 +205,28 @@ mod tests {
         assert_eq!(enc(Proto::Resp3, |r| r.map(2)), b"%2\r\n");
         assert_eq!(enc(Proto::Resp3, |r| r.double(10.0)), b",10\r\n");
         assert_eq!(enc(Proto::Resp3, |r| r.verbatim("x")), b"=5\r\ntxt:x\r\n");
+    }
+
+    // The bulk header's length digits are exact at the edges of each digit count.
+    #[test]
+    fn bulk_header_lengths() {
+        for len in [0usize, 1, 9, 10, 99, 100, 1024, 65_536, 1_000_000] {
+            let payload = vec![b'x'; len];
+            let mut want = format!("${len}\r\n").into_bytes();
+            want.extend_from_slice(&payload);
+            want.extend_from_slice(b"\r\n");
+            assert_eq!(enc(Proto::Resp2, |r| r.bulk(&payload)), want);
+        }
+    }
+
+    proptest::proptest! {
+        // push_decimal agrees with Rust's own formatting for every u64.
+        #[test]
+        fn decimal_matches_format(v: u64) {
+            let mut out = b"prefix".to_vec();
+            push_decimal(&mut out, v);
+            proptest::prop_assert_eq!(out, format!("prefix{v}").into_bytes());
+        }
     }
 
     // Doubles print like Redis's INCRBYFLOAT replies.

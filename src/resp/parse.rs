@@ -57,6 +57,21 @@ impl ParsedCommand {
         }
     }
 
+    /// The arguments as slices into `out`, which must hold exactly `arg_count()`
+    /// of them (lets the caller keep short argument lists on the stack).
+    pub fn args_into<'a>(&'a self, buf: &'a [u8], out: &mut [&'a [u8]]) {
+        assert_eq!(out.len(), self.arg_count(), "argument slots");
+        if self.owned.is_empty() {
+            for (slot, &(s, e)) in out.iter_mut().zip(&self.ranges) {
+                *slot = &buf[s..e];
+            }
+        } else {
+            for (slot, v) in out.iter_mut().zip(&self.owned) {
+                *slot = v.as_slice();
+            }
+        }
+    }
+
     /// The arguments as slices, given the buffer that was parsed.
     pub fn args<'a>(&'a self, buf: &'a [u8], out: &mut Vec<&'a [u8]>) {
         out.clear();
@@ -142,18 +157,49 @@ pub fn parse_command(
     }
 }
 
+/// Longest run of digits `plain_decimal_line` takes: any 18-digit number fits an i64.
+const PLAIN_DECIMAL_DIGITS_MAX: usize = 18;
+
+/// The common case of a length line, `<digits>\r\n` at `from`, read in one pass:
+/// `Some((value, eol))` exactly when `find_crlf` would find that CRLF at `eol` and
+/// `parse_i64` would accept the digits (no sign, no leading zero, at most 18 digits).
+/// Anything else is `None`, and the caller's general path decides.
+fn plain_decimal_line(buf: &[u8], from: usize) -> Option<(i64, usize)> {
+    let mut value: i64 = 0;
+    let mut at = from;
+    while at < buf.len() && at - from < PLAIN_DECIMAL_DIGITS_MAX && buf[at].is_ascii_digit() {
+        value = value * 10 + i64::from(buf[at] - b'0');
+        at += 1;
+    }
+    let digits = at - from;
+    if digits == 0 || (digits > 1 && buf[from] == b'0') {
+        return None;
+    }
+    (buf.get(at..at + 2) == Some(b"\r\n")).then_some((value, at))
+}
+
+/// A length line at `from`: its value as `parse_i64` reads it, and where its CRLF is;
+/// `None` while the CRLF has not arrived.
+fn length_line(buf: &[u8], from: usize) -> Option<(Option<i64>, usize)> {
+    if let Some((value, eol)) = plain_decimal_line(buf, from) {
+        return Some((Some(value), eol));
+    }
+    let eol = find_crlf(buf, from)?;
+    Some((parse_i64(&buf[from..eol]), eol))
+}
+
 fn parse_multibulk(
     buf: &[u8],
     out: &mut ParsedCommand,
     bulk_max: usize,
 ) -> Result<Option<()>, ParseError> {
-    let Some(eol) = find_crlf(buf, 1) else {
+    let Some((count, eol)) = length_line(buf, 1) else {
         if buf.len() > INLINE_MAX_BYTES {
             return Err(ParseError::Protocol("too big mbulk count string"));
         }
         return Ok(None);
     };
-    let count = match parse_i64(&buf[1..eol]) {
+    let count = match count {
         Some(n) if n <= ARGS_MAX as i64 => n,
         _ => return Err(ParseError::Protocol("invalid multibulk length")),
     };
@@ -169,13 +215,13 @@ fn parse_multibulk(
         if buf[pos] != b'$' {
             return Err(ParseError::ExpectedDollar(buf[pos]));
         }
-        let Some(eol) = find_crlf(buf, pos + 1) else {
+        let Some((len, eol)) = length_line(buf, pos + 1) else {
             if buf.len() - pos > INLINE_MAX_BYTES {
                 return Err(ParseError::Protocol("too big bulk count string"));
             }
             return Ok(None);
         };
-        let len = match parse_i64(&buf[pos + 1..eol]) {
+        let len = match len {
             Some(n) if n >= 0 && (n as u64) <= bulk_max as u64 => n as usize,
             _ => return Err(ParseError::Protocol("invalid bulk length")),
         };
@@ -429,6 +475,15 @@ mod tests {
             let (n, got) = args_of(&b).unwrap().unwrap();
             proptest::prop_assert_eq!(n, b.len());
             proptest::prop_assert_eq!(got, args);
+        }
+
+        // The one-pass length reader agrees with find_crlf + parse_i64 on any bytes.
+        #[test]
+        fn plain_decimal_agrees_with_general_path(b in proptest::collection::vec(proptest::sample::select(b"0123456789\r\n-+x".to_vec()), 0..30)) {
+            if let Some((value, eol)) = plain_decimal_line(&b, 0) {
+                proptest::prop_assert_eq!(find_crlf(&b, 0), Some(eol));
+                proptest::prop_assert_eq!(parse_i64(&b[..eol]), Some(value));
+            }
         }
 
         // Arbitrary bytes never panic the parser.

@@ -154,6 +154,26 @@ impl Conn {
                 break;
             }
         }
+        self.release_ready();
+    }
+
+    /// Fills a reserved slot with what `write` encodes (in `proto`, the protocol of
+    /// the request). When it is the first reply the connection waits for, the bytes
+    /// go straight into `out` with no buffer of their own.
+    pub fn fill_with(&mut self, seq: u64, proto: Proto, write: impl FnOnce(&mut ReplyBuf)) {
+        if matches!(self.pending.front(), Some(Slot::Waiting(s)) if *s == seq) {
+            self.pending.pop_front();
+            write(&mut ReplyBuf::new(&mut self.out, proto));
+            self.release_ready();
+        } else {
+            let mut bytes = Vec::new();
+            write(&mut ReplyBuf::new(&mut bytes, proto));
+            self.fill(seq, bytes);
+        }
+    }
+
+    /// Moves the replies ready at the front of `pending` to `out`.
+    fn release_ready(&mut self) {
         while let Some(Slot::Ready(_)) = self.pending.front() {
             if let Some(Slot::Ready(b)) = self.pending.pop_front() {
                 if self.out.is_empty() {
@@ -219,5 +239,33 @@ impl Conn {
             lib_name,
             lib_ver,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn() -> Conn {
+        let fd = OwnedFd::from(std::fs::File::open("/dev/null").expect("/dev/null"));
+        let addr = "127.0.0.1:1".to_string();
+        Conn::new(Transport::Kernel(fd), 1, 1, addr.clone(), addr, 0, true)
+    }
+
+    // Replies filled out of order leave in request order; the first awaited one is
+    // written straight into `out`, in the protocol of its request.
+    #[test]
+    fn fill_with_keeps_request_order() {
+        let mut c = conn();
+        let first = c.reserve();
+        let second = c.reserve();
+        c.fill_with(second, Proto::Resp2, |r| r.bulk(b"two"));
+        assert!(c.out.is_empty(), "the second reply waits for the first");
+        c.fill_with(first, Proto::Resp3, |r| r.null());
+        assert_eq!(c.out, b"_\r\n$3\r\ntwo\r\n");
+        assert!(c.pending.is_empty());
+        let third = c.reserve();
+        c.fill_with(third, Proto::Resp2, |r| r.ok());
+        assert_eq!(c.out, b"_\r\n$3\r\ntwo\r\n+OK\r\n");
     }
 }

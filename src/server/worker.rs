@@ -8,8 +8,8 @@ use crate::device::AlignedBuf;
 use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
-use crate::storage::get_async::{GetStep, PutStep, ReadPlan};
-use crate::storage::{FsyncPolicy, Shard, Value, ValueKind};
+use crate::storage::get_async::{GetReadStep, GetStep, PutStep, ReadPlan};
+use crate::storage::{FsyncPolicy, Shard, StorageError, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -42,11 +42,23 @@ const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 const IDLE_WAIT_MS: u64 = 100;
 /// GET device reads in flight per worker; beyond it GETs read synchronously.
 const READS_INFLIGHT_MAX: usize = 256;
+/// Arguments of a command kept on the stack while it runs; longer lists use the heap.
+const ARGS_INLINE: usize = 8;
 /// Size of a pooled read buffer (the engine's first read window).
 const READ_BUFFER_BYTES: usize = 8192;
 /// Data files registered with the ring (reads, chunk writes and syncs name them by
 /// index: no file lookup and reference count per operation); more use plain fds.
 const FIXED_FILES_MAX: u32 = 16;
+/// Pooled read buffers registered with the ring at start (`IORING_REGISTER_BUFFERS`):
+/// one per read that may be in flight. A read into a registered buffer skips pinning
+/// its pages on every submission (`get_user_pages`, a few % of a GET's CPU time).
+const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
+const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
+/// Key and value copies kept by pending reads come from a pool, so a steady stream of
+/// GETs and SETs allocates nothing; buffers bigger than this are dropped, not pooled.
+const POOLED_BYTES_MAX_BYTES: usize = 64 << 10;
+/// Buffers the pool keeps: a key and a value for every read that may be in flight.
+const POOLED_BUFFERS_MAX: usize = 2 * READS_INFLIGHT_MAX;
 
 /// Where the answer to an asynchronous GET goes.
 #[derive(Clone, Copy)]
@@ -63,7 +75,8 @@ enum ReadDest {
 }
 
 /// A GET waiting for its device read. The buffer is owned here, untouched,
-/// until the read's completion arrives.
+/// until the read's completion arrives. `key` and `set_value` come from the
+/// worker's byte-buffer pool and go back to it when the operation ends.
 struct PendingRead {
     dest: ReadDest,
     /// `Some(value)`: a plain SET verifying the key it overwrites; `None`: a GET.
@@ -73,7 +86,16 @@ struct PendingRead {
     proto: Proto,
     key: Vec<u8>,
     plan: ReadPlan,
-    buf: AlignedBuf,
+    buf: ReadBuf,
+}
+
+/// A GET/SET read buffer: one of the worker's pooled buffers (registered with the ring
+/// when `fixed` names its index), or a larger one allocated for a long record.
+struct ReadBuf {
+    bytes: AlignedBuf,
+    /// Index among the ring's registered buffers. Such a buffer is never freed while the
+    /// ring lives: it is always in `Worker::read_bufs` or in a pending read.
+    fixed: Option<u16>,
 }
 
 /// Group commit that does not stall the worker: a flush *epoch* writes every
@@ -140,7 +162,9 @@ pub struct Worker {
     ring: IoUring,
     bufring: BufRing,
     pub shards: ShardSet,
-    conns: Vec<Option<Conn>>,
+    /// Boxed: `run_slot` takes a connection out of its slot and puts it back for every
+    /// batch of commands, which moves a pointer instead of the whole `Conn`.
+    conns: Vec<Option<Box<Conn>>>,
     free_slots: Vec<u32>,
     next_gen: u32,
     listeners: Vec<OwnedFd>,
@@ -161,10 +185,11 @@ pub struct Worker {
     reads: Vec<Option<PendingRead>>,
     free_reads: Vec<usize>,
     reads_inflight: usize,
-    read_bufs: Vec<AlignedBuf>,
-    /// Pooled read buffers registered with the ring, by address: reads into them are
-    /// `ReadFixed` (the kernel does not pin the pages for every read).
-    registered_bufs: std::collections::HashMap<usize, u16>,
+    /// Idle pooled read buffers (declared after `ring`, so dropped after it: the ring
+    /// may have them registered).
+    read_bufs: Vec<ReadBuf>,
+    /// Spare buffers for pending reads' key and value copies (see `POOLED_BUFFERS_MAX`).
+    spare_bytes: Vec<Vec<u8>>,
     /// Data file descriptors registered with the ring, by index.
     fixed_files: Vec<RawFd>,
     /// A command that writes ran this round (see `flush_storage`).
@@ -182,6 +207,10 @@ pub struct Worker {
     delayed_syncs: VecDeque<(Instant, u64, i32)>,
     /// `with_workers` could not make borrowed shards durable (see `run_slot`).
     coordinated_flush_failed: bool,
+    /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
+    /// configuration once per round and after each connection/server command (CONFIG
+    /// SET is one) rather than under its lock for every command.
+    slowlog_threshold_us: i64,
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
     #[cfg(feature = "dpdk")]
     dpdk: Option<DpdkNet>,
@@ -242,6 +271,10 @@ impl Worker {
         listeners: Vec<OwnedFd>,
         mailbox: mpsc::Receiver<Msg>,
     ) -> std::io::Result<Worker> {
+        // Allocated before the ring, so that an early return drops the ring first.
+        let read_bufs: Vec<AlignedBuf> = (0..FIXED_READ_BUFFERS)
+            .map(|_| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
+            .collect();
         // Completions posted from other CPUs (softirq for received bytes, the disk's
         // interrupt for reads) would each send this CPU an inter-processor interrupt to
         // run io_uring's task work at once; in a VM those IPIs cost more than the work.
@@ -259,6 +292,7 @@ impl Worker {
                     .build(RING_ENTRIES)
             })?;
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
+        let read_bufs = Self::register_read_bufs(&ring, read_bufs);
         let workers = shared.workers.len();
         let mut w = Worker {
             id,
@@ -285,8 +319,8 @@ impl Worker {
             reads: Vec::new(),
             free_reads: Vec::new(),
             reads_inflight: 0,
-            read_bufs: Vec::new(),
-            registered_bufs: std::collections::HashMap::new(),
+            read_bufs,
+            spare_bytes: Vec::new(),
             fixed_files: Vec::new(),
             round_writes: false,
             last_background_flush_ms: 0,
@@ -296,10 +330,10 @@ impl Worker {
             any_held: false,
             delayed_syncs: VecDeque::new(),
             coordinated_flush_failed: false,
+            slowlog_threshold_us: 0,
             #[cfg(feature = "dpdk")]
             dpdk: None,
         };
-        w.register_read_buffers();
         if let Err(e) = w.ring.submitter().register_files_sparse(FIXED_FILES_MAX) {
             tracing::warn!(
                 "worker {}: no registered files ({e}); using plain descriptors",
@@ -308,37 +342,6 @@ impl Worker {
         }
         w.register_shard_files();
         Ok(w)
-    }
-
-    /// Allocates the pooled read buffers and registers them with the ring. Without
-    /// registration (old kernel, locked-memory limit) reads use plain buffers.
-    fn register_read_buffers(&mut self) {
-        let bufs: Vec<AlignedBuf> = (0..READS_INFLIGHT_MAX)
-            .map(|_| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
-            .collect();
-        let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(bufs.len());
-        for b in &bufs {
-            iovecs.push(libc::iovec {
-                iov_base: b.as_slice().as_ptr() as *mut libc::c_void,
-                iov_len: b.len(),
-            });
-        }
-        // SAFETY: every registered buffer stays allocated while the ring exists: pooled
-        // buffers are only ever in `read_bufs` or in a pending read, and the ring is
-        // dropped before the worker's other fields (it is declared first). A buffer that
-        // leaves the pool is never read into by index again.
-        match unsafe { self.ring.submitter().register_buffers(&iovecs) } {
-            Ok(()) => {
-                for (i, b) in bufs.iter().enumerate() {
-                    self.registered_bufs
-                        .insert(b.as_slice().as_ptr() as usize, i as u16);
-                }
-            }
-            Err(e) => {
-                tracing::warn!("worker {}: read buffers not registered ({e})", self.id)
-            }
-        }
-        self.read_bufs = bufs;
     }
 
     /// Registers the data files of the shards we hold (at start, and when recovery
@@ -381,6 +384,7 @@ impl Worker {
         loop {
             let now = now_ms();
             self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
+            self.refresh_slowlog_threshold();
             self.reap(now);
             if !self.delayed_syncs.is_empty() {
                 self.release_delayed_syncs(now);
@@ -491,7 +495,10 @@ impl Worker {
 
     fn conn_mut(&mut self, token: u64) -> Option<&mut Conn> {
         let (slot, gen) = ((token & 0xffff_ffff) as usize, (token >> 32) as u32);
-        self.conns.get_mut(slot)?.as_mut().filter(|c| c.gen == gen)
+        self.conns
+            .get_mut(slot)?
+            .as_deref_mut()
+            .filter(|c| c.gen == gen)
     }
 
     fn mark_ready(&mut self, slot: u32) {
@@ -586,7 +593,15 @@ impl Worker {
         let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1).max(1);
-        let conn = Conn::new(fd, gen, id, addr.clone(), laddr.clone(), now, authenticated);
+        let conn = Box::new(Conn::new(
+            fd,
+            gen,
+            id,
+            addr.clone(),
+            laddr.clone(),
+            now,
+            authenticated,
+        ));
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -747,7 +762,10 @@ impl Worker {
                 } => {
                     if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
                         let dest = ReadDest::Remote { from, token, seq };
-                        if let Some(bytes) = self.try_get_async(dest, db, &args[1], proto, now) {
+                        let shard = self.shards.shard_id(&args[1]);
+                        if let Some(v) = self.try_get_async(dest, shard, db, &args[1], proto, now) {
+                            let mut bytes = Vec::new();
+                            write_get_reply(&mut ReplyBuf::new(&mut bytes, proto), v);
                             self.outbox[from].push(Msg::Reply { token, seq, bytes });
                         }
                         continue;
@@ -995,10 +1013,19 @@ impl Worker {
                         continue;
                     }
                     let inbuf = std::mem::take(&mut conn.inbuf);
-                    let mut args: Vec<&[u8]> = Vec::with_capacity(parsed.arg_count());
-                    parsed.args(&inbuf[start..], &mut args);
-                    let outcome = self.dispatch(conn, slot, &args, now);
-                    drop(args);
+                    // Short argument lists (GET, SET, ...) stay on the stack.
+                    let argc = parsed.arg_count();
+                    let mut inline: [&[u8]; ARGS_INLINE] = [&[]; ARGS_INLINE];
+                    let mut spilled: Vec<&[u8]> = Vec::new();
+                    let args: &[&[u8]] = if argc <= ARGS_INLINE {
+                        parsed.args_into(&inbuf[start..], &mut inline[..argc]);
+                        &inline[..argc]
+                    } else {
+                        parsed.args(&inbuf[start..], &mut spilled);
+                        &spilled
+                    };
+                    let outcome = self.dispatch(conn, slot, args, now);
+                    drop(spilled);
                     conn.inbuf = inbuf;
                     match outcome {
                         Outcome::Done => conn.in_pos += consumed,
@@ -1050,13 +1077,18 @@ impl Worker {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
             return Outcome::Done;
         }
-        let started = Instant::now();
+        // Timing costs two clock reads per command: only when the slow log is on.
+        let started = (self.slowlog_threshold_us >= 0).then(Instant::now);
         if spec.flags.contains(&"write") {
             self.round_writes = true;
         }
         let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
         let outcome = match spec.kind {
-            Kind::Local => local::run(self, conn, slot, spec, args, now),
+            Kind::Local => {
+                let outcome = local::run(self, conn, slot, spec, args, now);
+                self.refresh_slowlog_threshold();
+                outcome
+            }
             Kind::Keyed => self.route_keyed(conn, slot, spec, args, now),
             Kind::AllShards => {
                 let all: Vec<usize> = (0..self.shared.workers.len()).collect();
@@ -1077,10 +1109,17 @@ impl Worker {
             if self.shared.monitor_count.load(Ordering::Relaxed) > 0 && spec.name != "monitor" {
                 self.feed_monitors(conn, args);
             }
-            let micros = started.elapsed().as_micros() as u64;
-            self.maybe_slowlog(conn, args, micros);
+            if let Some(started) = started {
+                let micros = started.elapsed().as_micros() as u64;
+                self.maybe_slowlog(conn, args, micros);
+            }
         }
         outcome
+    }
+
+    fn refresh_slowlog_threshold(&mut self) {
+        let rt = self.shared.runtime.read().expect("runtime lock");
+        self.slowlog_threshold_us = rt.slowlog_log_slower_than_us;
     }
 
     fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
@@ -1126,12 +1165,7 @@ impl Worker {
     }
 
     fn maybe_slowlog(&self, conn: &Conn, args: &[&[u8]], micros: u64) {
-        let threshold = self
-            .shared
-            .runtime
-            .read()
-            .expect("runtime lock")
-            .slowlog_log_slower_than_us;
+        let threshold = self.slowlog_threshold_us;
         if threshold < 0 || micros < threshold as u64 {
             return;
         }
@@ -1214,8 +1248,11 @@ impl Worker {
         let mut all_held = true;
         let mut owner: Option<usize> = None;
         let mut several = false;
+        // The shard of the first key (GET and SET have one key; computed once).
+        let mut first_shard: Option<u32> = None;
         for pos in key_positions(spec, args.len()) {
             let shard = self.shards.shard_id(args[pos]);
+            first_shard.get_or_insert(shard);
             if self.shards.slots[shard as usize].is_some() {
                 continue;
             }
@@ -1227,7 +1264,7 @@ impl Worker {
                 _ => {}
             }
         }
-        if all_held {
+        if let (true, Some(shard)) = (all_held, first_shard) {
             if spec.name == "set" && args.len() == 3 {
                 let seq = conn.next_seq;
                 let dest = ReadDest::Local {
@@ -1237,8 +1274,9 @@ impl Worker {
                     },
                     seq,
                 };
-                match self.try_set_async(dest, conn.db, args[1], args[2], conn.proto, now) {
-                    Some(bytes) => conn.reply(|r| r.out.extend_from_slice(&bytes)),
+                let (key, value) = (args[1], args[2]);
+                match self.try_set_async(dest, shard, conn.db, key, value, conn.proto, now) {
+                    Some(res) => conn.reply(|r| write_set_reply(r, res)),
                     None => {
                         let reserved = conn.reserve();
                         debug_assert_eq!(reserved, seq);
@@ -1256,8 +1294,8 @@ impl Worker {
                     },
                     seq,
                 };
-                match self.try_get_async(dest, conn.db, args[1], conn.proto, now) {
-                    Some(bytes) => conn.reply(|r| r.out.extend_from_slice(&bytes)),
+                match self.try_get_async(dest, shard, conn.db, args[1], conn.proto, now) {
+                    Some(v) => conn.reply(|r| write_get_reply(r, v)),
                     None => {
                         let reserved = conn.reserve();
                         debug_assert_eq!(reserved, seq);
@@ -1265,6 +1303,10 @@ impl Worker {
                 }
                 return Outcome::Done;
             }
+            self.run_local(conn, spec, args, now);
+            return Outcome::Done;
+        }
+        if all_held {
             self.run_local(conn, spec, args, now);
             return Outcome::Done;
         }
@@ -1391,53 +1433,38 @@ impl Worker {
 
     // ----- asynchronous GET ----------------------------------------------------
 
-    fn encode_get(proto: Proto, v: Result<Option<Value>, crate::storage::StorageError>) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut r = ReplyBuf::new(&mut out, proto);
-        match v {
-            Ok(Some(v)) if v.kind != ValueKind::String => r.error(crate::commands::ERR_WRONGTYPE),
-            Ok(Some(v)) => r.bulk(&v.bytes),
-            Ok(None) => r.null(),
-            Err(e) => r.error(&crate::commands::storage_error(e)),
-        }
-        out
-    }
-
-    /// Starts a GET on one of our own shards. `Some(reply)`: answered now.
-    /// `None`: a device read is in flight and `dest` will get the reply.
+    /// Starts a GET on one of our own shards (`shard_id` is the key's). `Some(answer)`:
+    /// answered now. `None`: a device read is in flight and `dest` will get the reply.
     fn try_get_async(
         &mut self,
         dest: ReadDest,
+        shard_id: u32,
         db: u8,
         key: &[u8],
         proto: Proto,
         now: u64,
-    ) -> Option<Vec<u8>> {
-        let shard_id = self.shards.shard_id(key);
+    ) -> Option<Result<Option<Value>, StorageError>> {
+        debug_assert_eq!(shard_id, self.shards.shard_id(key));
         let own = shard_id as usize % self.shared.workers.len() == self.id;
         let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
-            return Some(Self::encode_get(
-                proto,
-                Err(crate::storage::StorageError::Corrupt(
-                    "shard not held".into(),
-                )),
-            ));
+            return Some(Err(StorageError::Corrupt("shard not held".into())));
         };
         if !own || self.reads_inflight >= READS_INFLIGHT_MAX {
-            return Some(Self::encode_get(proto, shard.get(db, key, now)));
+            return Some(shard.get(db, key, now));
         }
         match shard.get_begin(db, key, now) {
-            Ok(GetStep::Done(v)) => Some(Self::encode_get(proto, Ok(v))),
-            Err(e) => Some(Self::encode_get(proto, Err(e))),
+            Ok(GetStep::Done(v)) => Some(Ok(v)),
+            Err(e) => Some(Err(e)),
             Ok(GetStep::Read(plan)) => {
                 let buf = self.read_buf_for(plan.len_bytes);
+                let key = self.pooled_copy(key);
                 let read = PendingRead {
                     dest,
                     set_value: None,
                     shard: shard_id,
                     db,
                     proto,
-                    key: key.to_vec(),
+                    key,
                     plan,
                     buf,
                 };
@@ -1447,54 +1474,43 @@ impl Worker {
         }
     }
 
-    fn encode_set(proto: Proto, r: Result<(), crate::storage::StorageError>) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut rb = ReplyBuf::new(&mut out, proto);
-        match r {
-            Ok(()) => rb.ok(),
-            Err(e) => rb.error(&crate::commands::storage_error(e)),
-        }
-        out
-    }
-
-    /// Starts a plain `SET key value` on one of our own shards. `Some(reply)`:
-    /// done now. `None`: the read that verifies the overwritten key is in flight.
+    /// Starts a plain `SET key value` on one of our own shards (`shard_id` is the key's).
+    /// `Some(result)`: done now. `None`: the read that verifies the overwritten key is
+    /// in flight.
+    #[allow(clippy::too_many_arguments)]
     fn try_set_async(
         &mut self,
         dest: ReadDest,
+        shard_id: u32,
         db: u8,
         key: &[u8],
         value: &[u8],
         proto: Proto,
         now: u64,
-    ) -> Option<Vec<u8>> {
-        let shard_id = self.shards.shard_id(key);
+    ) -> Option<Result<(), StorageError>> {
+        debug_assert_eq!(shard_id, self.shards.shard_id(key));
         let own = shard_id as usize % self.shared.workers.len() == self.id;
         let inflight_full = self.reads_inflight >= READS_INFLIGHT_MAX;
         let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
-            return Some(Self::encode_set(
-                proto,
-                Err(crate::storage::StorageError::Corrupt(
-                    "shard not held".into(),
-                )),
-            ));
+            return Some(Err(StorageError::Corrupt("shard not held".into())));
         };
         if !own || inflight_full {
-            let r = shard.put(db, key, ValueKind::String, value, None, now);
-            return Some(Self::encode_set(proto, r));
+            return Some(shard.put(db, key, ValueKind::String, value, None, now));
         }
         match shard.put_begin(db, key, ValueKind::String, value, None, now) {
-            Ok(PutStep::Done) => Some(Self::encode_set(proto, Ok(()))),
-            Err(e) => Some(Self::encode_set(proto, Err(e))),
+            Ok(PutStep::Done) => Some(Ok(())),
+            Err(e) => Some(Err(e)),
             Ok(PutStep::Read(plan)) => {
                 let buf = self.read_buf_for(plan.len_bytes);
+                let key = self.pooled_copy(key);
+                let value = self.pooled_copy(value);
                 let read = PendingRead {
                     dest,
-                    set_value: Some(value.to_vec()),
+                    set_value: Some(value),
                     shard: shard_id,
                     db,
                     proto,
-                    key: key.to_vec(),
+                    key,
                     plan,
                     buf,
                 };
@@ -1504,13 +1520,62 @@ impl Worker {
         }
     }
 
-    fn read_buf_for(&mut self, len: usize) -> AlignedBuf {
+    /// A copy of `bytes` in a buffer from the pool (allocated only when the pool is empty).
+    fn pooled_copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut v = self.spare_bytes.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Gives a buffer from `pooled_copy` back to the pool (or frees it when the pool is full).
+    fn recycle_bytes(&mut self, v: Vec<u8>) {
+        if v.capacity() <= POOLED_BYTES_MAX_BYTES && self.spare_bytes.len() < POOLED_BUFFERS_MAX {
+            self.spare_bytes.push(v);
+        }
+    }
+
+    /// Registers the pooled read buffers with `ring` as fixed buffers (index = position).
+    /// Without registration (an old kernel, a locked-memory limit) they serve as plain
+    /// buffers and reads use `IORING_OP_READ`.
+    fn register_read_bufs(ring: &IoUring, bufs: Vec<AlignedBuf>) -> Vec<ReadBuf> {
+        let mut bufs = bufs;
+        let iovecs: Vec<libc::iovec> = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_slice().as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: the buffers stay allocated, unmoved on the heap, for as long as the
+        // ring: the caller stores them in `Worker::read_bufs`, a field declared (and so
+        // dropped) after `ring`, and a pooled buffer is only ever moved between that pool
+        // and a `PendingRead` (also dropped after `ring`), never freed.
+        let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("read buffers not registered with io_uring: {e}");
+                false
+            }
+        };
+        bufs.into_iter()
+            .enumerate()
+            .map(|(i, bytes)| ReadBuf {
+                bytes,
+                fixed: registered.then_some(i as u16),
+            })
+            .collect()
+    }
+
+    fn read_buf_for(&mut self, len: usize) -> ReadBuf {
         if len <= READ_BUFFER_BYTES {
-            self.read_bufs
-                .pop()
-                .unwrap_or_else(|| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
-        } else {
-            AlignedBuf::new_zeroed(len)
+            if let Some(buf) = self.read_bufs.pop() {
+                return buf;
+            }
+        }
+        ReadBuf {
+            bytes: AlignedBuf::new_zeroed(len.max(READ_BUFFER_BYTES)),
+            fixed: None,
         }
     }
 
@@ -1522,11 +1587,10 @@ impl Worker {
                 self.reads.len() - 1
             }
         };
-        let len = read.plan.len_bytes.min(read.buf.len());
-        let ptr = read.buf.as_mut_slice().as_mut_ptr();
+        let len = read.plan.len_bytes.min(read.buf.bytes.len());
+        let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
         let off = read.plan.offset_bytes;
-        let buf_index = self.registered_bufs.get(&(ptr as usize)).copied();
-        let sqe = match (self.file_target(read.plan.fd), buf_index) {
+        let sqe = match (self.file_target(read.plan.fd), read.buf.fixed) {
             (FileTarget::Fixed(f), Some(b)) => {
                 opcode::ReadFixed::new(types::Fixed(f), ptr, len as u32, b)
                     .offset(off)
@@ -1567,16 +1631,22 @@ impl Worker {
 
     /// Issues the next read of a pending operation, growing its buffer if the plan needs it.
     fn resubmit_read(&mut self, mut read: PendingRead, plan: ReadPlan) {
-        if plan.len_bytes > read.buf.len() {
-            let old = std::mem::replace(&mut read.buf, AlignedBuf::new_zeroed(plan.len_bytes));
+        if plan.len_bytes > read.buf.bytes.len() {
+            let bigger = ReadBuf {
+                bytes: AlignedBuf::new_zeroed(plan.len_bytes),
+                fixed: None,
+            };
+            let old = std::mem::replace(&mut read.buf, bigger);
             self.recycle_read_buf(old);
         }
         read.plan = plan;
         self.submit_read(read);
     }
 
-    fn recycle_read_buf(&mut self, buf: AlignedBuf) {
-        if buf.len() == READ_BUFFER_BYTES {
+    fn recycle_read_buf(&mut self, buf: ReadBuf) {
+        // Registered buffers always go back (they must outlive the ring); others of the
+        // pooled size too, as before registration existed.
+        if buf.fixed.is_some() || buf.bytes.len() == READ_BUFFER_BYTES {
             self.read_bufs.push(buf);
         }
     }
@@ -1593,30 +1663,39 @@ impl Worker {
         }
         let step = Self::read_status(res, read.plan.len_bytes).and_then(|()| {
             match self.shards.slots[read.shard as usize].as_mut() {
-                Some(shard) => shard.get_continue(
+                Some(shard) => shard.get_continue_in_place(
                     read.db,
                     &read.key,
                     read.plan.clone(),
-                    read.buf.as_slice(),
+                    read.buf.bytes.as_slice(),
                     now,
                 ),
-                None => Err(crate::storage::StorageError::Corrupt(
+                None => Err(StorageError::Corrupt(
                     "shard not held at read completion".into(),
                 )),
             }
         });
-        match step {
-            Ok(GetStep::Read(plan)) => self.resubmit_read(read, plan),
-            other => {
-                let v = other.map(|s| match s {
-                    GetStep::Done(v) => v,
-                    GetStep::Read(_) => None,
-                });
-                let bytes = Self::encode_get(read.proto, v);
-                self.recycle_read_buf(read.buf);
-                self.deliver(read.dest, bytes);
+        let answer = match step {
+            Ok(GetReadStep::Read(plan)) => return self.resubmit_read(read, plan),
+            Ok(GetReadStep::InBuffer { kind, range, .. }) => Ok((kind, range)),
+            Ok(GetReadStep::Done(v)) => Err(Ok(v)),
+            Err(e) => Err(Err(e)),
+        };
+        // The value goes from the read buffer straight into the reply, copied once.
+        let buf = read.buf.bytes.as_slice();
+        self.deliver_with(read.dest, read.proto, |r| match answer {
+            // As write_get_reply: only strings answer a GET.
+            Ok((kind, range)) => {
+                if kind == ValueKind::String {
+                    r.bulk(&buf[range])
+                } else {
+                    r.error(crate::commands::ERR_WRONGTYPE)
+                }
             }
-        }
+            Err(v) => write_get_reply(r, v),
+        });
+        self.recycle_read_buf(read.buf);
+        self.recycle_bytes(read.key);
     }
 
     fn on_set_read(&mut self, mut read: PendingRead, res: i32, now: u64) {
@@ -1631,10 +1710,10 @@ impl Worker {
                     &value,
                     None,
                     read.plan.clone(),
-                    read.buf.as_slice(),
+                    read.buf.bytes.as_slice(),
                     now,
                 ),
-                None => Err(crate::storage::StorageError::Corrupt(
+                None => Err(StorageError::Corrupt(
                     "shard not held at read completion".into(),
                 )),
             }
@@ -1645,28 +1724,35 @@ impl Worker {
                 self.resubmit_read(read, plan);
             }
             other => {
-                let bytes = Self::encode_set(read.proto, other.map(|_| ()));
                 self.recycle_read_buf(read.buf);
+                self.recycle_bytes(read.key);
+                self.recycle_bytes(value);
                 if let ReadDest::Local { token, .. } = read.dest {
                     if let Some(conn) = self.conn_mut(token.packed()) {
                         conn.write_blocked = false;
                     }
                     self.mark_ready(token.slot);
                 }
-                self.deliver(read.dest, bytes);
+                let res = other.map(|_| ());
+                self.deliver_with(read.dest, read.proto, |r| write_set_reply(r, res));
             }
         }
     }
 
-    fn deliver(&mut self, dest: ReadDest, bytes: Vec<u8>) {
+    /// Writes the reply of a finished asynchronous operation where it belongs: into the
+    /// connection's output in request order (no intermediate buffer when it is the
+    /// reply the connection waits for first), or into a message to another worker.
+    fn deliver_with(&mut self, dest: ReadDest, proto: Proto, write: impl FnOnce(&mut ReplyBuf)) {
         match dest {
             ReadDest::Remote { from, token, seq } => {
+                let mut bytes = Vec::new();
+                write(&mut ReplyBuf::new(&mut bytes, proto));
                 self.outbox[from].push(Msg::Reply { token, seq, bytes })
             }
             ReadDest::Local { token, seq } => {
                 let tok = token.packed();
                 if let Some(conn) = self.conn_mut(tok) {
-                    conn.fill(seq, bytes);
+                    conn.fill_with(seq, proto, write);
                     if conn.unparsed() > 0 {
                         self.mark_ready(token.slot);
                     }
@@ -2146,6 +2232,24 @@ impl Worker {
                     || e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => tracing::error!("io_uring wait failed: {e}"),
         }
+    }
+}
+
+/// The reply to a GET: the value, a null, or the error.
+fn write_get_reply(r: &mut ReplyBuf, v: Result<Option<Value>, StorageError>) {
+    match v {
+        Ok(Some(v)) if v.kind != ValueKind::String => r.error(crate::commands::ERR_WRONGTYPE),
+        Ok(Some(v)) => r.bulk(&v.bytes),
+        Ok(None) => r.null(),
+        Err(e) => r.error(&crate::commands::storage_error(e)),
+    }
+}
+
+/// The reply to a plain SET: `+OK` or the error.
+fn write_set_reply(r: &mut ReplyBuf, res: Result<(), StorageError>) {
+    match res {
+        Ok(()) => r.ok(),
+        Err(e) => r.error(&crate::commands::storage_error(e)),
     }
 }
 

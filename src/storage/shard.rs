@@ -1,7 +1,7 @@
 //! One shard: a slice of the keyspace with its own per-db indexes, one open (staging) block,
 //! counters and expiry sets. Owned by exactly one worker thread; no locks except the shared
 //! block allocator, taken once per block.
-use super::alloc::{BlockId, StoreShared};
+use super::alloc::{BlockId, BlockIdHashing, StoreShared};
 use super::format::{
     decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES,
@@ -219,7 +219,7 @@ pub struct Shard {
     pub(crate) defrag_paused: bool,
     pub(crate) defrag_live_percent_max: u32,
     pub(crate) indexes: Vec<Index>,
-    pub(crate) blocks: HashMap<BlockId, BlockInfo>,
+    pub(crate) blocks: HashMap<BlockId, BlockInfo, BlockIdHashing>,
     pub(crate) open: Option<OpenBlock>,
     pub(crate) staging: AlignedBuf,
     pub(crate) next_seq: u64,
@@ -231,6 +231,11 @@ pub struct Shard {
     pub(crate) pending_frees: Vec<BlockId>,
     /// Per db: (expire_at_ms, address) of every current record that has an expiry.
     pub(crate) expiry: Vec<BTreeSet<(u64, Address)>>,
+    /// No entry of `expiry` (any db) expires before this (`u64::MAX`: none can exist).
+    /// A lower bound kept by `expiry_add` and made exact when active expiry finds
+    /// nothing due, so the background pass of every loop round skips the per-db walk
+    /// while no key can be due.
+    pub(crate) expiry_earliest_ms: u64,
     pub(crate) expiry_cursor_db: usize,
     pub(crate) rng: u64,
     pub(crate) counters: Counters,
@@ -255,6 +260,19 @@ pub struct Shard {
     /// A chunk write failed twice: the shard's log has a hole that a later record could
     /// sit behind, so it takes no more writes (reads go on).
     broken: Option<String>,
+    /// `Some`: the last scan for a defrag candidate found none and nothing has made one
+    /// since, so the next defrag step need not walk every block again (that walk, once per
+    /// loop round, cost more than a GET's own work). See `start_defrag_job`.
+    pub(crate) defrag_idle: Option<DefragIdle>,
+}
+
+/// Why "no defrag candidate" still holds: the open block of that scan. Sealing it (a new
+/// open block) may make it a candidate; the other ways a block becomes one (live bytes
+/// dropping in `unaccount`, tombstones found droppable, `flush_db`) clear the memo where
+/// they happen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DefragIdle {
+    open_block: Option<BlockId>,
 }
 
 /// A defrag in progress: the block's image (read once) and the records still to consider.
@@ -339,7 +357,7 @@ impl Shard {
             defrag_paused: cfg.defrag_paused,
             defrag_live_percent_max: cfg.defrag_live_percent_max.min(100),
             indexes: (0..DB_COUNT).map(|_| Index::new()).collect(),
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             open: None,
             staging: AlignedBuf::new_zeroed(block_size),
             next_seq: 1,
@@ -350,6 +368,7 @@ impl Shard {
             dirty_devices: vec![false; device_count],
             pending_frees: Vec::new(),
             expiry: (0..DB_COUNT).map(|_| BTreeSet::new()).collect(),
+            expiry_earliest_ms: u64::MAX,
             expiry_cursor_db: 0,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
@@ -366,6 +385,7 @@ impl Shard {
             retired_staging: None,
             spare_staging: None,
             broken: None,
+            defrag_idle: None,
             shared,
         }
     }
@@ -582,6 +602,7 @@ impl Shard {
         self.indexes[d] = Index::new();
         self.expiry[d] = BTreeSet::new();
         let mut dead_extents = Vec::new();
+        self.defrag_idle = None;
         for (b, info) in self.blocks.iter_mut() {
             info.live_bytes[d] = 0;
             if info.kind == BLOCK_KIND_EXTENT && info.live_total() == 0 && !info.retiring {
@@ -1003,6 +1024,7 @@ impl Shard {
 
     pub(crate) fn expiry_add(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
         if expire_at_ms != 0 {
+            self.expiry_earliest_ms = self.expiry_earliest_ms.min(expire_at_ms);
             self.expiry[db as usize].insert((expire_at_ms, addr));
         }
     }
@@ -1019,9 +1041,15 @@ impl Shard {
 
     pub(crate) fn unaccount(&mut self, db: Db, addr: Address, len: usize) {
         let (block, _) = self.shared.layout.split(addr);
+        let pct = u64::from(self.defrag_live_percent_max);
         if let Some(info) = self.blocks.get_mut(&block) {
             let live = &mut info.live_bytes[db as usize];
             *live = live.saturating_sub(len as u32);
+            // Fewer live bytes may make this block the defrag candidate the idle memo
+            // says does not exist.
+            if self.defrag_idle.is_some() && Self::defrag_candidate(info, pct) {
+                self.defrag_idle = None;
+            }
         }
     }
 
@@ -1706,6 +1734,9 @@ impl Shard {
     // ---- background: expiry and defrag -------------------------------------------------
 
     fn active_expiry(&mut self, now_ms: u64, work: &mut u64) -> Result<(), StorageError> {
+        if self.expiry_earliest_ms > now_ms {
+            return Ok(());
+        }
         let mut idle_dbs = 0;
         while *work > 0 && idle_dbs < DB_COUNT {
             let d = self.expiry_cursor_db;
@@ -1721,6 +1752,15 @@ impl Shard {
                     self.expiry_cursor_db = (d + 1) % DB_COUNT;
                 }
             }
+        }
+        if idle_dbs == DB_COUNT {
+            // Nothing is due in any db: the earliest entry is the next time to look.
+            self.expiry_earliest_ms = self
+                .expiry
+                .iter()
+                .filter_map(|e| e.first().map(|&(at, _)| at))
+                .min()
+                .unwrap_or(u64::MAX);
         }
         Ok(())
     }
@@ -1778,6 +1818,12 @@ impl Shard {
 
     fn start_defrag_job(&mut self) -> Result<Option<DefragJob>, StorageError> {
         let open_block = self.open.as_ref().map(|o| o.block);
+        if self
+            .defrag_idle
+            .is_some_and(|idle| idle.open_block == open_block)
+        {
+            return Ok(None);
+        }
         let pct = u64::from(self.defrag_live_percent_max);
         let pick = self
             .blocks
@@ -1792,8 +1838,10 @@ impl Shard {
             })
             .map(|(b, i)| (*b, i.clone()));
         let Some((block, info)) = pick else {
+            self.defrag_idle = Some(DefragIdle { open_block });
             return Ok(None);
         };
+        self.defrag_idle = None;
         if info.live_total() == 0 && !info.has_tombs {
             self.retire(block);
             return Ok(None);

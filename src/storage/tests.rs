@@ -169,6 +169,28 @@ fn active_expiry_reaps() {
     assert_eq!(s.stats().expired_keys, 49);
 }
 
+// Proves active expiry's "nothing due before T" bound follows new keys: a key added with an
+// earlier expiry after a pass found nothing due is still reaped on time, in another db too.
+#[test]
+fn active_expiry_sees_keys_added_after_an_idle_pass() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    s.put(0, b"late", ValueKind::String, b"x", Some(10_000), 0)
+        .unwrap();
+    s.background(10, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 0);
+    s.put(3, b"soon", ValueKind::String, b"x", Some(20), 10)
+        .unwrap();
+    s.background(19, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 0);
+    s.background(20, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 1);
+    assert_eq!(s.key_count(3), 0);
+    assert_eq!(s.key_count(0), 1);
+    s.background(10_000, 10_000).unwrap();
+    assert_eq!(s.stats().expired_keys, 2);
+}
+
 // Proves FLUSHDB empties one db at once, leaves others, and is durable after flush + crash.
 #[test]
 fn flush_db_is_durable() {
@@ -1023,5 +1045,60 @@ fn defrag_jobs_limited_per_device() {
         );
         steps += 1;
         assert!(steps < 1000, "second shard never got to defrag");
+    }
+}
+
+// Proves the "no defrag candidate" memo does not hide a candidate that appears later at the
+// same `now`: overwrites that empty a sealed block get it freed by the next background steps.
+#[test]
+fn defrag_finds_a_candidate_made_after_an_idle_scan() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
+    let value = [7u8; 1000];
+    // About three blocks of records: the first ones get sealed.
+    for i in 0..180u32 {
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &value,
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+    for _ in 0..5 {
+        s.background(0, 1000).unwrap();
+    }
+    assert!(
+        s.defrag_idle.is_some(),
+        "an all-live store has no candidate"
+    );
+    assert_eq!(s.stats().defrag_freed_blocks, 0);
+    // Overwrite the keys of the first block: it is now all dead.
+    for i in 0..60u32 {
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            b"x",
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+    for _ in 0..20 {
+        s.background(0, 1000).unwrap();
+        s.flush().unwrap();
+    }
+    assert!(s.stats().defrag_freed_blocks >= 1, "{:?}", s.stats());
+    for i in 0..180u32 {
+        let want: &[u8] = if i < 60 { b"x" } else { &value };
+        assert_eq!(
+            val(&mut s, format!("k{i}").as_bytes(), 0).as_deref(),
+            Some(want)
+        );
     }
 }

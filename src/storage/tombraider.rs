@@ -234,6 +234,8 @@ impl Shard {
                             if let Some(i) = self.blocks.get_mut(&block) {
                                 i.droppable_bytes += hdr.record_len() as u32;
                             }
+                            // Less to keep may make this block a defrag candidate.
+                            self.defrag_idle = None;
                         }
                     }
                     _ => {}
