@@ -147,6 +147,8 @@ fn main() {
         tomb_raider_interval_ms: settings.cli.tomb_raider_interval_ms,
         defrag_paused: settings.cli.defrag_paused,
         defrag_sleep_ms: settings.cli.defrag_sleep_ms,
+        defrag_max_active_per_device: settings.cli.defrag_max_active_per_device,
+        defrag_record_sleep_us: settings.cli.defrag_record_sleep_us,
         recovery_progress: Some(progress.clone()),
         ..StoreConfig::default()
     };

@@ -129,3 +129,65 @@ fn second_instance_refused() {
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
 }
+
+// --foreground-budget-us: with a budget so small that every round stops after a few
+// connections, pipelined commands from many connections are still all answered, in
+// order, and INFO counts the rounds that were cut short.
+#[test]
+fn foreground_budget_cuts_rounds_without_losing_order() {
+    use std::io::{Read, Write};
+    let s = common::Server::start(
+        "cli-budget",
+        &["--foreground-budget-us", "1", "--threads", "1"],
+    );
+    const CONNS: usize = 24;
+    const PER_CONN: usize = 200;
+    let mut conns: Vec<std::net::TcpStream> = (0..CONNS)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap())
+        .collect();
+    // Every connection is accepted and set up before the one worker goes to sleep, so
+    // all the pipelines below are ready together when it wakes.
+    let mut sleeper = s.raw();
+    sleeper.expect(&[b"PING"], b"+PONG\r\n");
+    for c in conns.iter_mut() {
+        c.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let mut pong = [0u8; 7];
+        c.read_exact(&mut pong).unwrap();
+    }
+    sleeper.cmd(&[b"DEBUG", b"SLEEP", b"0.3"]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    for (i, c) in conns.iter_mut().enumerate() {
+        let key = format!("budget:{i}");
+        let mut req = Vec::new();
+        for _ in 0..PER_CONN {
+            req.extend_from_slice(
+                format!("*2\r\n$4\r\nINCR\r\n${}\r\n{key}\r\n", key.len()).as_bytes(),
+            );
+        }
+        c.write_all(&req).unwrap();
+    }
+    for c in conns.iter_mut() {
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let want: Vec<u8> = (1..=PER_CONN)
+            .flat_map(|n| format!(":{n}\r\n").into_bytes())
+            .collect();
+        let mut got = vec![0u8; want.len()];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+    }
+    assert_eq!(sleeper.read_exact(5), b"+OK\r\n");
+    let mut c = s.client();
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+    let cuts: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("lavik_foreground_budget_cuts:"))
+        .expect("budget cut counter in INFO")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(cuts > 0, "no round was cut: {info}");
+}

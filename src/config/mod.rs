@@ -94,6 +94,10 @@ pub struct Cli {
     /// Test hook: hold the recovered store this long before serving (to see -LOADING).
     #[arg(long, default_value_t = 0, hide = true)]
     pub debug_load_delay_ms: u64,
+    /// Test hook: each group-commit `fdatasync` counts as done this long after it
+    /// completes (to see that replies wait for it).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub debug_sync_delay_ms: u64,
     /// Durability: always | everysec | no.
     #[arg(long, default_value = "everysec")]
     pub appendfsync: String,

@@ -21,6 +21,8 @@ pub enum OpKind {
     Read = 5,
     /// An `fdatasync` of a data file for group commit (`worker::flush_storage`).
     Fsync = 6,
+    /// A group-commit chunk write of a shard's staged records (`worker::start_epoch`).
+    ChunkWrite = 7,
 }
 
 /// Packs an operation kind and a 56-bit token (listener index or connection

@@ -948,24 +948,29 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 "loading_start_time:{start}\r\nloading_total_bytes:{total}\r\nloading_rdb_used_mem:0\r\nloading_loaded_bytes:{done}\r\nloading_loaded_perc:{perc:.2}\r\nloading_eta_seconds:{eta}\r\n"
             ));
         }
+        let epochs = st.commit_epochs.load(Ordering::Relaxed);
         out.push_str(&format!(
-            "# Persistence\r\n{loading_fields}rdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n\r\n",
+            "# Persistence\r\n{loading_fields}rdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_group_commits:{}\r\nlavik_group_commit_avg_write_us:{}\r\nlavik_group_commit_avg_sync_us:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n\r\n",
             st.last_save_unix.load(Ordering::Relaxed),
             sh.settings.cli.flush_max_ms,
             st.flush_failures.load(Ordering::Relaxed),
+            epochs,
+            st.commit_write_us.load(Ordering::Relaxed) / epochs.max(1),
+            st.commit_sync_us.load(Ordering::Relaxed) / epochs.max(1),
             sh.recovered_keys.load(Ordering::Relaxed),
             sh.recovery_ms.load(Ordering::Relaxed),
         ));
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            st.foreground_budget_cuts.load(Ordering::Relaxed),
         ));
     }
     if want("replication") {

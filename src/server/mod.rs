@@ -132,6 +132,12 @@ pub struct Stats {
     pub instantaneous_ops: AtomicU64,
     pub last_save_unix: AtomicU64,
     pub flush_failures: AtomicU64,
+    /// Group-commit epochs completed, and their summed chunk-write and sync phases.
+    pub commit_epochs: AtomicU64,
+    pub commit_write_us: AtomicU64,
+    pub commit_sync_us: AtomicU64,
+    /// Rounds that left ready connections for the next round at --foreground-budget-us.
+    pub foreground_budget_cuts: AtomicU64,
 }
 
 pub struct ClientEntry {

@@ -9,7 +9,7 @@ use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::{split_user_data, user_data, OpKind};
 use crate::storage::get_async::{GetReadStep, GetStep, PutStep, ReadPlan};
-use crate::storage::{ChunkIo, FsyncPolicy, Shard, StorageError, Value, ValueKind};
+use crate::storage::{FsyncPolicy, Shard, StorageError, Value, ValueKind};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -46,6 +46,9 @@ const READS_INFLIGHT_MAX: usize = 256;
 const ARGS_INLINE: usize = 8;
 /// Size of a pooled read buffer (the engine's first read window).
 const READ_BUFFER_BYTES: usize = 8192;
+/// Data files registered with the ring (reads, chunk writes and syncs name them by
+/// index: no file lookup and reference count per operation); more use plain fds.
+const FIXED_FILES_MAX: u32 = 16;
 /// Pooled read buffers registered with the ring at start (`IORING_REGISTER_BUFFERS`):
 /// one per read that may be in flight. A read into a registered buffer skips pinning
 /// its pages on every submission (`get_user_pages`, a few % of a GET's CPU time).
@@ -112,6 +115,8 @@ struct GroupCommit {
     inflight: VecDeque<Epoch>,
     /// A write ran after the newest epoch started: the next must cover it.
     wanted: bool,
+    /// Chunk writes on the ring (all belong to the newest epoch).
+    writes_inflight: u32,
     /// Held replies tagged with an epoch up to this one must not leave (the
     /// epoch failed); with the message they get instead.
     failed_upto: u64,
@@ -120,19 +125,23 @@ struct GroupCommit {
 
 struct Epoch {
     id: u64,
+    /// Its chunk writes still in flight; its syncs are issued when none is left.
+    writes_left: u32,
+    /// The data files to sync once its writes are done.
+    fds: Vec<RawFd>,
     /// Its `fdatasync`s that have not completed.
     syncs_left: u32,
     /// Its first error (its write or one of its syncs).
     error: Option<String>,
+    started: Instant,
+    /// When its writes were done and its syncs issued.
+    synced_from: Option<Instant>,
 }
-
-/// Chunk writes submitted at once when an epoch starts (one per shard).
-const CHUNK_WRITES_PER_SUBMIT: u32 = 64;
 
 /// Group-commit epochs whose `fdatasync` may be in flight at once. More than
 /// one lets a write that arrives during a sync start its own sync at once
 /// instead of waiting for the one in flight to end.
-const EPOCHS_INFLIGHT_MAX: usize = 2;
+const EPOCHS_INFLIGHT_MAX: usize = 4;
 
 pub enum Outcome {
     Done,
@@ -151,9 +160,6 @@ pub struct Worker {
     // Field order matters: the ring must be dropped before the buffer ring
     // memory it references.
     ring: IoUring,
-    /// Group-commit chunk writes of all our shards, issued together and waited
-    /// for here alone (no other completion can arrive in between).
-    write_ring: IoUring,
     bufring: BufRing,
     pub shards: ShardSet,
     /// Boxed: `run_slot` takes a connection out of its slot and puts it back for every
@@ -184,6 +190,8 @@ pub struct Worker {
     read_bufs: Vec<ReadBuf>,
     /// Spare buffers for pending reads' key and value copies (see `POOLED_BUFFERS_MAX`).
     spare_bytes: Vec<Vec<u8>>,
+    /// Data file descriptors registered with the ring, by index.
+    fixed_files: Vec<RawFd>,
     /// A command that writes ran this round (see `flush_storage`).
     round_writes: bool,
     last_background_flush_ms: u64,
@@ -195,6 +203,10 @@ pub struct Worker {
     held_replies: VecDeque<(u64, usize, Msg)>,
     /// Some connection has replies in `held` (see `gate_replies`).
     any_held: bool,
+    /// Completed syncs held back by `--debug-sync-delay-ms`: (due, epoch, result).
+    delayed_syncs: VecDeque<(Instant, u64, i32)>,
+    /// `with_workers` could not make borrowed shards durable (see `run_slot`).
+    coordinated_flush_failed: bool,
     /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
     /// configuration once per round and after each connection/server command (CONFIG
     /// SET is one) rather than under its lock for every command.
@@ -204,13 +216,46 @@ pub struct Worker {
     dpdk: Option<DpdkNet>,
 }
 
+/// How an operation names a data file: registered index or plain descriptor.
+enum FileTarget {
+    Fixed(u32),
+    Fd(RawFd),
+}
+
+fn file_target(fixed: &[RawFd], fd: RawFd) -> FileTarget {
+    match fixed.iter().position(|&f| f == fd) {
+        Some(i) => FileTarget::Fixed(i as u32),
+        None => FileTarget::Fd(fd),
+    }
+}
+
+/// Records one shard's part of an epoch: the files it needs synced, or its error.
+fn note_flush(epoch: &mut Epoch, shard: u32, r: Result<Vec<RawFd>, crate::storage::StorageError>) {
+    match r {
+        Ok(list) => {
+            for fd in list {
+                if !epoch.fds.contains(&fd) {
+                    epoch.fds.push(fd);
+                }
+            }
+        }
+        Err(e) => {
+            tracing::error!("shard {shard} flush failed: {e}");
+            epoch.error.get_or_insert(e.to_string());
+        }
+    }
+}
+
 fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
     loop {
         // SAFETY: every SQE we build points at memory that outlives the
         // operation: connection buffers are not touched while their send is
         // in flight (`send_inflight`), GET read buffers are owned by their
         // `PendingRead` until its completion, receive buffers belong to the buffer
-        // ring, and the wake buffer is a Box owned by the worker.
+        // ring, the wake buffer is a Box owned by the worker, and a chunk write's
+        // bytes are in a staging buffer its shard keeps unchanged and alive (parked
+        // if the block is sealed meanwhile) until the write's completion reaches
+        // `Shard::flush_chunk_done`; `finish` waits for those completions.
         if unsafe { ring.submission().push(sqe) }.is_ok() {
             return;
         }
@@ -247,17 +292,15 @@ impl Worker {
                     .build(RING_ENTRIES)
             })?;
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
-        let write_ring = IoUring::new(CHUNK_WRITES_PER_SUBMIT)?;
         let read_bufs = Self::register_read_bufs(&ring, read_bufs);
         let workers = shared.workers.len();
-        Ok(Worker {
+        let mut w = Worker {
             id,
             fsync: shared.settings.appendfsync,
             max_bulk: shared.settings.proto_max_bulk_len_bytes,
             query_limit: shared.settings.client_query_buffer_limit_bytes,
             shared,
             ring,
-            write_ring,
             bufring,
             shards,
             conns: Vec::new(),
@@ -278,16 +321,59 @@ impl Worker {
             reads_inflight: 0,
             read_bufs,
             spare_bytes: Vec::new(),
+            fixed_files: Vec::new(),
             round_writes: false,
             last_background_flush_ms: 0,
             commit: GroupCommit::default(),
             round_need: 0,
             held_replies: VecDeque::new(),
             any_held: false,
+            delayed_syncs: VecDeque::new(),
+            coordinated_flush_failed: false,
             slowlog_threshold_us: 0,
             #[cfg(feature = "dpdk")]
             dpdk: None,
-        })
+        };
+        if let Err(e) = w.ring.submitter().register_files_sparse(FIXED_FILES_MAX) {
+            tracing::warn!(
+                "worker {}: no registered files ({e}); using plain descriptors",
+                w.id
+            );
+        }
+        w.register_shard_files();
+        Ok(w)
+    }
+
+    /// Registers the data files of the shards we hold (at start, and when recovery
+    /// hands shards over); files already registered are skipped.
+    fn register_shard_files(&mut self) {
+        let mut fds: Vec<RawFd> = Vec::new();
+        for shard in self.shards.slots.iter().flatten() {
+            for fd in shard.device_fds() {
+                if !fds.contains(&fd) {
+                    fds.push(fd);
+                }
+            }
+        }
+        for fd in fds {
+            if self.fixed_files.contains(&fd) || self.fixed_files.len() >= FIXED_FILES_MAX as usize
+            {
+                continue;
+            }
+            let slot = self.fixed_files.len() as u32;
+            match self.ring.submitter().register_files_update(slot, &[fd]) {
+                Ok(_) => self.fixed_files.push(fd),
+                Err(e) => {
+                    tracing::warn!("worker {}: data file not registered ({e})", self.id);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The ring's name for a data file: its registered index if it has one.
+    fn file_target(&self, fd: RawFd) -> FileTarget {
+        file_target(&self.fixed_files, fd)
     }
 
     pub fn run(mut self) {
@@ -300,14 +386,19 @@ impl Worker {
             self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
             self.refresh_slowlog_threshold();
             self.reap(now);
+            if !self.delayed_syncs.is_empty() {
+                self.release_delayed_syncs(now);
+            }
             #[cfg(feature = "dpdk")]
             self.dpdk_receive(now);
+            let round_start = Instant::now();
             self.drain_mailbox(now);
-            self.process_ready(now);
+            self.process_ready(now, round_start);
             self.flush_storage(now);
             self.send_outbox();
             self.submit_sends();
-            self.background(now);
+            let foreground_us = round_start.elapsed().as_micros() as u64;
+            self.background(now, foreground_us);
             if self.commands_this_round > 0 {
                 self.shared
                     .stats
@@ -333,11 +424,20 @@ impl Worker {
             unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
         }
         // Device reads in flight write into buffers we own: wait for them.
+        // So do chunk writes, from staging buffers the shards are about to free: no
+        // deadline for those (a write always completes, if only with an error).
         let deadline = Instant::now() + Duration::from_secs(5);
-        while (self.reads_inflight > 0 || !self.commit.inflight.is_empty())
-            && Instant::now() < deadline
+        while self.commit.writes_inflight > 0
+            || ((self.reads_inflight > 0 || !self.commit.inflight.is_empty())
+                && Instant::now() < deadline)
         {
-            let _ = self.ring.submit_and_wait(1);
+            if self.delayed_syncs.is_empty() {
+                let _ = self.ring.submit_and_wait(1);
+            } else {
+                let _ = self.ring.submit();
+                std::thread::sleep(Duration::from_millis(1));
+                self.release_delayed_syncs(now_ms());
+            }
             self.reap(now_ms());
         }
         // Serve lend requests already queued so a coordinator never waits on
@@ -425,6 +525,7 @@ impl Worker {
                 k if k == OpKind::Wake as u8 => self.arm_wake(),
                 k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
                 k if k == OpKind::Fsync as u8 => self.on_fsync(token, res, now),
+                k if k == OpKind::ChunkWrite as u8 => self.on_chunk_write(token, res, now),
                 _ => tracing::error!("unknown completion kind {kind}"),
             }
         }
@@ -715,6 +816,7 @@ impl Worker {
                         let id = shard.id() as usize;
                         self.shards.slots[id] = Some(shard);
                     }
+                    self.register_shard_files();
                     let _ = done.send(());
                 }
                 Msg::Kill { token } => {
@@ -791,23 +893,50 @@ impl Worker {
         };
         conn.in_ready = false;
         self.process_conn(&mut conn, slot, now);
+        let flush_failed = std::mem::take(&mut self.coordinated_flush_failed);
+        if flush_failed {
+            // A command here borrowed shards and their flush failed: its reply must not
+            // acknowledge what may not be durable.
+            conn.out.truncate(conn.out_cleared.min(conn.out.len()));
+        }
         let close_now = conn.closing;
         self.conns[slot as usize] = Some(conn);
-        if close_now {
+        if flush_failed {
+            self.begin_close(slot);
+        }
+        if close_now || flush_failed {
             self.maybe_free(slot);
         }
     }
 
-    fn process_ready(&mut self, now: u64) {
+    fn process_ready(&mut self, now: u64, round_start: Instant) {
         self.retry_pending = false;
-        let ready = std::mem::take(&mut self.ready);
-        for &slot in &ready {
-            self.run_slot(slot, now);
+        let budget = Duration::from_micros(self.shared.settings.cli.foreground_budget_us.max(1));
+        let mut ready = std::mem::take(&mut self.ready);
+        let mut served = 0;
+        while served < ready.len() {
+            self.run_slot(ready[served], now);
+            served += 1;
+            // --foreground-budget-us: past it, the rest wait for the next round (first in
+            // line), so syncs, sends, completions and background work are not starved.
+            // The clock is read every 4 connections.
+            if served % 4 == 0 && round_start.elapsed() >= budget {
+                break;
+            }
         }
-        let mut ready = ready;
-        ready.clear();
-        if self.ready.is_empty() {
+        if served < ready.len() {
+            self.shared
+                .stats
+                .foreground_budget_cuts
+                .fetch_add(1, Ordering::Relaxed);
+            ready.drain(..served);
+            ready.append(&mut self.ready);
             self.ready = ready;
+        } else {
+            ready.clear();
+            if self.ready.is_empty() {
+                self.ready = ready;
+            }
         }
         if self.deferred.is_empty() {
             return;
@@ -822,6 +951,16 @@ impl Worker {
                 w.run_slot(slot, now);
             }
         });
+        if std::mem::take(&mut self.coordinated_flush_failed) {
+            // Their replies may acknowledge writes that are not durable: none leave.
+            for &slot in &deferred {
+                if let Some(c) = self.conns[slot as usize].as_mut() {
+                    c.out.truncate(c.out_cleared.min(c.out.len()));
+                }
+                self.begin_close(slot);
+                self.maybe_free(slot);
+            }
+        }
         if done.is_none() {
             self.retry_pending = true;
             for slot in deferred {
@@ -1249,20 +1388,37 @@ impl Worker {
         }
         let result = if complete { Some(f(self)) } else { None };
         if self.fsync == FsyncPolicy::Always {
+            // What `f` wrote into borrowed shards, and what their owners wrote whose sync
+            // is still running on the owner's ring, must be durable before `f`'s replies
+            // (which may acknowledge or reveal it) can leave: flush them, then sync every
+            // device once (all shards share the store's devices).
+            let mut failed = false;
+            let mut any = None;
             for ids in &lent {
                 for &id in ids {
                     if let Some(s) = self.shards.slots[id as usize].as_mut() {
+                        any.get_or_insert(id);
                         if s.has_unflushed() {
                             if let Err(e) = s.flush() {
                                 tracing::error!("flush of lent shard {id} failed: {e}");
-                                self.shared
-                                    .stats
-                                    .flush_failures
-                                    .fetch_add(1, Ordering::Relaxed);
+                                failed = true;
                             }
                         }
                     }
                 }
+            }
+            if let Some(s) = any.and_then(|id| self.shards.slots[id as usize].as_mut()) {
+                if let Err(e) = s.sync_store_devices() {
+                    tracing::error!("sync after a coordinated command failed: {e}");
+                    failed = true;
+                }
+            }
+            if failed {
+                self.shared
+                    .stats
+                    .flush_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.coordinated_flush_failed = true;
             }
         }
         for (ids, back) in lent.into_iter().zip(backs) {
@@ -1432,15 +1588,25 @@ impl Worker {
                 self.reads.len() - 1
             }
         };
-        let len = read.plan.len_bytes.min(read.buf.bytes.len()) as u32;
+        let len = read.plan.len_bytes.min(read.buf.bytes.len());
         let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
-        let fd = types::Fd(read.plan.fd);
-        let sqe = match read.buf.fixed {
-            Some(index) => opcode::ReadFixed::new(fd, ptr, len, index)
-                .offset(read.plan.offset_bytes)
+        let off = read.plan.offset_bytes;
+        let sqe = match (self.file_target(read.plan.fd), read.buf.fixed) {
+            (FileTarget::Fixed(f), Some(b)) => {
+                opcode::ReadFixed::new(types::Fixed(f), ptr, len as u32, b)
+                    .offset(off)
+                    .build()
+            }
+            (FileTarget::Fixed(f), None) => opcode::Read::new(types::Fixed(f), ptr, len as u32)
+                .offset(off)
                 .build(),
-            None => opcode::Read::new(fd, ptr, len)
-                .offset(read.plan.offset_bytes)
+            (FileTarget::Fd(fd), Some(b)) => {
+                opcode::ReadFixed::new(types::Fd(fd), ptr, len as u32, b)
+                    .offset(off)
+                    .build()
+            }
+            (FileTarget::Fd(fd), None) => opcode::Read::new(types::Fd(fd), ptr, len as u32)
+                .offset(off)
                 .build(),
         }
         .user_data(user_data(OpKind::Read, idx as u64));
@@ -1609,7 +1775,7 @@ impl Worker {
                 if std::mem::take(&mut self.round_writes) {
                     self.commit.wanted = true;
                 }
-                if self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX {
+                if self.can_start_epoch() {
                     let window_over = now.saturating_sub(self.last_background_flush_ms)
                         >= self.shared.settings.cli.flush_max_ms;
                     let background = window_over && self.shards.held().any(|s| s.has_unflushed());
@@ -1628,29 +1794,35 @@ impl Worker {
         }
     }
 
+    /// A new epoch may start: fewer than the maximum in flight, and the newest
+    /// one's chunk writes are done (a shard has at most one write in flight, and
+    /// an epoch's writes are issued after the previous epoch's have completed).
+    fn can_start_epoch(&self) -> bool {
+        self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX
+            && self
+                .commit
+                .inflight
+                .back()
+                .is_none_or(|e| e.writes_left == 0)
+    }
+
     /// Starts a group-commit epoch: every shard with staged records (all of
-    /// them with `always`, those whose window is over with `everysec`) writes
-    /// them, then one `fdatasync` per data file goes on the ring.
+    /// them with `always`, those whose window is over with `everysec`) hands
+    /// its chunk to a write on the ring, and the worker goes on serving; when
+    /// the epoch's writes have completed, one `fdatasync` per data file goes on
+    /// the ring (`on_chunk_write`).
     fn start_epoch(&mut self, now: u64) {
         let always = self.fsync == FsyncPolicy::Always;
-        let mut fds: Vec<RawFd> = Vec::new();
-        let mut failed: Option<String> = None;
-        let mut note = |id: u32, r: Result<Vec<RawFd>, crate::storage::StorageError>| match r {
-            Ok(list) => {
-                for fd in list {
-                    if !fds.contains(&fd) {
-                        fds.push(fd);
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::error!("shard {id} flush failed: {e}");
-                failed.get_or_insert(e.to_string());
-            }
+        let id = self.commit.issued + 1;
+        let mut epoch = Epoch {
+            id,
+            writes_left: 0,
+            fds: Vec::new(),
+            syncs_left: 0,
+            error: None,
+            started: Instant::now(),
+            synced_from: None,
         };
-        // Every due shard's chunk is written at once (they go to the device in
-        // parallel instead of one synchronous write after another).
-        let mut chunks: Vec<(u32, ChunkIo)> = Vec::new();
         for shard in self.shards.held() {
             let due = if always {
                 shard.has_unflushed()
@@ -1660,99 +1832,126 @@ impl Worker {
             if !due {
                 continue;
             }
-            match shard.flush_chunk_begin() {
-                Ok(Some(io)) => chunks.push((shard.id(), io)),
-                Ok(None) => note(shard.id(), shard.flush_write()),
-                Err(e) => note(shard.id(), Err(e)),
-            }
+            let sid = shard.id();
+            let r = match shard.flush_chunk_begin() {
+                Ok(Some(io)) => {
+                    let sqe = match file_target(&self.fixed_files, io.fd) {
+                        FileTarget::Fixed(f) => {
+                            opcode::Write::new(types::Fixed(f), io.ptr, io.len as u32)
+                                .offset(io.offset)
+                                .build()
+                        }
+                        FileTarget::Fd(fd) => {
+                            opcode::Write::new(types::Fd(fd), io.ptr, io.len as u32)
+                                .offset(io.offset)
+                                .build()
+                        }
+                    }
+                    .user_data(user_data(OpKind::ChunkWrite, u64::from(sid)));
+                    push_sqe(&mut self.ring, &sqe);
+                    epoch.writes_left += 1;
+                    self.commit.writes_inflight += 1;
+                    Ok(Vec::new())
+                }
+                Ok(None) => shard.flush_write(),
+                Err(e) => Err(e),
+            };
+            note_flush(&mut epoch, sid, r);
         }
-        let results = self.write_chunks(&chunks);
-        for ((id, io), res) in chunks.into_iter().zip(results) {
-            match self.shards.slots[id as usize].as_mut() {
-                Some(shard) => note(id, shard.flush_chunk_done(io, res)),
-                None => note(
-                    id,
-                    Err(crate::storage::StorageError::Corrupt(
-                        "shard left during its flush".into(),
-                    )),
-                ),
-            }
-        }
-        self.commit.issued += 1;
+        self.commit.issued = id;
         self.commit.wanted = false;
         self.last_background_flush_ms = now;
-        let id = self.commit.issued;
-        for fd in &fds {
-            let sqe = opcode::Fsync::new(types::Fd(*fd))
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-                .user_data(user_data(OpKind::Fsync, id));
+        let writes = epoch.writes_left;
+        self.commit.inflight.push_back(epoch);
+        if writes == 0 {
+            self.issue_syncs(now);
+        }
+        // Start the device work now rather than at the end of the round.
+        let _ = self.ring.submit();
+    }
+
+    /// The newest epoch's writes are done: its syncs go on the ring (or, with
+    /// none to do, it may be durable already).
+    fn issue_syncs(&mut self, now: u64) {
+        let Some(epoch) = self.commit.inflight.back_mut() else {
+            return;
+        };
+        let id = epoch.id;
+        epoch.synced_from = Some(Instant::now());
+        epoch.syncs_left = epoch.fds.len() as u32;
+        for fd in std::mem::take(&mut epoch.fds) {
+            let sqe = match file_target(&self.fixed_files, fd) {
+                FileTarget::Fixed(f) => opcode::Fsync::new(types::Fixed(f)),
+                FileTarget::Fd(fd) => opcode::Fsync::new(types::Fd(fd)),
+            }
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(user_data(OpKind::Fsync, id));
             push_sqe(&mut self.ring, &sqe);
         }
-        self.commit.inflight.push_back(Epoch {
-            id,
-            syncs_left: fds.len() as u32,
-            error: failed,
-        });
-        if fds.is_empty() {
+        if self
+            .commit
+            .inflight
+            .back()
+            .is_some_and(|e| e.syncs_left == 0)
+        {
             self.advance_epochs(now);
         } else {
-            // Start the device flush now rather than at the end of the round.
             let _ = self.ring.submit();
         }
     }
 
-    /// Writes the chunks on `write_ring` and waits for all of them.
-    fn write_chunks(&mut self, chunks: &[(u32, ChunkIo)]) -> Vec<std::io::Result<()>> {
-        let mut results: Vec<std::io::Result<()>> = Vec::with_capacity(chunks.len());
-        for batch in chunks.chunks(CHUNK_WRITES_PER_SUBMIT as usize) {
-            let base = results.len();
-            for (i, (_, io)) in batch.iter().enumerate() {
-                let sqe = opcode::Write::new(types::Fd(io.fd), io.ptr, io.len as u32)
-                    .offset(io.offset)
-                    .build()
-                    .user_data(i as u64);
-                // SAFETY: the bytes are in the shard's staging buffer, which nothing
-                // touches until `flush_chunk_done`, called only after this batch completes;
-                // the batch fits the ring (CHUNK_WRITES_PER_SUBMIT entries).
-                let pushed = unsafe { self.write_ring.submission().push(&sqe) };
-                // Cannot fail: the ring starts each batch empty and holds a whole batch;
-                // a lost entry would leave the wait below hanging.
-                pushed.expect("chunk write ring full");
-                results.push(Err(std::io::Error::other("chunk write not completed")));
-            }
-            let mut done = 0;
-            while done < batch.len() {
-                match self.write_ring.submit_and_wait(batch.len() - done) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(e) => {
-                        // The writes' fate is unknown: their buffers must stay untouched,
-                        // so this worker cannot go on safely.
-                        panic!("chunk write ring failed: {e}");
-                    }
-                }
-                for cqe in self.write_ring.completion() {
-                    let i = cqe.user_data() as usize;
-                    let want = batch[i].1.len;
-                    let res = cqe.result();
-                    results[base + i] = if res < 0 {
-                        Err(std::io::Error::from_raw_os_error(-res))
-                    } else if res as usize != want {
-                        Err(std::io::Error::other(format!(
-                            "short chunk write: {res} of {want} bytes"
-                        )))
-                    } else {
-                        Ok(())
-                    };
-                    done += 1;
-                }
-            }
+    /// A shard's chunk write completed: the shard retries a failed one itself;
+    /// the epoch's syncs start when its last write is done.
+    fn on_chunk_write(&mut self, shard_id: u64, res: i32, now: u64) {
+        self.commit.writes_inflight = self.commit.writes_inflight.saturating_sub(1);
+        let r = match self
+            .shards
+            .slots
+            .get_mut(shard_id as usize)
+            .and_then(|s| s.as_mut())
+        {
+            Some(shard) => shard.flush_chunk_done(res),
+            None => Err(crate::storage::StorageError::Corrupt(format!(
+                "chunk write completion for shard {shard_id}, which this worker does not hold"
+            ))),
+        };
+        // Only the newest epoch can have writes in flight.
+        let Some(epoch) = self.commit.inflight.back_mut() else {
+            tracing::error!("chunk write completion outside an epoch");
+            return;
+        };
+        note_flush(epoch, shard_id as u32, r);
+        epoch.writes_left = epoch.writes_left.saturating_sub(1);
+        if epoch.writes_left == 0 {
+            self.issue_syncs(now);
         }
-        results
     }
 
     fn on_fsync(&mut self, id: u64, res: i32, now: u64) {
+        let delay = self.shared.settings.cli.debug_sync_delay_ms;
+        if delay > 0 {
+            self.delayed_syncs
+                .push_back((Instant::now() + Duration::from_millis(delay), id, res));
+            return;
+        }
+        self.fsync_done(id, res, now);
+    }
+
+    /// `--debug-sync-delay-ms`: syncs whose delay is over count as completed now.
+    fn release_delayed_syncs(&mut self, now: u64) {
+        while self
+            .delayed_syncs
+            .front()
+            .is_some_and(|d| d.0 <= Instant::now())
+        {
+            if let Some((_, id, res)) = self.delayed_syncs.pop_front() {
+                self.fsync_done(id, res, now);
+            }
+        }
+    }
+
+    fn fsync_done(&mut self, id: u64, res: i32, now: u64) {
         let Some(epoch) = self.commit.inflight.iter_mut().find(|e| e.id == id) else {
             tracing::error!("fdatasync completion for unknown epoch {id}");
             return;
@@ -1770,16 +1969,30 @@ impl Worker {
     /// replies may leave (or, if one failed, must not); writes made meanwhile
     /// start the next epoch at once.
     fn advance_epochs(&mut self, now: u64) {
+        // Durable: every write done, its syncs issued and all of them completed (an
+        // epoch still writing has no syncs counted yet: it is not durable).
         while self
             .commit
             .inflight
             .front()
-            .is_some_and(|e| e.syncs_left == 0)
+            .is_some_and(|e| e.writes_left == 0 && e.synced_from.is_some() && e.syncs_left == 0)
         {
             let Some(epoch) = self.commit.inflight.pop_front() else {
                 break;
             };
             self.commit.durable = epoch.id;
+            let end = Instant::now();
+            let synced_from = epoch.synced_from.unwrap_or(end);
+            let st = &self.shared.stats;
+            st.commit_epochs.fetch_add(1, Ordering::Relaxed);
+            st.commit_write_us.fetch_add(
+                synced_from.duration_since(epoch.started).as_micros() as u64,
+                Ordering::Relaxed,
+            );
+            st.commit_sync_us.fetch_add(
+                end.duration_since(synced_from).as_micros() as u64,
+                Ordering::Relaxed,
+            );
             if let Some(err) = epoch.error {
                 self.shared
                     .stats
@@ -1792,10 +2005,7 @@ impl Worker {
                 }
             }
         }
-        if self.commit.wanted
-            && self.fsync == FsyncPolicy::Always
-            && self.commit.inflight.len() < EPOCHS_INFLIGHT_MAX
-        {
+        if self.commit.wanted && self.fsync == FsyncPolicy::Always && self.can_start_epoch() {
             self.start_epoch(now);
         }
     }
@@ -1955,8 +2165,14 @@ impl Worker {
         self.dpdk_send();
     }
 
-    fn background(&mut self, now: u64) {
-        let budget = self.shared.settings.cli.background_budget_us;
+    /// Bounded background work (expiry, tomb raider, defrag) once per round:
+    /// `--background-budget-us`, raised to `--background-warrant-percent` of the
+    /// round's foreground time, so background work keeps that share under load.
+    fn background(&mut self, now: u64, foreground_us: u64) {
+        let cli = &self.shared.settings.cli;
+        let budget = cli
+            .background_budget_us
+            .max(foreground_us * cli.background_warrant_percent / 100);
         for shard in self.shards.held() {
             if let Err(e) = shard.background(now, budget) {
                 tracing::warn!("shard {} background work failed: {e}", shard.id());
@@ -1999,7 +2215,9 @@ impl Worker {
             .iter()
             .flatten()
             .any(|s| s.has_unflushed());
-        let wait_ms = if unflushed {
+        let wait_ms = if !self.delayed_syncs.is_empty() {
+            1
+        } else if unflushed {
             self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
         } else {
             IDLE_WAIT_MS

@@ -112,6 +112,10 @@ pub struct StoreConfig {
     pub defrag_sleep_ms: u64,
     /// Defrag relocates blocks whose live bytes are below this percentage of their used bytes.
     pub defrag_live_percent_max: u32,
+    /// Blocks being defragged at once per device, across all shards (0 = no limit).
+    pub defrag_max_active_per_device: u32,
+    /// Least time between two relocated records of a shard (`--defrag-record-sleep-us`).
+    pub defrag_record_sleep_us: u64,
     /// Updated while `open` recovers, for `INFO` loading fields (read it from another thread).
     pub recovery_progress: Option<Arc<RecoveryProgress>>,
     /// Test hook: the index hash is ANDed with this (0 forces every key to collide).
@@ -134,6 +138,8 @@ impl Default for StoreConfig {
             block_size_bytes: 1 << 20,
             defrag_live_percent_max: 50,
             defrag_sleep_ms: 0,
+            defrag_max_active_per_device: 1,
+            defrag_record_sleep_us: 0,
             recovery_progress: None,
             debug_hash_mask: u64::MAX,
         }
@@ -201,6 +207,8 @@ pub enum StorageError {
     Corrupt(String),
     #[error("refusing to use {0}")]
     ForeignLabel(String),
+    #[error("writes refused after a failed device write: {0}")]
+    WriteFailed(String),
     #[error("invalid storage configuration: {0}")]
     Config(String),
 }

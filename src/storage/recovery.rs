@@ -285,6 +285,9 @@ pub(crate) fn open_store(
     let shared = Arc::new(StoreShared {
         layout,
         allocator: Mutex::new(Allocator::new(device_count, 1, 0)),
+        defrag_active: (0..device_count)
+            .map(|_| std::sync::atomic::AtomicU32::new(0))
+            .collect(),
         meta: Mutex::new(MetaState {
             generation: meta.map_or(0, |m| m.generation),
             open_shards: shard_count,
@@ -407,7 +410,8 @@ fn finish_open(
             max_block_seq + 1,
             RESERVE_BLOCKS_PER_SHARD * shard_count as usize,
         );
-        for b in (0..total).map(BlockId) {
+        // Released in reverse so blocks are handed out from the start of each device.
+        for b in (0..total).rev().map(BlockId) {
             if !used.contains(&b) {
                 alloc.release(shared.layout.locate(b).0, b);
             }

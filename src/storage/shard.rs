@@ -89,6 +89,11 @@ pub(crate) struct OpenBlock {
     pub block_seq: u64,
     pub write_pos: usize,
     pub chunk_start: usize,
+    /// Bytes before this offset are known written to the device (not necessarily synced);
+    /// the next chunk write starts here. Below `chunk_start` only while a chunk write
+    /// handed to the worker's ring is in flight: a synchronous write then covers its bytes
+    /// again (identical bytes, so the order of the two writes does not matter).
+    pub device_from: usize,
 }
 
 /// A record copied out of a block.
@@ -182,14 +187,26 @@ struct ChunkWrite {
 }
 
 /// A chunk write for the caller to perform (see [`Shard::flush_chunk_begin`]): `len` bytes
-/// at `ptr` (inside the shard's staging buffer, 4096-aligned) to `fd` at `offset`.
+/// at `ptr` (inside a staging buffer the shard keeps unchanged until
+/// [`Shard::flush_chunk_done`], 4096-aligned) to `fd` at `offset`.
 #[derive(Debug)]
 pub struct ChunkIo {
+    /// The data file's descriptor (-1 only from the test-only `flush_chunk_begin_any`).
     pub fd: RawFd,
+    /// Which of the store's devices.
+    pub dev: usize,
     pub offset: u64,
     pub ptr: *const u8,
     pub len: usize,
+}
+
+/// The chunk write handed out by [`Shard::flush_chunk_begin`] and not yet reported done.
+#[derive(Debug)]
+struct InflightChunk {
     write: ChunkWrite,
+    block: BlockId,
+    /// Its block was sealed meanwhile: the bytes are in `retired_staging`, not `staging`.
+    retired: bool,
 }
 
 pub struct Shard {
@@ -227,9 +244,22 @@ pub struct Shard {
     pub(crate) last_now_ms: u64,
     pub(crate) raider: TombRaider,
     pub(crate) defrag_sleep_ms: u64,
+    pub(crate) defrag_max_active_per_device: u32,
+    pub(crate) defrag_record_sleep_us: u64,
+    /// With a record sleep: no relocation before this instant.
+    defrag_next_record: Option<std::time::Instant>,
     pub(crate) last_defrag_ms: Option<u64>,
     /// The block being defragged, its image and how far relocation got.
     pub(crate) defrag_job: Option<DefragJob>,
+    /// At most one chunk write performed by the caller (the worker's ring) at a time.
+    inflight: Option<InflightChunk>,
+    /// The staging buffer of a block sealed while its chunk write was in flight: kept
+    /// untouched until that write completes, then it becomes the spare.
+    retired_staging: Option<AlignedBuf>,
+    spare_staging: Option<AlignedBuf>,
+    /// A chunk write failed twice: the shard's log has a hole that a later record could
+    /// sit behind, so it takes no more writes (reads go on).
+    broken: Option<String>,
     /// `Some`: the last scan for a defrag candidate found none and nothing has made one
     /// since, so the next defrag step need not walk every block again (that walk, once per
     /// loop round, cost more than a GET's own work). See `start_defrag_job`.
@@ -247,6 +277,8 @@ pub(crate) struct DefragIdle {
 
 /// A defrag in progress: the block's image (read once) and the records still to consider.
 pub(crate) struct DefragJob {
+    /// Counts the job against its device's limit until the job is dropped.
+    _active: DefragSlot,
     block: BlockId,
     block_seq: u64,
     image: AlignedBuf,
@@ -254,6 +286,44 @@ pub(crate) struct DefragJob {
     next: usize,
     /// Every committed chunk up to the block's used length parsed.
     parsed_all: bool,
+}
+
+/// One of a device's `--defrag-max-active-per-device` places, held by a running job.
+pub(crate) struct DefragSlot {
+    shared: Arc<StoreShared>,
+    dev: usize,
+}
+
+impl DefragSlot {
+    fn take(shared: &Arc<StoreShared>, dev: usize, max: u32) -> Option<DefragSlot> {
+        let counter = &shared.defrag_active[dev];
+        let mut cur = counter.load(std::sync::atomic::Ordering::Relaxed);
+        loop {
+            if max != 0 && cur >= max {
+                return None;
+            }
+            match counter.compare_exchange_weak(
+                cur,
+                cur + 1,
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(DefragSlot {
+                        shared: shared.clone(),
+                        dev,
+                    })
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
+impl Drop for DefragSlot {
+    fn drop(&mut self) {
+        self.shared.defrag_active[self.dev].fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 fn is_expired(h: &RecordHeader, now_ms: u64) -> bool {
@@ -306,8 +376,15 @@ impl Shard {
             last_now_ms: 0,
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
             defrag_sleep_ms: cfg.defrag_sleep_ms,
+            defrag_max_active_per_device: cfg.defrag_max_active_per_device,
+            defrag_record_sleep_us: cfg.defrag_record_sleep_us,
+            defrag_next_record: None,
             last_defrag_ms: None,
             defrag_job: None,
+            inflight: None,
+            retired_staging: None,
+            spare_staging: None,
+            broken: None,
             defrag_idle: None,
             shared,
         }
@@ -613,8 +690,9 @@ impl Shard {
     /// Writes staged records and a commit marker; syncs unless the policy is No. After `Ok`,
     /// everything put or deleted before is durable (Always/EverySec).
     pub fn flush(&mut self) -> Result<(), StorageError> {
+        self.check_broken()?;
         let frees = !self.pending_frees.is_empty();
-        if !self.unflushed && !frees {
+        if !self.unflushed && !frees && self.inflight.is_none() {
             return Ok(());
         }
         self.write_chunk(self.watermarks_dirty || frees)?;
@@ -641,25 +719,14 @@ impl Shard {
             self.flush()?;
             return Ok(Vec::new());
         }
-        if self.unflushed {
+        self.check_broken()?;
+        if self.unflushed || self.inflight.is_some() {
             self.write_chunk(self.watermarks_dirty)?;
             self.counters.flushes += 1;
             self.unflushed = false;
             self.first_unflushed_ms = None;
         }
-        let mut fds = Vec::new();
-        for dev in 0..self.dirty_devices.len() {
-            if !self.dirty_devices[dev] {
-                continue;
-            }
-            match self.shared.layout.devices[dev].raw_fd() {
-                Some(fd) => fds.push(fd),
-                None => self.shared.layout.devices[dev].sync()?,
-            }
-            self.dirty_devices[dev] = false;
-            self.counters.fsyncs += 1;
-        }
-        Ok(fds)
+        self.take_sync_fds()
     }
 
     /// Bounded background work: active expiry, one tomb-raider step (at most one block
@@ -1071,6 +1138,7 @@ impl Shard {
         seq: Option<u64>,
         use_reserve: bool,
     ) -> Result<(Address, u64), StorageError> {
+        self.check_broken()?;
         let len = record_len(key.len(), value.len());
         assert!(
             len <= self.inline_record_max(),
@@ -1136,6 +1204,16 @@ impl Shard {
             .lock_alloc()
             .alloc(use_reserve)
             .ok_or(StorageError::DeviceFull)?;
+        if let Some(f) = self.inflight.as_mut().filter(|f| !f.retired) {
+            // The worker's ring is still writing from this buffer: park it untouched and
+            // stage the new block in another one.
+            let fresh = self
+                .spare_staging
+                .take()
+                .unwrap_or_else(|| AlignedBuf::new_zeroed(self.staging.len()));
+            self.retired_staging = Some(std::mem::replace(&mut self.staging, fresh));
+            f.retired = true;
+        }
         self.staging.as_mut_slice().fill(0);
         let payload = BlockHeaderPayload {
             store_uuid: self.shared.layout.store_uuid,
@@ -1155,6 +1233,7 @@ impl Shard {
             block_seq,
             write_pos: len,
             chunk_start: 0,
+            device_from: 0,
         });
         self.mark_unflushed();
         Ok(())
@@ -1196,7 +1275,18 @@ impl Shard {
             return Ok(None);
         };
         if ob.write_pos == ob.chunk_start && !force_marker {
-            return Ok(None);
+            if ob.device_from == ob.chunk_start {
+                return Ok(None);
+            }
+            // Nothing new, but a chunk write in flight is not known done: write its bytes
+            // again (no new marker) so what the caller syncs next covers them.
+            let (dev, base) = self.shared.layout.locate(ob.block);
+            return Ok(Some(ChunkWrite {
+                dev,
+                offset: base + ob.device_from as u64,
+                start: ob.device_from,
+                end: ob.chunk_start,
+            }));
         }
         let staging = self.staging.as_mut_slice();
         let marker_pos = ob.write_pos;
@@ -1214,8 +1304,8 @@ impl Shard {
         let (dev, base) = self.shared.layout.locate(ob.block);
         Ok(Some(ChunkWrite {
             dev,
-            offset: base + ob.chunk_start as u64,
-            start: ob.chunk_start,
+            offset: base + ob.device_from as u64,
+            start: ob.device_from,
             end,
         }))
     }
@@ -1225,9 +1315,20 @@ impl Shard {
         self.counters.device_writes += 1;
         self.counters.device_write_bytes += (w.end - w.start) as u64;
         self.dirty_devices[w.dev] = true;
+        self.chunk_advance(w);
+        if let Some(ob) = self.open.as_mut() {
+            ob.device_from = ob.device_from.max(w.end);
+        }
+    }
+
+    /// The chunk's records and marker are handed to a write: later records go after it.
+    fn chunk_advance(&mut self, w: &ChunkWrite) {
         let Some(ob) = self.open.as_mut() else {
             return;
         };
+        if w.end <= ob.chunk_start {
+            return; // a rewrite of bytes already handed out
+        }
         ob.chunk_start = w.end;
         ob.write_pos = w.end;
         let block = ob.block;
@@ -1237,16 +1338,58 @@ impl Shard {
         self.watermarks_dirty = false;
     }
 
-    /// Group commit with the chunk write done by the caller, so one worker can write all its
-    /// shards' chunks at once: `Some` names the staged bytes to write (file descriptor,
-    /// offset, the bytes); nothing may touch this shard until [`Shard::flush_chunk_done`].
-    /// `None`: nothing to write this way (nothing staged, blocks to free, or a device
-    /// without a file descriptor); use [`Shard::flush_write`].
+    fn check_broken(&self) -> Result<(), StorageError> {
+        match &self.broken {
+            Some(e) => Err(StorageError::WriteFailed(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The file descriptors of the store's devices that have one (for io_uring file
+    /// registration).
+    pub fn device_fds(&self) -> Vec<RawFd> {
+        self.shared
+            .layout
+            .devices
+            .iter()
+            .filter_map(|d| d.raw_fd())
+            .collect()
+    }
+
+    /// A chunk write handed to the worker is still in flight (see `flush_chunk_begin`).
+    pub fn chunk_write_inflight(&self) -> bool {
+        self.inflight.is_some()
+    }
+
+    /// Group commit with the chunk write done by the caller, so the worker keeps serving
+    /// while it runs: `Some` names the staged bytes to write (file descriptor, offset, the
+    /// bytes). Records staged from now on go after them, in the same buffer, which never
+    /// changes under the write: sealing the block meanwhile parks the buffer. The caller
+    /// must report the write's result to [`Shard::flush_chunk_done`]; until then a
+    /// synchronous flush (sealing, SAVE, a coordinator's flush) writes those bytes again
+    /// itself. `None`: nothing to write this way (nothing staged, a write already in
+    /// flight, blocks to free, or a device without a file descriptor); use
+    /// [`Shard::flush_write`].
     pub fn flush_chunk_begin(&mut self) -> Result<Option<ChunkIo>, StorageError> {
-        if !self.unflushed || !self.pending_frees.is_empty() {
+        self.chunk_begin(true)
+    }
+
+    /// [`Shard::flush_chunk_begin`] on any device (fd -1 without one): tests perform the
+    /// write themselves, whenever they like.
+    #[cfg(test)]
+    pub(crate) fn flush_chunk_begin_any(&mut self) -> Result<Option<ChunkIo>, StorageError> {
+        self.chunk_begin(false)
+    }
+
+    fn chunk_begin(&mut self, need_fd: bool) -> Result<Option<ChunkIo>, StorageError> {
+        self.check_broken()?;
+        if self.inflight.is_some() || !self.unflushed || !self.pending_frees.is_empty() {
             return Ok(None);
         }
-        let dev_fd = |s: &Self, dev: usize| s.shared.layout.devices[dev].raw_fd();
+        let dev_fd = |s: &Self, dev: usize| match s.shared.layout.devices[dev].raw_fd() {
+            None if !need_fd => Some(-1),
+            fd => fd,
+        };
         if self
             .open
             .as_ref()
@@ -1268,27 +1411,107 @@ impl Shard {
             return Ok(None);
         };
         let bytes = &self.staging.as_slice()[w.start..w.end];
-        Ok(Some(ChunkIo {
+        let io = ChunkIo {
             fd,
+            dev: w.dev,
             offset: w.offset,
             ptr: bytes.as_ptr(),
             len: bytes.len(),
+        };
+        self.chunk_advance(&w);
+        self.counters.flushes += 1;
+        self.unflushed = false;
+        self.first_unflushed_ms = None;
+        let block = self.open.as_ref().map(|ob| ob.block).unwrap_or(BlockId(0));
+        self.inflight = Some(InflightChunk {
             write: w,
-        }))
+            block,
+            retired: false,
+        });
+        Ok(Some(io))
     }
 
-    /// Ends [`Shard::flush_chunk_begin`] with the write's outcome; on success, like
-    /// [`Shard::flush_write`], returns the descriptors to sync.
-    pub fn flush_chunk_done(
-        &mut self,
-        io: ChunkIo,
-        result: std::io::Result<()>,
-    ) -> Result<Vec<RawFd>, StorageError> {
-        result.map_err(|e| StorageError::Device(e.into()))?;
-        self.chunk_written(&io.write);
-        // Nothing is staged any more: this only marks the flush done and collects the
-        // devices to sync.
-        self.flush_write()
+    /// Ends [`Shard::flush_chunk_begin`] with the write's result (bytes written or
+    /// `-errno`). A failed or short write is retried once, synchronously, from the
+    /// untouched buffer; if that fails too the shard stops taking writes. On success
+    /// returns the descriptors to sync before the chunk's records may be acknowledged.
+    pub fn flush_chunk_done(&mut self, res: i32) -> Result<Vec<RawFd>, StorageError> {
+        let Some(f) = self.inflight.take() else {
+            return Err(StorageError::Corrupt(
+                "chunk write completion without a write in flight".into(),
+            ));
+        };
+        let w = &f.write;
+        let want = w.end - w.start;
+        if res < 0 || res as usize != want {
+            let why = if res < 0 {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            } else {
+                format!("short write: {res} of {want} bytes")
+            };
+            tracing::warn!("shard {}: chunk write failed ({why}); retrying", self.id);
+            let buf = if f.retired {
+                self.retired_staging.as_ref()
+            } else {
+                Some(&self.staging)
+            };
+            let retry = match buf {
+                Some(b) => self.shared.layout.devices[w.dev]
+                    .write_range_at(w.offset, b, w.start..w.end)
+                    .map_err(StorageError::from),
+                None => Err(StorageError::Corrupt(
+                    "parked staging buffer missing".into(),
+                )),
+            };
+            if let Err(e) = retry {
+                let msg = format!("chunk write failed twice ({why}; then {e})");
+                tracing::error!("shard {}: {msg}; refusing further writes", self.id);
+                self.broken = Some(msg.clone());
+                if f.retired {
+                    self.spare_staging = self.retired_staging.take();
+                }
+                return Err(StorageError::WriteFailed(msg));
+            }
+        }
+        self.counters.device_writes += 1;
+        self.counters.device_write_bytes += want as u64;
+        self.dirty_devices[w.dev] = true;
+        if f.retired {
+            self.spare_staging = self.retired_staging.take();
+        } else if let Some(ob) = self.open.as_mut().filter(|ob| ob.block == f.block) {
+            ob.device_from = ob.device_from.max(w.end);
+        }
+        self.take_sync_fds()
+    }
+
+    /// The data files written since their last sync (devices without a descriptor are
+    /// synced here), marked clean: the caller syncs them.
+    fn take_sync_fds(&mut self) -> Result<Vec<RawFd>, StorageError> {
+        let mut fds = Vec::new();
+        for dev in 0..self.dirty_devices.len() {
+            if !self.dirty_devices[dev] {
+                continue;
+            }
+            match self.shared.layout.devices[dev].raw_fd() {
+                Some(fd) => fds.push(fd),
+                None => self.shared.layout.devices[dev].sync()?,
+            }
+            self.dirty_devices[dev] = false;
+            self.counters.fsyncs += 1;
+        }
+        Ok(fds)
+    }
+
+    /// Syncs every device of the store now, whatever this shard wrote: what another
+    /// worker wrote into this shard and is still syncing on its own ring becomes durable
+    /// too (a coordinator about to answer from borrowed shards needs that).
+    pub fn sync_store_devices(&mut self) -> Result<(), StorageError> {
+        for dev in &self.shared.layout.devices {
+            dev.sync()?;
+            self.counters.fsyncs += 1;
+        }
+        self.dirty_devices.iter_mut().for_each(|d| *d = false);
+        Ok(())
     }
 
     pub(crate) fn sync_dirty(&mut self) -> Result<(), StorageError> {
@@ -1345,7 +1568,15 @@ impl Shard {
     /// Zeroes the header sector of every retired block, makes that durable, then hands the
     /// blocks back to the allocator.
     fn free_retired(&mut self) -> Result<(), StorageError> {
-        let frees = std::mem::take(&mut self.pending_frees);
+        let mut frees = std::mem::take(&mut self.pending_frees);
+        if let Some(f) = &self.inflight {
+            // A chunk write may still land on this block: it is not handed back before
+            // that write completes (the next flush frees it).
+            if frees.contains(&f.block) {
+                frees.retain(|&b| b != f.block);
+                self.pending_frees.push(f.block);
+            }
+        }
         let zero = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
         for (i, &b) in frees.iter().enumerate() {
             let (dev, base) = self.shared.layout.locate(b);
@@ -1452,6 +1683,7 @@ impl Shard {
         piece: &[u8],
         seq: u64,
     ) -> Result<(BlockId, Address), StorageError> {
+        self.check_broken()?;
         let (block, block_seq) = self
             .shared
             .lock_alloc()
@@ -1616,6 +1848,10 @@ impl Shard {
         }
         let bs = self.block_size();
         let (dev, base) = self.shared.layout.locate(block);
+        let Some(active) = DefragSlot::take(&self.shared, dev, self.defrag_max_active_per_device)
+        else {
+            return Ok(None); // the device has its share of defrag jobs; try later
+        };
         let mut image = AlignedBuf::new_zeroed(bs);
         self.shared.layout.devices[dev].read_at(base, &mut image)?;
         self.counters.device_reads += 1;
@@ -1631,6 +1867,7 @@ impl Shard {
             pos = align_up(chunk.end);
         }
         Ok(Some(DefragJob {
+            _active: active,
             block,
             block_seq: info.block_seq,
             image,
@@ -1648,14 +1885,26 @@ impl Shard {
             *b != job.block && i.kind == BLOCK_KIND_LOG && i.block_seq < job.block_seq
         });
         while job.next < job.records.len() {
-            if *work == 0 {
+            let resting = self.defrag_record_sleep_us > 0
+                && self
+                    .defrag_next_record
+                    .is_some_and(|t| std::time::Instant::now() < t);
+            if *work == 0 || resting {
                 self.defrag_job = Some(job);
                 return Ok(());
             }
             *work -= 1;
             let off = job.records[job.next];
             job.next += 1;
+            let moved_before = self.counters.defrag_relocated_records;
             self.relocate_record(&job, off, older_log_block_exists)?;
+            let moved = self.counters.defrag_relocated_records > moved_before;
+            if moved && self.defrag_record_sleep_us > 0 {
+                self.defrag_next_record = Some(
+                    std::time::Instant::now()
+                        + std::time::Duration::from_micros(self.defrag_record_sleep_us),
+                );
+            }
         }
         let live_left = self.blocks.get(&job.block).map_or(0, |i| i.live_total());
         if !job.parsed_all || live_left != 0 {
