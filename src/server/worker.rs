@@ -141,7 +141,7 @@ struct Epoch {
 /// Group-commit epochs whose `fdatasync` may be in flight at once. More than
 /// one lets a write that arrives during a sync start its own sync at once
 /// instead of waiting for the one in flight to end.
-const EPOCHS_INFLIGHT_MAX: usize = 4;
+const EPOCHS_INFLIGHT_MAX: usize = 8;
 
 pub enum Outcome {
     Done,
