@@ -219,6 +219,8 @@ fn maxclients() {
     let s = Server::start("proto-maxclients", &["--maxclients", "2"]);
     let mut a = s.raw();
     a.expect(&[b"PING"], b"+PONG\r\n");
+    // The start-up probe's connection may not be counted out yet.
+    a.wait_connected_clients(1);
     let mut b = s.raw();
     b.expect(&[b"PING"], b"+PONG\r\n");
     let mut c = s.raw();
@@ -226,7 +228,7 @@ fn maxclients() {
     assert_eq!(c.read_exact(want.len()), want);
     assert!(c.is_closed());
     drop(a);
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    b.wait_connected_clients(1);
     let mut d = s.raw();
     d.expect(&[b"PING"], b"+PONG\r\n");
 }

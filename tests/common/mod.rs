@@ -271,6 +271,38 @@ impl Raw {
         self.buf.drain(..n).collect()
     }
 
+    /// Sends a command whose reply is a bulk string and returns its text.
+    #[allow(dead_code)]
+    pub fn bulk(&mut self, args: &[&[u8]]) -> String {
+        self.cmd(args);
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n") {
+            head.extend(self.read_exact(1));
+        }
+        let text = String::from_utf8_lossy(&head);
+        let n: usize = text
+            .trim_start_matches('$')
+            .trim_end()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a bulk reply: {text:?}"));
+        let body = self.read_exact(n + 2);
+        String::from_utf8_lossy(&body[..n]).into_owned()
+    }
+
+    /// Waits until INFO says `connected_clients` is `n` (closes are counted when the
+    /// server handles them, a moment after the client's close).
+    #[allow(dead_code)]
+    pub fn wait_connected_clients(&mut self, n: usize) {
+        let want = format!("connected_clients:{n}\r\n");
+        for _ in 0..500 {
+            if self.bulk(&[b"INFO", b"clients"]).contains(&want) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("connected_clients never became {n}");
+    }
+
     /// Sends a command and checks the exact reply bytes.
     pub fn expect(&mut self, args: &[&[u8]], reply: &[u8]) {
         self.cmd(args);
