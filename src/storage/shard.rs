@@ -1824,6 +1824,18 @@ impl Shard {
         {
             return Ok(None);
         }
+        // Every device already runs its share of defrag jobs: no scan (with many blocks
+        // and shards, scanning every round only to be refused costs more than the work).
+        let max = self.defrag_max_active_per_device;
+        if max != 0
+            && self
+                .shared
+                .defrag_active
+                .iter()
+                .all(|a| a.load(std::sync::atomic::Ordering::Relaxed) >= max)
+        {
+            return Ok(None);
+        }
         let pct = u64::from(self.defrag_live_percent_max);
         let pick = self
             .blocks
