@@ -130,9 +130,7 @@ fn second_instance_refused() {
     assert_eq!(pong, "PONG");
 }
 
-// --foreground-budget-us: with a budget so small that every round stops after a few
-// connections, pipelined commands from many connections are still all answered, in
-// order, and INFO counts the rounds that were cut short.
+// Proves a 1 us --foreground-budget-us cuts rounds short and still answers every pipelined command in order.
 #[test]
 fn foreground_budget_cuts_rounds_without_losing_order() {
     use std::io::{Read, Write};

@@ -228,11 +228,7 @@ fn loading_state_while_recovering() {
     assert!(info.contains("loading:0\r\n"), "{info}");
 }
 
-// With appendfsync always, a reply that acknowledges a write, or reveals it to another
-// client, leaves only after the sync that makes it durable: with every sync held back by
-// 300 ms (test hook), a SET's +OK and another connection's GET of that key both take at
-// least that long, while a GET of an already durable key does not wait; with everysec the
-// same SET answers at once.
+// Proves with `always` a write's +OK, and another client's read of it, wait for its (delayed) sync; everysec does not.
 #[test]
 fn replies_wait_for_their_sync() {
     // One worker: every reply is gated locally; two: the keys' owner gates the replies

@@ -21,8 +21,7 @@ fn cfg(path: &Path, fsync: FsyncPolicy) -> StoreConfig {
     }
 }
 
-// Proves a missing data file is created at the requested size, fully allocated, formatted,
-// written, and read back after a clean shutdown and reopen, which reports the clean shutdown.
+// Proves a missing data file is created fully allocated, then written, reopened cleanly and read back.
 #[test]
 fn create_write_reopen_on_a_file() {
     let path = temp_path("reopen");

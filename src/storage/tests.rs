@@ -715,22 +715,7 @@ fn damaged_checkpoint_falls_back_to_scan() {
 fn defrag_is_incremental_under_a_small_budget() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
     let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::Always));
-    for round in 0..2u8 {
-        for i in 0..400u32 {
-            if round == 0 || i % 4 != 0 {
-                s.put(
-                    0,
-                    format!("k{i}").as_bytes(),
-                    ValueKind::String,
-                    &[round; 100],
-                    None,
-                    0,
-                )
-                .unwrap();
-            }
-        }
-    }
-    s.flush().unwrap();
+    defrag_workload(&mut s);
     s.background(0, 100).unwrap();
     let mut last = s.stats().defrag_relocated_records;
     let mut steps = 0;
@@ -825,13 +810,7 @@ fn perform_write(dev: &MemDevice, io: &ChunkIo, bytes: &[u8]) {
     dev.write_at(io.offset, &buf).expect("mem write");
 }
 
-// Proves the asynchronous group-commit path: while a chunk write handed to the caller is in
-// flight, records keep being staged, blocks seal (the buffer is parked), synchronous flushes
-// run and reads see every write; the bytes under the write never change; a failed write is
-// retried from the untouched buffer; and after a crash at any point (the in-flight write
-// lost, applied or torn) every key recovers the value it had after some prefix of the
-// operations that includes everything made durable (a completed write, or a flush) -- per key:
-// nothing durable lost, never a value the key did not have, no deleted key back.
+// Proves writes in flight lose nothing durable, never change under the write, and survive seals, failures and crashes.
 #[test]
 fn async_chunk_writes_recover_a_durable_prefix() {
     const KEYS: u8 = 24;
@@ -938,8 +917,7 @@ fn async_chunk_writes_recover_a_durable_prefix() {
     );
 }
 
-// Proves a chunk write that fails and then fails again on the shard's own retry stops the
-// shard taking writes (a clear error), while reads go on and durable data survives.
+// Proves a chunk write failing twice stops the shard's writes with a clear error; reads and durable data survive.
 #[test]
 fn chunk_write_failing_twice_refuses_writes() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
@@ -986,8 +964,7 @@ fn defrag_workload(s: &mut Shard) {
     s.flush().unwrap();
 }
 
-// Proves --defrag-record-sleep-us: however large the budget, a shard relocates at most one
-// record per sleep interval, and goes on once the interval has passed.
+// Proves --defrag-record-sleep-us relocates at most one record per interval, whatever the budget.
 #[test]
 fn defrag_record_sleep_paces_relocations() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
@@ -1011,8 +988,7 @@ fn defrag_record_sleep_paces_relocations() {
     assert_eq!(s.stats().defrag_relocated_records, 2);
 }
 
-// Proves --defrag-max-active-per-device: two shards on one device with candidates, limit 1:
-// only one runs a defrag job at a time; the other starts once the first job is over.
+// Proves --defrag-max-active-per-device 1 lets only one shard of a device defrag at a time.
 #[test]
 fn defrag_jobs_limited_per_device() {
     let dev = Arc::new(MemDevice::new("t", 16 * MIB));
