@@ -2,6 +2,8 @@
 //! fresh directory and talks to it over TCP.
 #![allow(dead_code)]
 
+pub mod diff;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
