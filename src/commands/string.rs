@@ -4,7 +4,6 @@ use super::{
     eq_ic, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_NOT_INT, ERR_SYNTAX,
     ERR_WRONGTYPE,
 };
-use crate::resp::encode::format_double;
 use crate::resp::ReplyBuf;
 use crate::storage::{Value, ValueKind};
 
@@ -430,35 +429,17 @@ pub fn decrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     incr_by(ctx, a[1], d, r)
 }
 
-/// Parses a float as Redis's `string2ld`: no surrounding spaces, no NaN.
-fn parse_float(b: &[u8]) -> Option<f64> {
-    let s = std::str::from_utf8(b).ok()?;
-    if s.is_empty() || s.len() > 5000 || s.trim() != s {
-        return None;
-    }
-    let v: f64 = s.parse().ok()?;
-    if v.is_nan() {
-        return None;
-    }
-    Some(v)
-}
-
 pub fn incrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let old = read_string(ctx, a[1])?;
-    let (cur, ttl) = match &old {
-        Some(v) => (
-            parse_float(&v.bytes).ok_or("ERR value is not a valid float")?,
-            v.expire_at_ms,
-        ),
-        None => (0.0, None),
-    };
-    let d = parse_float(a[2]).ok_or("ERR value is not a valid float")?;
-    let new = cur + d;
-    if new.is_nan() || new.is_infinite() {
-        return Err("ERR increment would produce NaN or Infinity".into());
-    }
-    let s = format_double(new);
-    write_string(ctx, a[1], s.as_bytes(), ttl)?;
+    // Redis adds in C `long double` and prints with "%.17Lf": so does lavik.
+    let s =
+        ldouble_sys::incr(old.as_ref().map(|v| v.bytes.as_slice()), a[2]).map_err(|e| match e {
+            ldouble_sys::IncrError::NanOrInfinity => {
+                "ERR increment would produce NaN or Infinity".to_string()
+            }
+            _ => "ERR value is not a valid float".to_string(),
+        })?;
+    write_string(ctx, a[1], s.as_bytes(), old.and_then(|v| v.expire_at_ms))?;
     r.bulk(s.as_bytes());
     Ok(())
 }

@@ -43,6 +43,9 @@ pub struct Cli {
     /// Data file or block device (repeatable); `spdk://BDF/NSID` with --storage=spdk.
     #[arg(long = "data-file")]
     pub data_file: Vec<String>,
+    /// RAM for recently read records (e.g. 256mb; 0 = off: every read from the device).
+    #[arg(long, default_value = "64mb")]
+    pub cache_size: String,
     /// Size of a data file lavik creates (e.g. 4gb).
     #[arg(long, default_value = "1gb")]
     pub data_file_size: String,
@@ -98,6 +101,10 @@ pub struct Cli {
     /// completes (to see that replies wait for it).
     #[arg(long, default_value_t = 0, hide = true)]
     pub debug_sync_delay_ms: u64,
+    /// Test hook: each device read a command waits for counts as done this long after it
+    /// completes (to see that other connections are served meanwhile).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub debug_read_delay_ms: u64,
     /// Durability: always | everysec | no.
     #[arg(long, default_value = "everysec")]
     pub appendfsync: String,
@@ -152,6 +159,7 @@ pub struct Settings {
     pub pin_workers: bool,
     pub data_files: Vec<PathBuf>,
     pub data_file_size_bytes: u64,
+    pub cache_size_bytes: u64,
     pub client_query_buffer_limit_bytes: usize,
     pub proto_max_bulk_len_bytes: usize,
     pub protected_mode: bool,
@@ -332,6 +340,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "pin-workers",
     "data-file",
     "data-file-size",
+    "cache-size",
     "storage",
     "network",
     "log-dir",
@@ -543,6 +552,8 @@ impl Settings {
                     cli.data_file_size
                 )
             })?;
+        let cache_size_bytes = parse_memory(&cli.cache_size)
+            .ok_or_else(|| format!("invalid --cache-size '{}'", cli.cache_size))?;
         let client_query_buffer_limit_bytes = parse_memory(&cli.client_query_buffer_limit)
             .filter(|&n| n >= 1 << 20)
             .ok_or_else(|| {
@@ -609,6 +620,7 @@ impl Settings {
             cpus,
             data_files,
             data_file_size_bytes,
+            cache_size_bytes,
             client_query_buffer_limit_bytes,
             proto_max_bulk_len_bytes,
             protected_mode,

@@ -6,6 +6,7 @@
 //! that uses it, and the types here make that ownership explicit. Everything
 //! above (`server`, `commands`, `storage`) is safe code.
 pub mod bufring;
+pub mod ring;
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
@@ -17,7 +18,7 @@ pub enum OpKind {
     Recv = 2,
     Send = 3,
     Wake = 4,
-    /// A device read for a GET (`storage::get_async`).
+    /// A device read of a record a command needs (`server::reads`).
     Read = 5,
     /// An `fdatasync` of a data file for group commit (`worker::flush_storage`).
     Fsync = 6,

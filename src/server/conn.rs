@@ -66,9 +66,12 @@ pub struct Conn {
     pub closing: bool,
     pub in_ready: bool,
     pub monitor: bool,
-    /// A SET of this connection waits for its device read: later commands wait
-    /// too, so the connection's own commands never overtake it.
-    pub write_blocked: bool,
+    /// Commands of this connection parked for device reads (`server::reads`), and how
+    /// many of them write: a later command that writes, or any later keyed command while
+    /// a write is parked, waits for them (the connection's order is kept; reads may run
+    /// ahead of earlier parked reads, which no client can tell apart).
+    pub parked: u32,
+    pub parked_writes: u32,
     pub commands: u64,
     /// Replies waiting for a group-commit epoch to be durable (`appendfsync
     /// always`), oldest first, each with its epoch; they precede `out`'s bytes
@@ -118,7 +121,8 @@ impl Conn {
             closing: false,
             in_ready: false,
             monitor: false,
-            write_blocked: false,
+            parked: 0,
+            parked_writes: 0,
             commands: 0,
             held: VecDeque::new(),
             out_cleared: 0,

@@ -671,6 +671,13 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
             rt.requirepass.clone().unwrap_or_default(),
         ),
         ("maxclients".into(), rt.maxclients.to_string()),
+        (
+            "cache-size".into(),
+            w.shared
+                .cache_size_bytes
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
         ("protected-mode".into(), yes_no(rt.protected_mode)),
         ("appendonly".into(), "yes".into()),
         ("appendfsync".into(), fsync.into()),
@@ -747,6 +754,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     } else if eq_ic(sub, "set") && a.len() >= 4 && a.len().is_multiple_of(2) {
         let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
+        let mut new_cache: Option<u64> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -772,6 +780,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
+                "cache-size" => match crate::config::parse_memory(&val) {
+                    Some(n) => new_cache = Some(n),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be a memory value")),
+                },
                 "appendfsync" => match crate::config::parse_fsync(&val) {
                     Some(p) => new_fsync = Some(p),
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the following: always, everysec, no")),
@@ -799,6 +811,20 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 w.fsync = p;
             });
             if switched.is_none() {
+                return Outcome::Retry;
+            }
+        }
+        if let Some(n) = new_cache {
+            // Every shard gets its share while all are held.
+            let all = all_workers(w);
+            let resized = w.with_workers(&all, |w| {
+                w.shared.cache_size_bytes.store(n, Ordering::Relaxed);
+                let share = w.cache_bytes_per_shard();
+                for s in w.shards.held() {
+                    s.set_cache_capacity(share);
+                }
+            });
+            if resized.is_none() {
                 return Outcome::Retry;
             }
         }
@@ -911,9 +937,11 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     if want("memory") {
         let used = heap_bytes();
         out.push_str(&format!(
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{}\r\nused_memory_peak:{used}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nlavik_index_bytes:{index_bytes}\r\n\r\n",
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{}\r\nused_memory_peak:{used}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nlavik_index_bytes:{index_bytes}\r\nlavik_cache_bytes:{}\r\nlavik_cache_size:{}\r\n\r\n",
             used as f64 / (1 << 20) as f64,
-            rss_bytes()
+            rss_bytes(),
+            shard_stats.iter().map(|(_, s)| s.cache.bytes).sum::<u64>(),
+            sh.cache_size_bytes.load(Ordering::Relaxed),
         ));
     }
     if want("persistence") {
@@ -963,7 +991,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
@@ -971,6 +999,12 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
+            shard_stats.iter().map(|(_, s)| s.cache.hits).sum::<u64>(),
+            shard_stats.iter().map(|(_, s)| s.cache.misses).sum::<u64>(),
+            shard_stats.iter().map(|(_, s)| s.cache.evictions).sum::<u64>(),
+            st.parked_commands.load(Ordering::Relaxed),
+            st.parked_reads.load(Ordering::Relaxed),
+            shard_stats.iter().map(|(_, s)| s.cache.sync_reads).sum::<u64>(),
         ));
     }
     if want("replication") {
@@ -1115,5 +1149,5 @@ fn tombraider(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
 
 /// `ShardStats` as `field=value,...`, whatever fields the engine reports.
 fn stats_line(s: &crate::storage::ShardStats) -> String {
-    debug_line(format!("{s:?}"))
+    debug_line(format!("{s:?}")).replacen("cache=cache_", "cache_", 1)
 }

@@ -33,6 +33,7 @@ mod conn;
 pub mod faults;
 pub mod local;
 pub mod metrics;
+mod reads;
 mod worker;
 
 use crate::commands::ShardSet;
@@ -138,6 +139,10 @@ pub struct Stats {
     pub commit_sync_us: AtomicU64,
     /// Rounds that left ready connections for the next round at --foreground-budget-us.
     pub foreground_budget_cuts: AtomicU64,
+    /// Commands that waited for device reads without blocking their worker, and the
+    /// reads they made (`server::reads`).
+    pub parked_commands: AtomicU64,
+    pub parked_reads: AtomicU64,
 }
 
 pub struct ClientEntry {
@@ -174,6 +179,8 @@ pub struct Shared {
     pub monitor_count: AtomicUsize,
     /// `appendfsync` in force (0 always, 1 everysec, 2 no); `CONFIG SET` changes it.
     pub fsync_policy: std::sync::atomic::AtomicU8,
+    /// `--cache-size` as in force (CONFIG SET changes it): divided among the shards.
+    pub cache_size_bytes: AtomicU64,
     pub recovered_keys: AtomicU64,
     pub recovery_ms: AtomicU64,
     pub config_file: Option<std::path::PathBuf>,
@@ -252,6 +259,7 @@ pub fn build_shared(
         config_file: settings.config_file.clone(),
         shutdown_checkpoint: AtomicBool::new(settings.cli.shutdown_checkpoint),
         fsync_policy: std::sync::atomic::AtomicU8::new(fsync_to_u8(settings.appendfsync)),
+        cache_size_bytes: AtomicU64::new(settings.cache_size_bytes),
         settings,
         runtime: RwLock::new(runtime),
         shard_count,

@@ -1,16 +1,17 @@
 //! The worker loop. See the module essay in `mod.rs`.
 
 use super::conn::{Conn, Slot, Transport};
+use super::reads::{plan, Parked, ReadDest, ReadIo, Reads};
 use super::{local, now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
-use crate::device::AlignedBuf;
 use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
+use crate::runtime::ring::{file_target, push_sqe, FileTarget};
 use crate::runtime::{split_user_data, user_data, OpKind};
-use crate::storage::get_async::{GetReadStep, GetStep, PutStep, ReadPlan};
-use crate::storage::{FsyncPolicy, Shard, StorageError, Value, ValueKind};
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use crate::storage::{FsyncPolicy, Shard};
+use io_uring::{cqueue, opcode, types, IoUring};
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -40,62 +41,26 @@ const PENDING_REPLIES_MAX: usize = 1024;
 const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 /// Longest park when nothing is pending (active expiry, shutdown checks).
 const IDLE_WAIT_MS: u64 = 100;
-/// GET device reads in flight per worker; beyond it GETs read synchronously.
-const READS_INFLIGHT_MAX: usize = 256;
 /// Arguments of a command kept on the stack while it runs; longer lists use the heap.
 const ARGS_INLINE: usize = 8;
-/// Size of a pooled read buffer (the engine's first read window).
-const READ_BUFFER_BYTES: usize = 8192;
 /// Data files registered with the ring (reads, chunk writes and syncs name them by
 /// index: no file lookup and reference count per operation); more use plain fds.
 const FIXED_FILES_MAX: u32 = 16;
-/// Pooled read buffers registered with the ring at start (`IORING_REGISTER_BUFFERS`):
-/// one per read that may be in flight. A read into a registered buffer skips pinning
-/// its pages on every submission (`get_user_pages`, a few % of a GET's CPU time).
-const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
-const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
-/// Key and value copies kept by pending reads come from a pool, so a steady stream of
-/// GETs and SETs allocates nothing; buffers bigger than this are dropped, not pooled.
-const POOLED_BYTES_MAX_BYTES: usize = 64 << 10;
-/// Buffers the pool keeps: a key and a value for every read that may be in flight.
-const POOLED_BUFFERS_MAX: usize = 2 * READS_INFLIGHT_MAX;
 
-/// Where the answer to an asynchronous GET goes.
-#[derive(Clone, Copy)]
-enum ReadDest {
-    Local {
-        token: ConnToken,
-        seq: u64,
-    },
-    Remote {
-        from: usize,
-        token: ConnToken,
-        seq: u64,
-    },
+/// The order of one remote connection's requests on this worker (see `remote_request`):
+/// its parked commands, and requests that must wait for them.
+#[derive(Default)]
+struct RemoteOrder {
+    parked: u32,
+    parked_writes: u32,
+    queue: VecDeque<RemoteRequest>,
 }
 
-/// A GET waiting for its device read. The buffer is owned here, untouched,
-/// until the read's completion arrives. `key` and `set_value` come from the
-/// worker's byte-buffer pool and go back to it when the operation ends.
-struct PendingRead {
-    dest: ReadDest,
-    /// `Some(value)`: a plain SET verifying the key it overwrites; `None`: a GET.
-    set_value: Option<Vec<u8>>,
-    shard: u32,
+struct RemoteRequest {
+    seq: u64,
     db: u8,
     proto: Proto,
-    key: Vec<u8>,
-    plan: ReadPlan,
-    buf: ReadBuf,
-}
-
-/// A GET/SET read buffer: one of the worker's pooled buffers (registered with the ring
-/// when `fixed` names its index), or a larger one allocated for a long record.
-struct ReadBuf {
-    bytes: AlignedBuf,
-    /// Index among the ring's registered buffers. Such a buffer is never freed while the
-    /// ring lives: it is always in `Worker::read_bufs` or in a pending read.
-    fixed: Option<u16>,
+    args: Vec<Vec<u8>>,
 }
 
 /// Group commit that does not stall the worker: a flush *epoch* writes every
@@ -143,6 +108,14 @@ struct Epoch {
 /// instead of waiting for the one in flight to end.
 const EPOCHS_INFLIGHT_MAX: usize = 8;
 
+/// What `start_keyed` decided for a keyed command.
+enum Start {
+    /// Every record it needs is in memory: run it now.
+    RunNow,
+    /// Parked for device reads; `writes` when it is a write command.
+    Parked { writes: bool },
+}
+
 pub enum Outcome {
     Done,
     /// Needs other workers' shards: not consumed; the connection is
@@ -182,14 +155,13 @@ pub struct Worker {
     query_limit: usize,
     commands_this_round: u64,
     cqes: Vec<(u64, i32, u32)>,
-    reads: Vec<Option<PendingRead>>,
-    free_reads: Vec<usize>,
-    reads_inflight: usize,
-    /// Idle pooled read buffers (declared after `ring`, so dropped after it: the ring
-    /// may have them registered).
-    read_bufs: Vec<ReadBuf>,
-    /// Spare buffers for pending reads' key and value copies (see `POOLED_BUFFERS_MAX`).
-    spare_bytes: Vec<Vec<u8>>,
+    /// Commands parked for device reads, and the reads (declared after `ring`, so
+    /// dropped after it: the ring may have their buffers registered).
+    reads: Reads,
+    /// Parked commands whose reads are done, to run this round.
+    ready_parked: Vec<Parked>,
+    /// Per remote connection (worker, token): order of its requests parked here.
+    remote_order: HashMap<(usize, u64), RemoteOrder>,
     /// Data file descriptors registered with the ring, by index.
     fixed_files: Vec<RawFd>,
     /// A command that writes ran this round (see `flush_storage`).
@@ -216,19 +188,6 @@ pub struct Worker {
     dpdk: Option<DpdkNet>,
 }
 
-/// How an operation names a data file: registered index or plain descriptor.
-enum FileTarget {
-    Fixed(u32),
-    Fd(RawFd),
-}
-
-fn file_target(fixed: &[RawFd], fd: RawFd) -> FileTarget {
-    match fixed.iter().position(|&f| f == fd) {
-        Some(i) => FileTarget::Fixed(i as u32),
-        None => FileTarget::Fd(fd),
-    }
-}
-
 /// Records one shard's part of an epoch: the files it needs synced, or its error.
 fn note_flush(epoch: &mut Epoch, shard: u32, r: Result<Vec<RawFd>, crate::storage::StorageError>) {
     match r {
@@ -246,23 +205,6 @@ fn note_flush(epoch: &mut Epoch, shard: u32, r: Result<Vec<RawFd>, crate::storag
     }
 }
 
-fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
-    loop {
-        // SAFETY: every SQE we build points at memory that outlives the
-        // operation: connection buffers are not touched while their send is
-        // in flight (`send_inflight`), GET read buffers are owned by their
-        // `PendingRead` until its completion, receive buffers belong to the buffer
-        // ring, the wake buffer is a Box owned by the worker, and a chunk write's
-        // bytes are in a staging buffer its shard keeps unchanged and alive (parked
-        // if the block is sealed meanwhile) until the write's completion reaches
-        // `Shard::flush_chunk_done`; `finish` waits for those completions.
-        if unsafe { ring.submission().push(sqe) }.is_ok() {
-            return;
-        }
-        let _ = ring.submit();
-    }
-}
-
 impl Worker {
     pub fn new(
         id: usize,
@@ -271,10 +213,6 @@ impl Worker {
         listeners: Vec<OwnedFd>,
         mailbox: mpsc::Receiver<Msg>,
     ) -> std::io::Result<Worker> {
-        // Allocated before the ring, so that an early return drops the ring first.
-        let read_bufs: Vec<AlignedBuf> = (0..FIXED_READ_BUFFERS)
-            .map(|_| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
-            .collect();
         // Completions posted from other CPUs (softirq for received bytes, the disk's
         // interrupt for reads) would each send this CPU an inter-processor interrupt to
         // run io_uring's task work at once; in a VM those IPIs cost more than the work.
@@ -292,7 +230,7 @@ impl Worker {
                     .build(RING_ENTRIES)
             })?;
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
-        let read_bufs = Self::register_read_bufs(&ring, read_bufs);
+        let reads = Reads::new(&ring, shared.settings.cli.debug_read_delay_ms);
         let workers = shared.workers.len();
         let mut w = Worker {
             id,
@@ -316,11 +254,9 @@ impl Worker {
             parsed: ParsedCommand::default(),
             commands_this_round: 0,
             cqes: Vec::with_capacity(1024),
-            reads: Vec::new(),
-            free_reads: Vec::new(),
-            reads_inflight: 0,
-            read_bufs,
-            spare_bytes: Vec::new(),
+            reads,
+            ready_parked: Vec::new(),
+            remote_order: HashMap::new(),
             fixed_files: Vec::new(),
             round_writes: false,
             last_background_flush_ms: 0,
@@ -342,6 +278,12 @@ impl Worker {
         }
         w.register_shard_files();
         Ok(w)
+    }
+
+    /// This worker's shards' share of `--cache-size` each.
+    pub fn cache_bytes_per_shard(&self) -> usize {
+        let total = self.shared.cache_size_bytes.load(Ordering::Relaxed);
+        (total / u64::from(self.shards.shard_count.max(1))) as usize
     }
 
     /// Registers the data files of the shards we hold (at start, and when recovery
@@ -371,11 +313,6 @@ impl Worker {
         }
     }
 
-    /// The ring's name for a data file: its registered index if it has one.
-    fn file_target(&self, fd: RawFd) -> FileTarget {
-        file_target(&self.fixed_files, fd)
-    }
-
     pub fn run(mut self) {
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
@@ -388,6 +325,9 @@ impl Worker {
             self.reap(now);
             if !self.delayed_syncs.is_empty() {
                 self.release_delayed_syncs(now);
+            }
+            if self.reads.has_delayed() {
+                self.release_delayed_reads(now);
             }
             #[cfg(feature = "dpdk")]
             self.dpdk_receive(now);
@@ -428,15 +368,16 @@ impl Worker {
         // deadline for those (a write always completes, if only with an error).
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.commit.writes_inflight > 0
-            || ((self.reads_inflight > 0 || !self.commit.inflight.is_empty())
+            || ((self.reads.inflight() > 0 || !self.commit.inflight.is_empty())
                 && Instant::now() < deadline)
         {
-            if self.delayed_syncs.is_empty() {
+            if self.delayed_syncs.is_empty() && !self.reads.has_delayed() {
                 let _ = self.ring.submit_and_wait(1);
             } else {
                 let _ = self.ring.submit();
                 std::thread::sleep(Duration::from_millis(1));
                 self.release_delayed_syncs(now_ms());
+                self.release_delayed_reads(now_ms());
             }
             self.reap(now_ms());
         }
@@ -759,27 +700,17 @@ impl Worker {
                     db,
                     proto,
                     args,
-                } => {
-                    if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
-                        let dest = ReadDest::Remote { from, token, seq };
-                        let shard = self.shards.shard_id(&args[1]);
-                        if let Some(v) = self.try_get_async(dest, shard, db, &args[1], proto, now) {
-                            let mut bytes = Vec::new();
-                            write_get_reply(&mut ReplyBuf::new(&mut bytes, proto), v);
-                            self.outbox[from].push(Msg::Reply { token, seq, bytes });
-                        }
-                        continue;
-                    }
-                    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-                    if lookup(refs[0]).is_some_and(|spec| spec.flags.contains(&"write")) {
-                        self.round_writes = true;
-                    }
-                    let mut bytes = Vec::new();
-                    if let Some(spec) = lookup(refs[0]) {
-                        self.exec_handler(spec, &refs, db, proto, now, &mut bytes);
-                    }
-                    self.outbox[from].push(Msg::Reply { token, seq, bytes });
-                }
+                } => self.remote_request(
+                    from,
+                    token,
+                    RemoteRequest {
+                        seq,
+                        db,
+                        proto,
+                        args,
+                    },
+                    now,
+                ),
                 Msg::Reply { token, seq, bytes } => {
                     let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
@@ -811,8 +742,10 @@ impl Worker {
                 }
                 Msg::Adopt { shards, done } => {
                     let policy = self.fsync;
+                    let cache = self.cache_bytes_per_shard();
                     for mut shard in shards {
                         shard.set_fsync_policy(policy);
+                        shard.set_cache_capacity(cache);
                         let id = shard.id() as usize;
                         self.shards.slots[id] = Some(shard);
                     }
@@ -985,7 +918,7 @@ impl Worker {
             if conn.closing || conn.close_after_reply {
                 break;
             }
-            if conn.write_blocked
+            if self.reads.is_full()
                 || conn.pending.len() >= PENDING_REPLIES_MAX
                 || conn.out.len() > OUTPUT_HIGH_WATER_BYTES
             {
@@ -1077,6 +1010,14 @@ impl Worker {
         {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
             return Outcome::Done;
+        }
+        // A connection's order: nothing keyed overtakes a parked write, and no write
+        // overtakes a parked read (see `Conn::parked`).
+        if conn.parked > 0
+            && spec.kind != Kind::Local
+            && (conn.parked_writes > 0 || !spec.flags.contains(&"readonly"))
+        {
+            return Outcome::Blocked;
         }
         // Timing costs two clock reads per command: only when the slow log is on.
         let started = (self.slowlog_threshold_us >= 0).then(Instant::now);
@@ -1242,18 +1183,15 @@ impl Worker {
         &mut self,
         conn: &mut Conn,
         slot: u32,
-        spec: &CommandSpec,
+        spec: &'static CommandSpec,
         args: &[&[u8]],
         now: u64,
     ) -> Outcome {
         let mut all_held = true;
         let mut owner: Option<usize> = None;
         let mut several = false;
-        // The shard of the first key (GET and SET have one key; computed once).
-        let mut first_shard: Option<u32> = None;
         for pos in key_positions(spec, args.len()) {
             let shard = self.shards.shard_id(args[pos]);
-            first_shard.get_or_insert(shard);
             if self.shards.slots[shard as usize].is_some() {
                 continue;
             }
@@ -1265,50 +1203,24 @@ impl Worker {
                 _ => {}
             }
         }
-        if let (true, Some(shard)) = (all_held, first_shard) {
-            if spec.name == "set" && args.len() == 3 {
-                let seq = conn.next_seq;
-                let dest = ReadDest::Local {
-                    token: ConnToken {
-                        slot,
-                        gen: conn.gen,
-                    },
-                    seq,
-                };
-                let (key, value) = (args[1], args[2]);
-                match self.try_set_async(dest, shard, conn.db, key, value, conn.proto, now) {
-                    Some(res) => conn.reply(|r| write_set_reply(r, res)),
-                    None => {
-                        let reserved = conn.reserve();
-                        debug_assert_eq!(reserved, seq);
-                        conn.write_blocked = true;
-                    }
-                }
-                return Outcome::Done;
-            }
-            if spec.name == "get" {
-                let seq = conn.next_seq;
-                let dest = ReadDest::Local {
-                    token: ConnToken {
-                        slot,
-                        gen: conn.gen,
-                    },
-                    seq,
-                };
-                match self.try_get_async(dest, shard, conn.db, args[1], conn.proto, now) {
-                    Some(v) => conn.reply(|r| write_get_reply(r, v)),
-                    None => {
-                        let reserved = conn.reserve();
-                        debug_assert_eq!(reserved, seq);
-                    }
-                }
-                return Outcome::Done;
-            }
-            self.run_local(conn, spec, args, now);
-            return Outcome::Done;
-        }
         if all_held {
-            self.run_local(conn, spec, args, now);
+            let dest = ReadDest::Local {
+                token: ConnToken {
+                    slot,
+                    gen: conn.gen,
+                },
+                seq: conn.next_seq,
+            };
+            let (db, proto) = (conn.db, conn.proto);
+            match self.start_keyed(dest, spec, args, db, proto) {
+                Start::RunNow => self.run_local(conn, spec, args, now),
+                Start::Parked { writes } => {
+                    let seq = conn.reserve();
+                    debug_assert!(matches!(dest, ReadDest::Local { seq: s, .. } if s == seq));
+                    conn.parked += 1;
+                    conn.parked_writes += u32::from(writes);
+                }
+            }
             return Outcome::Done;
         }
         // Keys partly here and partly elsewhere also need the lend path.
@@ -1432,333 +1344,205 @@ impl Worker {
         result
     }
 
-    // ----- asynchronous GET ----------------------------------------------------
+    // ----- the asynchronous command path (see `reads.rs`) ------------------------------
 
-    /// Starts a GET on one of our own shards (`shard_id` is the key's). `Some(answer)`:
-    /// answered now. `None`: a device read is in flight and `dest` will get the reply.
-    fn try_get_async(
+    /// Plans a keyed command whose shards we hold: `RunNow` when every record it needs is
+    /// in memory (or a shard is borrowed: those are read synchronously, their reads must
+    /// not outlive the loan), otherwise parks it with its reads on the ring; its reply
+    /// goes to `dest` when it has run.
+    fn start_keyed(
         &mut self,
         dest: ReadDest,
-        shard_id: u32,
+        spec: &'static CommandSpec,
+        args: &[&[u8]],
         db: u8,
-        key: &[u8],
         proto: Proto,
-        now: u64,
-    ) -> Option<Result<Option<Value>, StorageError>> {
-        debug_assert_eq!(shard_id, self.shards.shard_id(key));
-        let own = shard_id as usize % self.shared.workers.len() == self.id;
-        let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
-            return Some(Err(StorageError::Corrupt("shard not held".into())));
-        };
-        if !own || self.reads_inflight >= READS_INFLIGHT_MAX {
-            return Some(shard.get(db, key, now));
+    ) -> Start {
+        let (n, id) = (self.shared.workers.len(), self.id);
+        let own = move |s: u32| s as usize % n == id;
+        if key_positions(spec, args.len()).any(|p| !own(self.shards.shard_id(args[p]))) {
+            return Start::RunNow;
         }
-        match shard.get_begin(db, key, now) {
-            Ok(GetStep::Done(v)) => Some(Ok(v)),
-            Err(e) => Some(Err(e)),
-            Ok(GetStep::Read(plan)) => {
-                let buf = self.read_buf_for(plan.len_bytes);
-                let key = self.pooled_copy(key);
-                let read = PendingRead {
-                    dest,
-                    set_value: None,
-                    shard: shard_id,
-                    db,
-                    proto,
-                    key,
-                    plan,
-                    buf,
-                };
-                self.submit_read(read);
-                None
-            }
+        let mut reads = Vec::new();
+        plan(&mut self.shards, own, spec, args, db, &[], &mut reads);
+        if reads.is_empty() {
+            return Start::RunNow;
         }
+        let owned = args.iter().map(|a| a.to_vec()).collect();
+        let p = Parked::new(dest, spec, owned, db, proto);
+        let writes = p.is_write();
+        self.shared
+            .stats
+            .parked_reads
+            .fetch_add(reads.len() as u64, Ordering::Relaxed);
+        self.shared
+            .stats
+            .parked_commands
+            .fetch_add(1, Ordering::Relaxed);
+        self.reads.park(p, reads, &mut self.ring, &self.fixed_files);
+        Start::Parked { writes }
     }
 
-    /// Starts a plain `SET key value` on one of our own shards (`shard_id` is the key's).
-    /// `Some(result)`: done now. `None`: the read that verifies the overwritten key is
-    /// in flight.
-    #[allow(clippy::too_many_arguments)]
-    fn try_set_async(
-        &mut self,
-        dest: ReadDest,
-        shard_id: u32,
-        db: u8,
-        key: &[u8],
-        value: &[u8],
-        proto: Proto,
-        now: u64,
-    ) -> Option<Result<(), StorageError>> {
-        debug_assert_eq!(shard_id, self.shards.shard_id(key));
-        let own = shard_id as usize % self.shared.workers.len() == self.id;
-        let inflight_full = self.reads_inflight >= READS_INFLIGHT_MAX;
-        let Some(shard) = self.shards.slots[shard_id as usize].as_mut() else {
-            return Some(Err(StorageError::Corrupt("shard not held".into())));
-        };
-        if !own || inflight_full {
-            return Some(shard.put(db, key, ValueKind::String, value, None, now));
-        }
-        match shard.put_begin(db, key, ValueKind::String, value, None, now) {
-            Ok(PutStep::Done) => Some(Ok(())),
-            Err(e) => Some(Err(e)),
-            Ok(PutStep::Read(plan)) => {
-                let buf = self.read_buf_for(plan.len_bytes);
-                let key = self.pooled_copy(key);
-                let value = self.pooled_copy(value);
-                let read = PendingRead {
-                    dest,
-                    set_value: Some(value),
-                    shard: shard_id,
-                    db,
-                    proto,
-                    key,
-                    plan,
-                    buf,
-                };
-                self.submit_read(read);
-                None
-            }
-        }
-    }
-
-    /// A copy of `bytes` in a buffer from the pool (allocated only when the pool is empty).
-    fn pooled_copy(&mut self, bytes: &[u8]) -> Vec<u8> {
-        let mut v = self.spare_bytes.pop().unwrap_or_default();
-        v.clear();
-        v.extend_from_slice(bytes);
-        v
-    }
-
-    /// Gives a buffer from `pooled_copy` back to the pool (or frees it when the pool is full).
-    fn recycle_bytes(&mut self, v: Vec<u8>) {
-        if v.capacity() <= POOLED_BYTES_MAX_BYTES && self.spare_bytes.len() < POOLED_BUFFERS_MAX {
-            self.spare_bytes.push(v);
-        }
-    }
-
-    /// Registers the pooled read buffers with `ring` as fixed buffers (index = position).
-    /// Without registration (an old kernel, a locked-memory limit) they serve as plain
-    /// buffers and reads use `IORING_OP_READ`.
-    fn register_read_bufs(ring: &IoUring, bufs: Vec<AlignedBuf>) -> Vec<ReadBuf> {
-        let mut bufs = bufs;
-        let iovecs: Vec<libc::iovec> = bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_slice().as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        // SAFETY: the buffers stay allocated, unmoved on the heap, for as long as the
-        // ring: the caller stores them in `Worker::read_bufs`, a field declared (and so
-        // dropped) after `ring`, and a pooled buffer is only ever moved between that pool
-        // and a `PendingRead` (also dropped after `ring`), never freed.
-        let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!("read buffers not registered with io_uring: {e}");
-                false
-            }
-        };
-        bufs.into_iter()
-            .enumerate()
-            .map(|(i, bytes)| ReadBuf {
-                bytes,
-                fixed: registered.then_some(i as u16),
-            })
-            .collect()
-    }
-
-    fn read_buf_for(&mut self, len: usize) -> ReadBuf {
-        if len <= READ_BUFFER_BYTES {
-            if let Some(buf) = self.read_bufs.pop() {
-                return buf;
-            }
-        }
-        ReadBuf {
-            bytes: AlignedBuf::new_zeroed(len.max(READ_BUFFER_BYTES)),
-            fixed: None,
-        }
-    }
-
-    fn submit_read(&mut self, mut read: PendingRead) {
-        let idx = match self.free_reads.pop() {
-            Some(i) => i,
-            None => {
-                self.reads.push(None);
-                self.reads.len() - 1
-            }
-        };
-        let len = read.plan.len_bytes.min(read.buf.bytes.len());
-        let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
-        let off = read.plan.offset_bytes;
-        let sqe = match (self.file_target(read.plan.fd), read.buf.fixed) {
-            (FileTarget::Fixed(f), Some(b)) => {
-                opcode::ReadFixed::new(types::Fixed(f), ptr, len as u32, b)
-                    .offset(off)
-                    .build()
-            }
-            (FileTarget::Fixed(f), None) => opcode::Read::new(types::Fixed(f), ptr, len as u32)
-                .offset(off)
-                .build(),
-            (FileTarget::Fd(fd), Some(b)) => {
-                opcode::ReadFixed::new(types::Fd(fd), ptr, len as u32, b)
-                    .offset(off)
-                    .build()
-            }
-            (FileTarget::Fd(fd), None) => opcode::Read::new(types::Fd(fd), ptr, len as u32)
-                .offset(off)
-                .build(),
-        }
-        .user_data(user_data(OpKind::Read, idx as u64));
-        self.reads[idx] = Some(read);
-        self.reads_inflight += 1;
-        push_sqe(&mut self.ring, &sqe);
-    }
-
-    /// The outcome of a completed device read: `Ok` when all planned bytes arrived.
-    fn read_status(res: i32, want_bytes: usize) -> Result<(), crate::storage::StorageError> {
-        if res >= 0 && res as usize >= want_bytes {
-            return Ok(());
-        }
-        let e = if res < 0 {
-            std::io::Error::from_raw_os_error(-res)
-        } else {
-            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "short device read")
-        };
-        Err(crate::storage::StorageError::Device(
-            crate::device::DeviceError::Io(e),
-        ))
-    }
-
-    /// Issues the next read of a pending operation, growing its buffer if the plan needs it.
-    fn resubmit_read(&mut self, mut read: PendingRead, plan: ReadPlan) {
-        if plan.len_bytes > read.buf.bytes.len() {
-            let bigger = ReadBuf {
-                bytes: AlignedBuf::new_zeroed(plan.len_bytes),
-                fixed: None,
-            };
-            let old = std::mem::replace(&mut read.buf, bigger);
-            self.recycle_read_buf(old);
-        }
-        read.plan = plan;
-        self.submit_read(read);
-    }
-
-    fn recycle_read_buf(&mut self, buf: ReadBuf) {
-        // Registered buffers always go back (they must outlive the ring); others of the
-        // pooled size too, as before registration existed.
-        if buf.fixed.is_some() || buf.bytes.len() == READ_BUFFER_BYTES {
-            self.read_bufs.push(buf);
-        }
-    }
-
+    /// A device read completed: commands whose records are all in memory now run.
     fn on_read(&mut self, idx: usize, res: i32, now: u64) {
-        let Some(read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
-            return;
+        let (n, id) = (self.shared.workers.len(), self.id);
+        let own = move |s: u32| s as usize % n == id;
+        let mut ready = std::mem::take(&mut self.ready_parked);
+        let mut io = ReadIo {
+            ring: &mut self.ring,
+            fixed: &self.fixed_files,
+            shards: &mut self.shards,
+            own: &own,
         };
-        self.free_reads.push(idx);
-        self.reads_inflight -= 1;
-        if read.set_value.is_some() {
-            self.on_set_read(read, res, now);
-            return;
+        self.reads.on_completion(idx, res, &mut io, &mut ready);
+        for p in ready.drain(..) {
+            self.run_parked(p, now);
         }
-        let step = Self::read_status(res, read.plan.len_bytes).and_then(|()| {
-            match self.shards.slots[read.shard as usize].as_mut() {
-                Some(shard) => shard.get_continue_in_place(
-                    read.db,
-                    &read.key,
-                    read.plan.clone(),
-                    read.buf.bytes.as_slice(),
-                    now,
-                ),
-                None => Err(StorageError::Corrupt(
-                    "shard not held at read completion".into(),
-                )),
-            }
-        });
-        let answer = match step {
-            Ok(GetReadStep::Read(plan)) => return self.resubmit_read(read, plan),
-            Ok(GetReadStep::InBuffer { kind, range, .. }) => Ok((kind, range)),
-            Ok(GetReadStep::Done(v)) => Err(Ok(v)),
-            Err(e) => Err(Err(e)),
+        self.ready_parked = ready;
+    }
+
+    /// `--debug-read-delay-ms`: read completions whose delay is over are handled now.
+    fn release_delayed_reads(&mut self, now: u64) {
+        let (n, id) = (self.shared.workers.len(), self.id);
+        let own = move |s: u32| s as usize % n == id;
+        let mut ready = std::mem::take(&mut self.ready_parked);
+        let mut io = ReadIo {
+            ring: &mut self.ring,
+            fixed: &self.fixed_files,
+            shards: &mut self.shards,
+            own: &own,
         };
-        // The value goes from the read buffer straight into the reply, copied once.
-        let buf = read.buf.bytes.as_slice();
-        self.deliver_with(read.dest, read.proto, |r| match answer {
-            // As write_get_reply: only strings answer a GET.
-            Ok((kind, range)) => {
-                if kind == ValueKind::String {
-                    r.bulk(&buf[range])
-                } else {
-                    r.error(crate::commands::ERR_WRONGTYPE)
+        self.reads.release_delayed(&mut io, &mut ready);
+        for p in ready.drain(..) {
+            self.run_parked(p, now);
+        }
+        self.ready_parked = ready;
+    }
+
+    /// Runs a parked command with its fetched records lent to their shards, and sends
+    /// its reply where it belongs.
+    fn run_parked(&mut self, mut p: Parked, now: u64) {
+        let writes = p.is_write();
+        if writes {
+            self.round_writes = true;
+        }
+        let mut bytes = Vec::new();
+        if let Some(e) = p.error.take() {
+            ReplyBuf::new(&mut bytes, p.proto).error(&e);
+        } else {
+            let mut lent: Vec<(u32, Vec<crate::storage::prefetch::Fetched>)> = Vec::new();
+            for (f, sh) in p.fetched.drain(..).zip(p.fetched_shard.drain(..)) {
+                match lent.iter_mut().find(|(s, _)| *s == sh) {
+                    Some((_, v)) => v.push(f),
+                    None => lent.push((sh, vec![f])),
                 }
             }
-            Err(v) => write_get_reply(r, v),
-        });
-        self.recycle_read_buf(read.buf);
-        self.recycle_bytes(read.key);
-    }
-
-    fn on_set_read(&mut self, mut read: PendingRead, res: i32, now: u64) {
-        self.round_writes = true;
-        let value = read.set_value.take().expect("a SET carries its value");
-        let step = Self::read_status(res, read.plan.len_bytes).and_then(|()| {
-            match self.shards.slots[read.shard as usize].as_mut() {
-                Some(shard) => shard.put_continue(
-                    read.db,
-                    &read.key,
-                    ValueKind::String,
-                    &value,
-                    None,
-                    read.plan.clone(),
-                    read.buf.bytes.as_slice(),
-                    now,
-                ),
-                None => Err(StorageError::Corrupt(
-                    "shard not held at read completion".into(),
-                )),
+            for (sh, v) in lent.iter_mut() {
+                if let Some(s) = self.shards.slots[*sh as usize].as_mut() {
+                    s.lend_prefetched(v);
+                }
             }
-        });
-        match step {
-            Ok(PutStep::Read(plan)) => {
-                read.set_value = Some(value);
-                self.resubmit_read(read, plan);
+            let args: Vec<&[u8]> = p.args.iter().map(|a| a.as_slice()).collect();
+            self.exec_handler(p.spec, &args, p.db, p.proto, now, &mut bytes);
+            for (sh, v) in lent.iter_mut() {
+                if let Some(s) = self.shards.slots[*sh as usize].as_mut() {
+                    s.take_prefetched(v);
+                }
             }
-            other => {
-                self.recycle_read_buf(read.buf);
-                self.recycle_bytes(read.key);
-                self.recycle_bytes(value);
-                if let ReadDest::Local { token, .. } = read.dest {
-                    if let Some(conn) = self.conn_mut(token.packed()) {
-                        conn.write_blocked = false;
-                    }
+        }
+        match p.dest {
+            ReadDest::Local { token, seq } => {
+                if let Some(conn) = self.conn_mut(token.packed()) {
+                    conn.fill(seq, bytes);
+                    conn.parked -= 1;
+                    conn.parked_writes -= u32::from(writes);
                     self.mark_ready(token.slot);
                 }
-                let res = other.map(|_| ());
-                self.deliver_with(read.dest, read.proto, |r| write_set_reply(r, res));
+            }
+            ReadDest::Remote { from, token, seq } => {
+                self.outbox[from].push(Msg::Reply { token, seq, bytes });
+                let key = (from, token.packed());
+                if let Some(o) = self.remote_order.get_mut(&key) {
+                    o.parked -= 1;
+                    o.parked_writes -= u32::from(writes);
+                }
+                self.resume_remote(from, token, now);
             }
         }
     }
 
-    /// Writes the reply of a finished asynchronous operation where it belongs: into the
-    /// connection's output in request order (no intermediate buffer when it is the
-    /// reply the connection waits for first), or into a message to another worker.
-    fn deliver_with(&mut self, dest: ReadDest, proto: Proto, write: impl FnOnce(&mut ReplyBuf)) {
-        match dest {
-            ReadDest::Remote { from, token, seq } => {
+    /// A request from another worker's connection. It waits here behind that
+    /// connection's parked commands by the same rule as a local connection's commands.
+    fn remote_request(&mut self, from: usize, token: ConnToken, req: RemoteRequest, now: u64) {
+        if let Some(o) = self.remote_order.get_mut(&(from, token.packed())) {
+            let readonly = lookup(&req.args[0]).is_some_and(|s| s.flags.contains(&"readonly"));
+            if !o.queue.is_empty() || (o.parked > 0 && (o.parked_writes > 0 || !readonly)) {
+                o.queue.push_back(req);
+                return;
+            }
+        }
+        self.run_remote(from, token, req, now);
+    }
+
+    fn run_remote(&mut self, from: usize, token: ConnToken, req: RemoteRequest, now: u64) {
+        let refs: Vec<&[u8]> = req.args.iter().map(|a| a.as_slice()).collect();
+        let Some(spec) = lookup(refs[0]) else {
+            let mut bytes = Vec::new();
+            ReplyBuf::new(&mut bytes, req.proto).error("ERR unknown command");
+            self.outbox[from].push(Msg::Reply {
+                token,
+                seq: req.seq,
+                bytes,
+            });
+            return;
+        };
+        if spec.flags.contains(&"write") {
+            self.round_writes = true;
+        }
+        let dest = ReadDest::Remote {
+            from,
+            token,
+            seq: req.seq,
+        };
+        match self.start_keyed(dest, spec, &refs, req.db, req.proto) {
+            Start::RunNow => {
                 let mut bytes = Vec::new();
-                write(&mut ReplyBuf::new(&mut bytes, proto));
-                self.outbox[from].push(Msg::Reply { token, seq, bytes })
+                self.exec_handler(spec, &refs, req.db, req.proto, now, &mut bytes);
+                self.outbox[from].push(Msg::Reply {
+                    token,
+                    seq: req.seq,
+                    bytes,
+                });
             }
-            ReadDest::Local { token, seq } => {
-                let tok = token.packed();
-                if let Some(conn) = self.conn_mut(tok) {
-                    conn.fill_with(seq, proto, write);
-                    if conn.unparsed() > 0 {
-                        self.mark_ready(token.slot);
-                    }
+            Start::Parked { writes } => {
+                let o = self.remote_order.entry((from, token.packed())).or_default();
+                o.parked += 1;
+                o.parked_writes += u32::from(writes);
+            }
+        }
+    }
+
+    /// Starts the queued requests of a remote connection that may run now.
+    fn resume_remote(&mut self, from: usize, token: ConnToken, now: u64) {
+        let key = (from, token.packed());
+        loop {
+            let Some(o) = self.remote_order.get_mut(&key) else {
+                return;
+            };
+            let may_start = o.queue.front().is_some_and(|r| {
+                let readonly = lookup(&r.args[0]).is_some_and(|s| s.flags.contains(&"readonly"));
+                o.parked == 0 || (o.parked_writes == 0 && readonly)
+            });
+            if !may_start {
+                if o.parked == 0 && o.queue.is_empty() {
+                    self.remote_order.remove(&key);
                 }
+                return;
             }
+            let Some(req) = o.queue.pop_front() else {
+                return;
+            };
+            self.run_remote(from, token, req, now);
         }
     }
 
@@ -2215,7 +1999,7 @@ impl Worker {
             .iter()
             .flatten()
             .any(|s| s.has_unflushed());
-        let wait_ms = if !self.delayed_syncs.is_empty() {
+        let wait_ms = if !self.delayed_syncs.is_empty() || self.reads.has_delayed() {
             1
         } else if unflushed {
             self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
@@ -2236,26 +2020,6 @@ impl Worker {
     }
 }
 
-/// The reply to a GET: the value, a null, or the error.
-fn write_get_reply(r: &mut ReplyBuf, v: Result<Option<Value>, StorageError>) {
-    match v {
-        Ok(Some(v)) if v.kind != ValueKind::String => r.error(crate::commands::ERR_WRONGTYPE),
-        Ok(Some(v)) => r.bulk(&v.bytes),
-        Ok(None) => r.null(),
-        Err(e) => r.error(&crate::commands::storage_error(e)),
-    }
-}
-
-/// The reply to a plain SET: `+OK` or the error.
-fn write_set_reply(r: &mut ReplyBuf, res: Result<(), StorageError>) {
-    match res {
-        Ok(()) => r.ok(),
-        Err(e) => r.error(&crate::commands::storage_error(e)),
-    }
-}
-
-/// Writes a short message to a fresh socket before dropping it (used for
-/// the maxclients and protected-mode refusals, as Redis does).
 fn write_all_now(fd: &OwnedFd, msg: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut s = std::fs::File::from(fd.try_clone()?);

@@ -26,8 +26,10 @@
 //! append stream, flush, defrag), `recovery` (open, scan), `checkpoint`, `tombraider`,
 //! `hash`, `index` (stand-in for the compact index).
 //!
-//! Deliberately missing (see `docs/storage.md`): the io_uring asynchronous path, an
-//! index-native checkpoint dump (the current one re-reads live blocks at shutdown), and
+//! Reads that do not block: `prefetch` plans the device reads a command needs and checks
+//! what the caller's ring brought back; `cache` keeps recently read records by address.
+//!
+//! Deliberately missing (see `docs/storage.md`): an index-native checkpoint dump (the current one re-reads live blocks at shutdown), and
 //! collection types (the record header already has a value-kind byte and large values
 //! already use a root record over fragments).
 use crate::device::{BlockDevice, DeviceError, FileDevice};
@@ -36,11 +38,12 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
 mod alloc;
+mod cache;
 mod checkpoint;
 pub mod format;
-pub mod get_async;
 mod hash;
 pub mod index;
+pub mod prefetch;
 mod recovery;
 mod shard;
 mod tombraider;
@@ -116,6 +119,8 @@ pub struct StoreConfig {
     pub defrag_max_active_per_device: u32,
     /// Least time between two relocated records of a shard (`--defrag-record-sleep-us`).
     pub defrag_record_sleep_us: u64,
+    /// Record cache budget of each shard (the server divides `--cache-size`); 0 = off.
+    pub cache_capacity_bytes: usize,
     /// Updated while `open` recovers, for `INFO` loading fields (read it from another thread).
     pub recovery_progress: Option<Arc<RecoveryProgress>>,
     /// Test hook: the index hash is ANDed with this (0 forces every key to collide).
@@ -140,6 +145,7 @@ impl Default for StoreConfig {
             defrag_sleep_ms: 0,
             defrag_max_active_per_device: 1,
             defrag_record_sleep_us: 0,
+            cache_capacity_bytes: 0,
             recovery_progress: None,
             debug_hash_mask: u64::MAX,
         }

@@ -2,6 +2,7 @@
 //! counters and expiry sets. Owned by exactly one worker thread; no locks except the shared
 //! block allocator, taken once per block.
 use super::alloc::{BlockId, BlockIdHashing, StoreShared};
+use super::cache::RecordCache;
 use super::format::{
     decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES,
@@ -10,6 +11,7 @@ use super::format::{
 };
 use super::hash::key_hash;
 use super::index::{Address, Index};
+use super::prefetch::Fetched;
 use super::tombraider::TombRaider;
 use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
 use crate::device::AlignedBuf;
@@ -112,6 +114,8 @@ pub(crate) struct Found {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Counters {
     pub device_reads: u64,
+    /// Device reads made synchronously by `read_record` (the worker waited for them).
+    pub sync_reads: u64,
     pub device_read_bytes: u64,
     pub device_writes: u64,
     pub device_write_bytes: u64,
@@ -141,6 +145,8 @@ pub struct DefragStatus {
 #[derive(Clone, Debug, Default)]
 pub struct ShardStats {
     pub shard_id: u32,
+    /// The record cache and the synchronous reads that missed it.
+    pub cache: super::prefetch::CacheStats,
     pub keys: u64,
     pub keys_per_db: [u64; DB_COUNT],
     /// Every allocation of the indexes.
@@ -241,6 +247,10 @@ pub struct Shard {
     pub(crate) counters: Counters,
     /// Reused for the first read of every record (one read window).
     pub(crate) read_buf: AlignedBuf,
+    /// Recently read records (see `cache.rs`).
+    pub(crate) cache: RecordCache,
+    /// Records a waiting command fetched, lent for the time it runs (see `prefetch.rs`).
+    pub(crate) prefetched: Vec<Fetched>,
     pub(crate) last_now_ms: u64,
     pub(crate) raider: TombRaider,
     pub(crate) defrag_sleep_ms: u64,
@@ -373,6 +383,8 @@ impl Shard {
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
             read_buf: AlignedBuf::new_zeroed(READ_WINDOW_BYTES),
+            cache: RecordCache::new(cfg.cache_capacity_bytes),
+            prefetched: Vec::new(),
             last_now_ms: 0,
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
             defrag_sleep_ms: cfg.defrag_sleep_ms,
@@ -594,6 +606,7 @@ impl Shard {
 
     /// Drops every key of `db`: a new watermark (durable at the next flush) and a fresh index.
     pub fn flush_db(&mut self, db: Db) -> Result<(), StorageError> {
+        self.cache.clear();
         let d = check_db(db)?;
         self.watermarks[d] = self.next_seq;
         self.next_seq += 1;
@@ -794,6 +807,7 @@ impl Shard {
             shard_id: self.id,
             keys: keys_per_db.iter().sum(),
             keys_per_db,
+            cache: self.cache_stats(),
             index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
             staging_bytes: (self.staging.len()
                 + self.read_buf.len()
@@ -924,6 +938,31 @@ impl Shard {
                 ))
             })?
             .block_seq;
+        if let Some(x) = self
+            .prefetched
+            .iter()
+            .find(|x| x.addr == addr && x.block_seq == block_seq)
+        {
+            return Ok(x.rec.clone());
+        }
+        if let Some(rec) = self.cache.get(addr, block_seq) {
+            return Ok(rec.clone());
+        }
+        let rec = self.read_record_from_device(addr, block, off, block_seq)?;
+        self.cache.insert(addr, block_seq, &rec);
+        Ok(rec)
+    }
+
+    /// The device half of `read_record`: one read (two for records over ~4 KiB) that the
+    /// worker waits for.
+    fn read_record_from_device(
+        &mut self,
+        addr: Address,
+        block: BlockId,
+        off: usize,
+        block_seq: u64,
+    ) -> Result<OwnedRecord, StorageError> {
+        self.counters.sync_reads += 1;
         let bs = self.block_size();
         let (dev, base) = self.shared.layout.locate(block);
         let aligned = off & !(CHUNK_ALIGN_BYTES as usize - 1);

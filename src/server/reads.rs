@@ -1,0 +1,524 @@
+//! The asynchronous command path: commands that wait for the device without blocking
+//! their worker.
+//!
+//! Every keyed command on the worker's own shards goes through `plan`: the records its
+//! declared keys (the command table's key positions) need are looked up in the index and
+//! checked against memory (staging buffers, the record cache). When everything is there
+//! the command runs at once — that is the whole cost for a staged or cached key, and for
+//! a key that does not exist. Otherwise the command is *parked* here: its arguments are
+//! copied, its reply slot is reserved on the connection (or on the requesting worker),
+//! and its reads go on the worker's ring, all of them together. The worker keeps serving
+//! other connections. When the last read completes the command is planned again (the
+//! shard may have changed meanwhile: an overwrite, a relocation, a large value's
+//! fragments now known) and either reads more or is handed back to the worker to run,
+//! with its records lent to their shards (`Shard::lend_prefetched`), so the handler's
+//! ordinary synchronous lookups find everything in memory. Nothing is applied before the
+//! handler runs, so nothing is ever half-applied.
+//!
+//! Bounds (named constants below, and what happens at them):
+//! - `READS_INFLIGHT_MAX` device reads on the ring per worker. A parked command whose
+//!   reads do not fit waits in FIFO order for read slots (`waiting`); nothing falls back
+//!   to a blocking read.
+//! - `PARKED_MAX` parked commands per worker. At the bound the worker stops parsing new
+//!   commands (`is_full`): connections keep their bytes until reads complete.
+//! - `PLAN_ROUNDS_MAX` rounds of planning per command; a command that still misses records
+//!   after that (a key rewritten on every round) runs anyway and its handler reads the
+//!   rest synchronously (counted as `lavik_sync_reads`).
+//!
+//! Ordering is the caller's job (the worker): a connection's commands never overtake an
+//! earlier parked write, and a write never overtakes an earlier parked read.
+
+use super::ConnToken;
+use crate::commands::table::key_positions;
+use crate::commands::{CommandSpec, ShardSet};
+use crate::device::AlignedBuf;
+use crate::resp::Proto;
+use crate::runtime::ring::{file_target, push_sqe, FileTarget};
+use crate::runtime::{user_data, OpKind};
+use crate::storage::prefetch::{Fetched, ReadDone, RecordRead, READ_WINDOW_BYTES};
+use io_uring::{opcode, types, IoUring};
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+/// Device reads in flight per worker.
+pub const READS_INFLIGHT_MAX: usize = 256;
+/// Commands parked per worker before the worker stops parsing new ones.
+pub const PARKED_MAX: usize = 4096;
+/// Planning rounds per command (see the module essay).
+pub const PLAN_ROUNDS_MAX: u32 = 4;
+/// Size of a pooled read buffer: the engine's first read window.
+const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
+/// Pooled read buffers registered with the ring at start (`IORING_REGISTER_BUFFERS`):
+/// one per read that may be in flight. A read into a registered buffer skips pinning
+/// its pages on every submission.
+const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
+const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
+const _: () = assert!(READS_INFLIGHT_MAX <= PARKED_MAX);
+
+/// Where a parked command's reply goes.
+#[derive(Clone, Copy, Debug)]
+pub enum ReadDest {
+    Local {
+        token: ConnToken,
+        seq: u64,
+    },
+    Remote {
+        from: usize,
+        token: ConnToken,
+        seq: u64,
+    },
+}
+
+/// A command waiting for device reads.
+pub struct Parked {
+    pub dest: ReadDest,
+    pub spec: &'static CommandSpec,
+    pub args: Vec<Vec<u8>>,
+    pub db: u8,
+    pub proto: Proto,
+    /// Records fetched so far, with the shard each belongs to.
+    pub fetched: Vec<Fetched>,
+    pub fetched_shard: Vec<u32>,
+    /// A read failed: the command answers this error instead of running.
+    pub error: Option<String>,
+    reads_left: u32,
+    rounds: u32,
+    /// Reads not submitted yet (the ring was at `READS_INFLIGHT_MAX`).
+    unsubmitted: Vec<(u32, RecordRead)>,
+}
+
+impl Parked {
+    pub fn new(
+        dest: ReadDest,
+        spec: &'static CommandSpec,
+        args: Vec<Vec<u8>>,
+        db: u8,
+        proto: Proto,
+    ) -> Parked {
+        Parked {
+            dest,
+            spec,
+            args,
+            db,
+            proto,
+            fetched: Vec::new(),
+            fetched_shard: Vec::new(),
+            error: None,
+            reads_left: 0,
+            rounds: 0,
+            unsubmitted: Vec::new(),
+        }
+    }
+
+    pub fn is_write(&self) -> bool {
+        self.spec.flags.contains(&"write")
+    }
+}
+
+/// A read buffer: one of the pooled buffers (registered with the ring when `fixed` names
+/// its index), or a larger one allocated for a long record.
+struct ReadBuf {
+    bytes: AlignedBuf,
+    /// Index among the ring's registered buffers. Such a buffer is never freed while the
+    /// ring lives: it is always in `Reads::bufs` or in a pending read.
+    fixed: Option<u16>,
+}
+
+/// A read on the ring. The buffer is owned here, untouched, until its completion.
+struct PendingRead {
+    parked: usize,
+    shard: u32,
+    plan: RecordRead,
+    buf: ReadBuf,
+}
+
+/// What completing a read needs from the worker: its ring and registered files (to
+/// submit follow-up reads), its shards, and which shards are its own.
+pub struct ReadIo<'a> {
+    pub ring: &'a mut IoUring,
+    pub fixed: &'a [RawFd],
+    pub shards: &'a mut ShardSet,
+    pub own: &'a dyn Fn(u32) -> bool,
+}
+
+/// Counters for INFO.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadStats {
+    pub parked_commands: u64,
+    pub reads_submitted: u64,
+    pub stale_reads: u64,
+    pub waited_for_slots: u64,
+}
+
+pub struct Reads {
+    reads: Vec<Option<PendingRead>>,
+    free_reads: Vec<usize>,
+    inflight: usize,
+    parked: Vec<Option<Parked>>,
+    free_parked: Vec<usize>,
+    parked_count: usize,
+    /// Parked commands with unsubmitted reads, oldest first.
+    waiting: VecDeque<usize>,
+    /// Idle pooled read buffers (the ring may have them registered: `Reads` must be
+    /// dropped after the ring, see `Worker`'s field order).
+    bufs: Vec<ReadBuf>,
+    /// Completions held back by `--debug-read-delay-ms`: (due, read index, result).
+    delayed: VecDeque<(Instant, usize, i32)>,
+    delay: Duration,
+    pub stats: ReadStats,
+}
+
+/// The reads `spec` with `args` needs on the shards `own` accepts (the worker's own
+/// shards: borrowed ones are read synchronously, their reads must not outlive the loan).
+pub fn plan(
+    shards: &mut ShardSet,
+    own: impl Fn(u32) -> bool,
+    spec: &CommandSpec,
+    args: &[&[u8]],
+    db: u8,
+    have: &[Fetched],
+    out: &mut Vec<(u32, RecordRead)>,
+) {
+    let mut reads = Vec::new();
+    for pos in key_positions(spec, args.len()) {
+        let id = shards.shard_id(args[pos]);
+        if !own(id) {
+            continue;
+        }
+        let Some(shard) = shards.slots[id as usize].as_mut() else {
+            continue;
+        };
+        shard.plan_key_reads(db, args[pos], have, &mut reads);
+        for r in reads.drain(..) {
+            if !out.iter().any(|(_, o)| o.same_record(&r)) {
+                out.push((id, r));
+            }
+        }
+    }
+}
+
+impl Reads {
+    pub fn new(ring: &IoUring, delay_ms: u64) -> Reads {
+        let bufs: Vec<AlignedBuf> = (0..FIXED_READ_BUFFERS)
+            .map(|_| AlignedBuf::new_zeroed(READ_BUFFER_BYTES))
+            .collect();
+        Reads {
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            inflight: 0,
+            parked: Vec::new(),
+            free_parked: Vec::new(),
+            parked_count: 0,
+            waiting: VecDeque::new(),
+            bufs: register_read_bufs(ring, bufs),
+            delayed: VecDeque::new(),
+            delay: Duration::from_millis(delay_ms),
+            stats: ReadStats::default(),
+        }
+    }
+
+    /// Reads on the ring (a worker that stops waits for them: they write into our buffers).
+    pub fn inflight(&self) -> usize {
+        self.inflight
+    }
+
+    /// At `PARKED_MAX`: the worker stops parsing new commands until some complete.
+    pub fn is_full(&self) -> bool {
+        self.parked_count >= PARKED_MAX
+    }
+
+    /// Completions held back by the test-only read delay.
+    pub fn has_delayed(&self) -> bool {
+        !self.delayed.is_empty()
+    }
+
+    /// Parks `p` and submits `reads` (non-empty) for it.
+    pub fn park(
+        &mut self,
+        mut p: Parked,
+        reads: Vec<(u32, RecordRead)>,
+        ring: &mut IoUring,
+        fixed: &[RawFd],
+    ) {
+        debug_assert!(!reads.is_empty());
+        self.stats.parked_commands += 1;
+        p.unsubmitted = reads;
+        let idx = match self.free_parked.pop() {
+            Some(i) => i,
+            None => {
+                self.parked.push(None);
+                self.parked.len() - 1
+            }
+        };
+        self.parked[idx] = Some(p);
+        self.parked_count += 1;
+        self.submit_for(idx, ring, fixed);
+    }
+
+    /// Submits what fits of parked command `idx`'s unsubmitted reads; the rest wait in
+    /// line for read slots.
+    fn submit_for(&mut self, idx: usize, ring: &mut IoUring, fixed: &[RawFd]) {
+        let Some(mut unsubmitted) = self.parked[idx]
+            .as_mut()
+            .map(|p| std::mem::take(&mut p.unsubmitted))
+        else {
+            return;
+        };
+        while self.inflight < READS_INFLIGHT_MAX {
+            let Some((shard, plan)) = unsubmitted.pop() else {
+                break;
+            };
+            let buf = self.buf_for(plan.len_bytes);
+            self.submit(
+                PendingRead {
+                    parked: idx,
+                    shard,
+                    plan,
+                    buf,
+                },
+                ring,
+                fixed,
+            );
+            if let Some(p) = self.parked[idx].as_mut() {
+                p.reads_left += 1;
+            }
+        }
+        if !unsubmitted.is_empty() {
+            self.stats.waited_for_slots += 1;
+            if let Some(p) = self.parked[idx].as_mut() {
+                p.unsubmitted = unsubmitted;
+            }
+            if !self.waiting.contains(&idx) {
+                self.waiting.push_back(idx);
+            }
+        }
+    }
+
+    fn submit(&mut self, mut read: PendingRead, ring: &mut IoUring, fixed: &[RawFd]) {
+        let idx = match self.free_reads.pop() {
+            Some(i) => i,
+            None => {
+                self.reads.push(None);
+                self.reads.len() - 1
+            }
+        };
+        let len = read.plan.len_bytes.min(read.buf.bytes.len());
+        let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
+        let off = read.plan.offset_bytes;
+        let sqe = match (file_target(fixed, read.plan.fd), read.buf.fixed) {
+            (FileTarget::Fixed(f), Some(b)) => {
+                opcode::ReadFixed::new(types::Fixed(f), ptr, len as u32, b)
+                    .offset(off)
+                    .build()
+            }
+            (FileTarget::Fixed(f), None) => opcode::Read::new(types::Fixed(f), ptr, len as u32)
+                .offset(off)
+                .build(),
+            (FileTarget::Fd(fd), Some(b)) => {
+                opcode::ReadFixed::new(types::Fd(fd), ptr, len as u32, b)
+                    .offset(off)
+                    .build()
+            }
+            (FileTarget::Fd(fd), None) => opcode::Read::new(types::Fd(fd), ptr, len as u32)
+                .offset(off)
+                .build(),
+        }
+        .user_data(user_data(OpKind::Read, idx as u64));
+        self.reads[idx] = Some(read);
+        self.inflight += 1;
+        self.stats.reads_submitted += 1;
+        push_sqe(ring, &sqe);
+    }
+
+    fn buf_for(&mut self, len: usize) -> ReadBuf {
+        if len <= READ_BUFFER_BYTES {
+            if let Some(buf) = self.bufs.pop() {
+                return buf;
+            }
+        }
+        ReadBuf {
+            bytes: AlignedBuf::new_zeroed(len.max(READ_BUFFER_BYTES)),
+            fixed: None,
+        }
+    }
+
+    fn recycle(&mut self, buf: ReadBuf) {
+        // Registered buffers always go back (they must outlive the ring); others of the
+        // pooled size too.
+        if buf.fixed.is_some() || buf.bytes.len() == READ_BUFFER_BYTES {
+            self.bufs.push(buf);
+        }
+    }
+
+    /// A read completion from the ring. With the test-only delay it is held back and
+    /// handled by `release_delayed`. Returns the commands now ready to run.
+    pub fn on_completion(
+        &mut self,
+        idx: usize,
+        res: i32,
+        io: &mut ReadIo,
+        ready: &mut Vec<Parked>,
+    ) {
+        if !self.delay.is_zero() {
+            self.delayed
+                .push_back((Instant::now() + self.delay, idx, res));
+            return;
+        }
+        self.complete(idx, res, io, ready);
+    }
+
+    /// Handles held-back completions whose delay is over.
+    pub fn release_delayed(&mut self, io: &mut ReadIo, ready: &mut Vec<Parked>) {
+        let now = Instant::now();
+        while self.delayed.front().is_some_and(|d| d.0 <= now) {
+            if let Some((_, idx, res)) = self.delayed.pop_front() {
+                self.complete(idx, res, io, ready);
+            }
+        }
+    }
+
+    fn complete(&mut self, idx: usize, res: i32, io: &mut ReadIo, ready: &mut Vec<Parked>) {
+        let Some(read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
+            return;
+        };
+        self.free_reads.push(idx);
+        self.inflight -= 1;
+        let pidx = read.parked;
+        let outcome = if res < 0 || (res as usize) < read.plan.len_bytes {
+            let e = if res < 0 {
+                std::io::Error::from_raw_os_error(-res).to_string()
+            } else {
+                "short device read".to_string()
+            };
+            Err(format!("ERR storage error: device error: {e}"))
+        } else {
+            match io.shards.slots[read.shard as usize].as_mut() {
+                // The shard went away (lent out while the read ran): plan again later.
+                None => Ok(ReadDone::Stale),
+                Some(shard) => Ok(shard.complete_read(&read.plan, read.buf.bytes.as_slice())),
+            }
+        };
+        let shard = read.shard;
+        match outcome {
+            Ok(ReadDone::More(plan)) => {
+                let buf = if plan.len_bytes > read.buf.bytes.len() {
+                    self.recycle(read.buf);
+                    ReadBuf {
+                        bytes: AlignedBuf::new_zeroed(plan.len_bytes),
+                        fixed: None,
+                    }
+                } else {
+                    read.buf
+                };
+                self.submit(
+                    PendingRead {
+                        parked: pidx,
+                        shard,
+                        plan,
+                        buf,
+                    },
+                    io.ring,
+                    io.fixed,
+                );
+                return;
+            }
+            Ok(ReadDone::Record(f)) => {
+                self.recycle(read.buf);
+                if let Some(p) = self.parked[pidx].as_mut() {
+                    p.fetched.push(f);
+                    p.fetched_shard.push(shard);
+                }
+            }
+            Ok(ReadDone::Stale) => {
+                self.recycle(read.buf);
+                self.stats.stale_reads += 1;
+            }
+            Err(e) => {
+                self.recycle(read.buf);
+                if let Some(p) = self.parked[pidx].as_mut() {
+                    p.error.get_or_insert(e);
+                }
+            }
+        }
+        let done = match self.parked[pidx].as_mut() {
+            Some(p) => {
+                p.reads_left -= 1;
+                p.reads_left == 0 && p.unsubmitted.is_empty()
+            }
+            None => false,
+        };
+        if done {
+            self.replan(pidx, io, ready);
+        }
+        self.pump(io.ring, io.fixed);
+    }
+
+    /// All of a command's reads are back: plan again; run it (hand it to the worker)
+    /// when nothing is missing, after an error, or after `PLAN_ROUNDS_MAX` rounds.
+    fn replan(&mut self, pidx: usize, io: &mut ReadIo, ready: &mut Vec<Parked>) {
+        let Some(p) = self.parked[pidx].as_mut() else {
+            return;
+        };
+        p.rounds += 1;
+        let mut more = Vec::new();
+        if p.error.is_none() && p.rounds < PLAN_ROUNDS_MAX {
+            let args: Vec<&[u8]> = p.args.iter().map(|a| a.as_slice()).collect();
+            plan(
+                io.shards, io.own, p.spec, &args, p.db, &p.fetched, &mut more,
+            );
+        }
+        if more.is_empty() {
+            if let Some(p) = self.parked[pidx].take() {
+                self.free_parked.push(pidx);
+                self.parked_count -= 1;
+                ready.push(p);
+            }
+            return;
+        }
+        p.unsubmitted = more;
+        self.submit_for(pidx, io.ring, io.fixed);
+    }
+
+    /// Gives free read slots to parked commands waiting for them, oldest first.
+    fn pump(&mut self, ring: &mut IoUring, fixed: &[RawFd]) {
+        while self.inflight < READS_INFLIGHT_MAX {
+            let Some(idx) = self.waiting.pop_front() else {
+                return;
+            };
+            self.submit_for(idx, ring, fixed);
+        }
+    }
+}
+
+/// Registers the pooled read buffers with `ring` as fixed buffers (index = position).
+/// Without registration (an old kernel, a locked-memory limit) they serve as plain
+/// buffers and reads use `IORING_OP_READ`.
+fn register_read_bufs(ring: &IoUring, bufs: Vec<AlignedBuf>) -> Vec<ReadBuf> {
+    let mut bufs = bufs;
+    let iovecs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_slice().as_mut_ptr().cast(),
+            iov_len: b.len(),
+        })
+        .collect();
+    // SAFETY: the buffers stay allocated, unmoved on the heap, for as long as the ring:
+    // they live in `Reads::bufs` or in a pending read, both owned by a `Reads` that the
+    // worker declares (and so drops) after its ring, and a pooled buffer is never freed
+    // (`recycle` always keeps registered ones).
+    let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!("read buffers not registered with io_uring: {e}");
+            false
+        }
+    };
+    bufs.into_iter()
+        .enumerate()
+        .map(|(i, bytes)| ReadBuf {
+            bytes,
+            fixed: registered.then_some(i as u16),
+        })
+        .collect()
+}

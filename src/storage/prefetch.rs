@@ -1,0 +1,273 @@
+//! Reading without blocking: the engine says *which* records a lookup needs, the caller's
+//! ring reads them, the engine checks what came back; the command then runs with every
+//! record it needs in memory (the anti-caching pattern).
+//!
+//! `plan_key_reads(db, key, have)` walks the index candidates of (db, key) the way
+//! `Shard::find` does and lists the device reads needed so that a lookup of that key —
+//! and, for a large value, of its fragments — finds every record in memory: in the staging
+//! buffer, in the record cache, or in `have` (records the caller already fetched). The
+//! caller reads each `RecordRead` into a 4096-aligned buffer and calls `complete_read`,
+//! which verifies the record (block sequence, CRC) and returns it, asks for a longer read,
+//! or reports that the block changed under the read. When nothing is missing any more the
+//! caller lends the fetched records to the shard (`lend_prefetched`), runs the command's
+//! ordinary synchronous code — whose `read_record` calls now find everything in memory —
+//! and takes the records back (`take_prefetched`), which also offers them to the cache.
+//!
+//! Nothing here changes the index or the log, so a plan can be abandoned at any point.
+//! Between planning and running the shard may change (another command overwrote the key,
+//! defrag moved it, a block was freed and reused): the caller plans again after its reads
+//! complete and runs only when the plan is empty. A record fetched for an address whose
+//! block was reused meanwhile fails the block-sequence check and is never used.
+
+use super::format::{decode_record, RecordHeader, FLAG_LARGE};
+use super::index::Address;
+use super::shard::{parse_root, OwnedRecord, Shard};
+use super::Db;
+use std::os::fd::RawFd;
+
+/// First read window for a record (the synchronous path reads the same).
+pub const READ_WINDOW_BYTES: usize = 8192;
+const IO_ALIGN_BYTES: usize = 4096;
+
+/// A record fetched ahead of the command that needs it.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    pub(crate) addr: Address,
+    pub(crate) block_seq: u64,
+    pub(crate) rec: OwnedRecord,
+}
+
+impl Fetched {
+    /// Bytes of key and value held (for the caller's memory accounting).
+    pub fn len_bytes(&self) -> usize {
+        self.rec.key.len() + self.rec.value.len()
+    }
+}
+
+/// One device read the caller must perform.
+#[derive(Clone, Debug)]
+pub struct RecordRead {
+    pub fd: RawFd,
+    pub offset_bytes: u64,
+    pub len_bytes: usize,
+    /// Offset of the record inside the bytes read.
+    rel: usize,
+    /// Bytes from the read offset to the end of the block.
+    room: usize,
+    addr: Address,
+    block_seq: u64,
+}
+
+impl RecordRead {
+    /// Same record address (two plans asking for one record).
+    pub fn same_record(&self, other: &RecordRead) -> bool {
+        self.addr == other.addr && self.block_seq == other.block_seq
+    }
+}
+
+pub enum ReadDone {
+    Record(Fetched),
+    /// The record is longer than the bytes read: read again with this plan.
+    More(RecordRead),
+    /// The block changed under the read (freed, reused): plan again.
+    Stale,
+}
+
+impl Shard {
+    /// Adds to `out` the reads that a lookup of (db, key) needs; nothing when every record
+    /// it would touch is in memory, or when the device has no file descriptor to read
+    /// through (the synchronous path then reads, as before).
+    pub fn plan_key_reads(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        have: &[Fetched],
+        out: &mut Vec<RecordRead>,
+    ) {
+        if (db as usize) >= self.indexes.len() {
+            return;
+        }
+        let h = self.hash(db, key);
+        let mut small = [Address(0); 4];
+        let mut n = 0;
+        let mut more: Vec<Address> = Vec::new();
+        for a in self.indexes[db as usize].candidates(h) {
+            if n < small.len() {
+                small[n] = a;
+                n += 1;
+            } else {
+                more.push(a);
+            }
+        }
+        for addr in small[..n].iter().copied().chain(more) {
+            match self.in_memory(addr, have, |hdr, k, v| {
+                let ours = hdr.db == db && k == key;
+                let large = ours && hdr.flags & FLAG_LARGE != 0;
+                (
+                    ours,
+                    large.then(|| parse_root(v).map(|(_, _, frags)| frags)),
+                )
+            }) {
+                Some((true, None)) => return,
+                Some((true, Some(frags))) => {
+                    // A large value: its fragments are read with it. A root that does not
+                    // parse is left to the synchronous path, which reports it.
+                    for f in frags.into_iter().flatten() {
+                        if self.in_memory(f, have, |_, _, _| ()).is_none() {
+                            self.push_read(f, out);
+                        }
+                    }
+                    return;
+                }
+                Some((false, _)) => continue,
+                None => self.push_read(addr, out),
+            }
+        }
+    }
+
+    /// Runs `f` on the record at `addr` if it is in memory (staging, `have`, the lent
+    /// records or the cache), without a device read.
+    fn in_memory<R>(
+        &self,
+        addr: Address,
+        have: &[Fetched],
+        f: impl FnOnce(&RecordHeader, &[u8], &[u8]) -> R,
+    ) -> Option<R> {
+        let (block, off) = self.shared.layout.split(addr);
+        if let Some(ob) = &self.open {
+            if ob.block == block && off < ob.write_pos {
+                let r = decode_record(&self.staging.as_slice()[off..ob.write_pos], ob.block_seq)?;
+                return Some(f(&r.header, r.key, r.value));
+            }
+        }
+        let block_seq = self.blocks.get(&block)?.block_seq;
+        if let Some(x) = have
+            .iter()
+            .chain(self.prefetched.iter())
+            .find(|x| x.addr == addr && x.block_seq == block_seq)
+        {
+            return Some(f(&x.rec.header, &x.rec.key, &x.rec.value));
+        }
+        let r = self.cache.peek(addr, block_seq)?;
+        Some(f(&r.header, &r.key, &r.value))
+    }
+
+    fn push_read(&self, addr: Address, out: &mut Vec<RecordRead>) {
+        let (block, off) = self.shared.layout.split(addr);
+        let Some(info) = self.blocks.get(&block) else {
+            return; // not ours: the synchronous path reports the corruption
+        };
+        let (dev, base) = self.shared.layout.locate(block);
+        let Some(fd) = self.shared.layout.devices[dev].raw_fd() else {
+            return;
+        };
+        let bs = self.shared.layout.block_size_bytes as usize;
+        let aligned = off & !(IO_ALIGN_BYTES - 1);
+        let read = RecordRead {
+            fd,
+            offset_bytes: base + aligned as u64,
+            len_bytes: READ_WINDOW_BYTES.min(bs - aligned),
+            rel: off - aligned,
+            room: bs - aligned,
+            addr,
+            block_seq: info.block_seq,
+        };
+        if !out.iter().any(|r| r.same_record(&read)) {
+            out.push(read);
+        }
+    }
+
+    /// Checks the bytes a `RecordRead` asked for (`buf.len() >= read.len_bytes`).
+    pub fn complete_read(&mut self, read: &RecordRead, buf: &[u8]) -> ReadDone {
+        self.counters.device_reads += 1;
+        self.counters.device_read_bytes += read.len_bytes as u64;
+        let (block, _) = self.shared.layout.split(read.addr);
+        if self.blocks.get(&block).map(|b| b.block_seq) != Some(read.block_seq) {
+            return ReadDone::Stale;
+        }
+        let bytes = &buf[..read.len_bytes.min(buf.len())];
+        let Some(hdr) = RecordHeader::decode(&bytes[read.rel.min(bytes.len())..]) else {
+            return ReadDone::Stale;
+        };
+        let need = read.rel + hdr.record_len();
+        if need > read.len_bytes {
+            if need > read.room {
+                return ReadDone::Stale;
+            }
+            let len = need.div_ceil(IO_ALIGN_BYTES) * IO_ALIGN_BYTES;
+            return ReadDone::More(RecordRead {
+                len_bytes: len.min(read.room),
+                ..read.clone()
+            });
+        }
+        let Some(r) = decode_record(&bytes[read.rel..need], read.block_seq) else {
+            return ReadDone::Stale;
+        };
+        let rec = OwnedRecord {
+            header: r.header,
+            key: r.key.to_vec(),
+            value: r.value.to_vec(),
+        };
+        self.cache.insert(read.addr, read.block_seq, &rec);
+        ReadDone::Record(Fetched {
+            addr: read.addr,
+            block_seq: read.block_seq,
+            rec,
+        })
+    }
+
+    /// Makes `fetched` visible to this shard's lookups until `take_prefetched`.
+    pub fn lend_prefetched(&mut self, fetched: &mut Vec<Fetched>) {
+        debug_assert!(self.prefetched.is_empty(), "one command at a time");
+        std::mem::swap(&mut self.prefetched, fetched);
+    }
+
+    /// Ends `lend_prefetched`: the records go back to the caller.
+    pub fn take_prefetched(&mut self, fetched: &mut Vec<Fetched>) {
+        std::mem::swap(&mut self.prefetched, fetched);
+        self.prefetched.clear();
+    }
+
+    /// Record cache statistics: (capacity, bytes, entries, hits, misses, evictions).
+    pub fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            capacity_bytes: self.cache.capacity_bytes() as u64,
+            bytes: self.cache.bytes() as u64,
+            entries: self.cache.len() as u64,
+            hits: self.cache.hits,
+            misses: self.cache.misses,
+            evictions: self.cache.evictions,
+            sync_reads: self.counters.sync_reads,
+        }
+    }
+
+    /// Changes this shard's share of `--cache-size`.
+    pub fn set_cache_capacity(&mut self, capacity_bytes: usize) {
+        self.cache.set_capacity(capacity_bytes);
+    }
+}
+
+/// What one shard's record cache holds and did.
+#[derive(Clone, Copy, Default)]
+pub struct CacheStats {
+    pub capacity_bytes: u64,
+    pub bytes: u64,
+    pub entries: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Records read synchronously (blocking the worker): a command read a record nobody
+    /// planned for (should stay near 0).
+    pub sync_reads: u64,
+}
+
+// Flat `name: value` pairs, so INFO's storage lines (built from `Debug`) stay one level.
+impl std::fmt::Debug for CacheStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cache_capacity_bytes: {}, cache_bytes: {}, cache_entries: {}, cache_hits: {}, cache_misses: {}, cache_evictions: {}, sync_reads: {}",
+            self.capacity_bytes, self.bytes, self.entries, self.hits, self.misses, self.evictions, self.sync_reads
+        )
+    }
+}
