@@ -7,6 +7,7 @@
 //! file. Unknown directives are refused with their line number, so a typo
 //! never silently runs with a default.
 
+pub mod output_limits;
 use clap::Parser;
 use std::path::PathBuf;
 
@@ -67,6 +68,10 @@ pub struct Cli {
     /// Maximum simultaneous clients.
     #[arg(long, default_value_t = 10000)]
     pub maxclients: usize,
+    /// Output buffer limit of a client class: `CLASS HARD SOFT SECONDS` (repeatable),
+    /// as Redis's `client-output-buffer-limit`.
+    #[arg(long)]
+    pub client_output_buffer_limit: Vec<String>,
     /// Per-client query buffer limit (e.g. 1gb).
     #[arg(long, default_value = "1gb")]
     pub client_query_buffer_limit: String,
@@ -160,6 +165,7 @@ pub struct Settings {
     pub data_files: Vec<PathBuf>,
     pub data_file_size_bytes: u64,
     pub cache_size_bytes: u64,
+    pub output_limits: output_limits::OutputLimits,
     pub client_query_buffer_limit_bytes: usize,
     pub proto_max_bulk_len_bytes: usize,
     pub protected_mode: bool,
@@ -348,6 +354,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "requirepass",
     "maxclients",
     "client-query-buffer-limit",
+    "client-output-buffer-limit",
     "proto-max-bulk-len",
     "protected-mode",
     "busy-poll-us",
@@ -438,6 +445,11 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
                 Some(false) => {}
                 None => return Err(format!("config line {lineno}: '{name}' takes yes or no")),
             }
+            continue;
+        }
+        if name == "client-output-buffer-limit" {
+            // One class group per line, its four words as one value.
+            out.push(format!("--{name}={}", values.join(" ")));
             continue;
         }
         for v in values {
@@ -554,6 +566,12 @@ impl Settings {
             })?;
         let cache_size_bytes = parse_memory(&cli.cache_size)
             .ok_or_else(|| format!("invalid --cache-size '{}'", cli.cache_size))?;
+        let mut output_limits = output_limits::OutputLimits::default();
+        for g in &cli.client_output_buffer_limit {
+            output_limits
+                .apply(g)
+                .map_err(|e| format!("--client-output-buffer-limit '{g}': {e}"))?;
+        }
         let client_query_buffer_limit_bytes = parse_memory(&cli.client_query_buffer_limit)
             .filter(|&n| n >= 1 << 20)
             .ok_or_else(|| {
@@ -621,6 +639,7 @@ impl Settings {
             data_files,
             data_file_size_bytes,
             cache_size_bytes,
+            output_limits,
             client_query_buffer_limit_bytes,
             proto_max_bulk_len_bytes,
             protected_mode,

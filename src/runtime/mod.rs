@@ -56,6 +56,13 @@ pub fn eventfd_signal(fd: RawFd) {
     let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
+/// Gives freed heap memory back to the kernel (glibc keeps large freed buffers in its
+/// arenas otherwise, so RSS would stay at a departed client's peak).
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe { libc::malloc_trim(0) };
+}
+
 /// Pins the calling thread to one CPU. Failure is logged, not fatal.
 pub fn pin_current_thread(cpu: usize) -> bool {
     // SAFETY: cpu_set_t is plain data.

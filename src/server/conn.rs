@@ -71,6 +71,10 @@ pub struct Conn {
     /// a write is parked, waits for them (the connection's order is kept; reads may run
     /// ahead of earlier parked reads, which no client can tell apart).
     pub parked: u32,
+    /// Bytes of the `Slot::Ready` replies in `pending`.
+    pub pending_ready_bytes: usize,
+    /// Since when the unsent output has been at or over its class's soft limit.
+    pub obuf_soft_since_ms: Option<u64>,
     pub parked_writes: u32,
     pub commands: u64,
     /// Replies waiting for a group-commit epoch to be durable (`appendfsync
@@ -122,6 +126,8 @@ impl Conn {
             in_ready: false,
             monitor: false,
             parked: 0,
+            pending_ready_bytes: 0,
+            obuf_soft_since_ms: None,
             parked_writes: 0,
             commands: 0,
             held: VecDeque::new(),
@@ -137,7 +143,7 @@ impl Conn {
         } else {
             let mut v = Vec::new();
             let r = f(&mut ReplyBuf::new(&mut v, proto));
-            self.pending.push_back(Slot::Ready(v));
+            self.push_ready(v);
             r
         }
     }
@@ -154,6 +160,7 @@ impl Conn {
     pub fn fill(&mut self, seq: u64, bytes: Vec<u8>) {
         for slot in self.pending.iter_mut() {
             if matches!(slot, Slot::Waiting(s) if *s == seq) {
+                self.pending_ready_bytes += bytes.len();
                 *slot = Slot::Ready(bytes);
                 break;
             }
@@ -180,6 +187,7 @@ impl Conn {
     fn release_ready(&mut self) {
         while let Some(Slot::Ready(_)) = self.pending.front() {
             if let Some(Slot::Ready(b)) = self.pending.pop_front() {
+                self.pending_ready_bytes -= b.len();
                 if self.out.is_empty() {
                     self.out = b;
                 } else {
@@ -187,6 +195,31 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Queues a ready reply behind earlier unfilled slots.
+    pub fn push_ready(&mut self, bytes: Vec<u8>) {
+        self.pending_ready_bytes += bytes.len();
+        self.pending.push_back(Slot::Ready(bytes));
+    }
+
+    /// Reply bytes produced and not yet handed to the socket, except those held for
+    /// durability: what back-pressure and the output limit look at.
+    pub fn unsent_bytes(&self) -> usize {
+        self.sending.len().saturating_sub(self.send_off) + self.out.len() + self.pending_ready_bytes
+    }
+
+    /// Reply bytes not yet sent: being sent, ready, waiting in order, held for durability.
+    pub fn output_bytes(&self) -> usize {
+        let held: usize = self.held.iter().map(|(_, b)| b.len()).sum();
+        self.unsent_bytes() + held
+    }
+
+    /// Memory held by this connection's buffers (capacities), for `mem_clients_normal`.
+    pub fn buffer_bytes(&self) -> usize {
+        self.inbuf.capacity() + self.out.capacity() + self.sending.capacity() + self.output_bytes()
+            - self.out.len()
+            - self.sending.len().saturating_sub(self.send_off)
     }
 
     pub fn unparsed(&self) -> usize {

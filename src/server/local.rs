@@ -672,6 +672,10 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
         ),
         ("maxclients".into(), rt.maxclients.to_string()),
         (
+            "client-output-buffer-limit".into(),
+            rt.output_limits.render(),
+        ),
+        (
             "cache-size".into(),
             w.shared
                 .cache_size_bytes
@@ -780,6 +784,11 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
+                "client-output-buffer-limit" => {
+                    if let Err(e) = rt.output_limits.apply(&val) {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
+                    }
+                }
                 "cache-size" => match crate::config::parse_memory(&val) {
                     Some(n) => new_cache = Some(n),
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be a memory value")),
@@ -937,9 +946,10 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     if want("memory") {
         let used = heap_bytes();
         out.push_str(&format!(
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{}\r\nused_memory_peak:{used}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nlavik_index_bytes:{index_bytes}\r\nlavik_cache_bytes:{}\r\nlavik_cache_size:{}\r\n\r\n",
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{}\r\nused_memory_peak:{used}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_clients_normal:{}\r\nlavik_index_bytes:{index_bytes}\r\nlavik_cache_bytes:{}\r\nlavik_cache_size:{}\r\n\r\n",
             used as f64 / (1 << 20) as f64,
             rss_bytes(),
+            st.mem_clients_normal.load(Ordering::Relaxed),
             shard_stats.iter().map(|(_, s)| s.cache.bytes).sum::<u64>(),
             sh.cache_size_bytes.load(Ordering::Relaxed),
         ));
@@ -991,7 +1001,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
@@ -999,6 +1009,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
+            st.client_output_limit_closes.load(Ordering::Relaxed),
             shard_stats.iter().map(|(_, s)| s.cache.hits).sum::<u64>(),
             shard_stats.iter().map(|(_, s)| s.cache.misses).sum::<u64>(),
             shard_stats.iter().map(|(_, s)| s.cache.evictions).sum::<u64>(),

@@ -118,6 +118,7 @@ pub struct RuntimeConfig {
     pub protected_mode: bool,
     pub slowlog_log_slower_than_us: i64,
     pub slowlog_max_len: usize,
+    pub output_limits: crate::config::output_limits::OutputLimits,
 }
 
 #[derive(Default)]
@@ -142,6 +143,10 @@ pub struct Stats {
     /// Commands that waited for device reads without blocking their worker, and the
     /// reads they made (`server::reads`).
     pub parked_commands: AtomicU64,
+    /// Bytes held by normal clients' buffers (all workers; each adds its change per round).
+    pub mem_clients_normal: AtomicU64,
+    /// Clients closed for exceeding `client-output-buffer-limit`.
+    pub client_output_limit_closes: AtomicU64,
     pub parked_reads: AtomicU64,
 }
 
@@ -254,6 +259,7 @@ pub fn build_shared(
         protected_mode: settings.protected_mode,
         slowlog_log_slower_than_us: 10_000,
         slowlog_max_len: 128,
+        output_limits: settings.output_limits,
     };
     let shared = Shared {
         config_file: settings.config_file.clone(),

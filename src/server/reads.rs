@@ -21,6 +21,8 @@
 //!   to a blocking read.
 //! - `PARKED_MAX` parked commands per worker. At the bound the worker stops parsing new
 //!   commands (`is_full`): connections keep their bytes until reads complete.
+//! - `PARKED_PER_CONN_MAX` parked commands per connection; beyond it that connection's
+//!   input waits (its replies to come stay bounded as well).
 //! - `PLAN_ROUNDS_MAX` rounds of planning per command; a command that still misses records
 //!   after that (a key rewritten on every round) runs anyway and its handler reads the
 //!   rest synchronously (counted as `lavik_sync_reads`).
@@ -45,6 +47,10 @@ use std::time::{Duration, Instant};
 pub const READS_INFLIGHT_MAX: usize = 256;
 /// Commands parked per worker before the worker stops parsing new ones.
 pub const PARKED_MAX: usize = 4096;
+/// Commands of one connection parked at once; beyond it the connection's input is not
+/// parsed until one completes (a pipeline's reads still overlap this deep, and the replies
+/// a connection can have coming back stay bounded).
+pub const PARKED_PER_CONN_MAX: usize = 64;
 /// Planning rounds per command (see the module essay).
 pub const PLAN_ROUNDS_MAX: u32 = 4;
 /// Size of a pooled read buffer: the engine's first read window.

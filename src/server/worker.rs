@@ -39,6 +39,9 @@ const PENDING_REPLIES_MAX: usize = 1024;
 /// Unsent reply bytes above which a connection's input is not parsed until
 /// the client reads (a slow reader cannot make us buffer without bound).
 const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
+/// A closed connection whose buffers held this much gives the freed memory back to the
+/// kernel at once (RSS returns after a slow reader leaves).
+const TRIM_AFTER_CLOSE_BYTES: usize = 1 << 20;
 /// Longest park when nothing is pending (active expiry, shutdown checks).
 const IDLE_WAIT_MS: u64 = 100;
 /// Arguments of a command kept on the stack while it runs; longer lists use the heap.
@@ -179,6 +182,10 @@ pub struct Worker {
     delayed_syncs: VecDeque<(Instant, u64, i32)>,
     /// `with_workers` could not make borrowed shards durable (see `run_slot`).
     coordinated_flush_failed: bool,
+    /// The normal class's `client-output-buffer-limit`, read with the slow-log threshold.
+    output_limit: crate::config::output_limits::ClassLimit,
+    /// What this worker last added to `Stats::mem_clients_normal`.
+    reported_client_bytes: u64,
     /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
     /// configuration once per round and after each connection/server command (CONFIG
     /// SET is one) rather than under its lock for every command.
@@ -267,6 +274,8 @@ impl Worker {
             delayed_syncs: VecDeque::new(),
             coordinated_flush_failed: false,
             slowlog_threshold_us: 0,
+            output_limit: Default::default(),
+            reported_client_bytes: 0,
             #[cfg(feature = "dpdk")]
             dpdk: None,
         };
@@ -336,6 +345,7 @@ impl Worker {
             self.process_ready(now, round_start);
             self.flush_storage(now);
             self.send_outbox();
+            self.enforce_output_limits(now);
             self.submit_sends();
             let foreground_us = round_start.elapsed().as_micros() as u64;
             self.background(now, foreground_us);
@@ -683,8 +693,15 @@ impl Worker {
     fn maybe_free(&mut self, slot: u32) {
         let free = matches!(self.conns[slot as usize].as_ref(), Some(c) if c.closing && c.ops_inflight == 0);
         if free {
+            let big = self.conns[slot as usize]
+                .as_ref()
+                .is_some_and(|c| c.buffer_bytes() >= TRIM_AFTER_CLOSE_BYTES);
             self.conns[slot as usize] = None; // drops (closes) the fd
             self.free_slots.push(slot);
+            if big {
+                tracing::debug!("connection buffers freed: trimming the heap");
+                crate::runtime::trim_heap();
+            }
         }
     }
 
@@ -765,7 +782,7 @@ impl Worker {
                         if conn.pending.is_empty() {
                             conn.out.extend_from_slice(&line);
                         } else {
-                            conn.pending.push_back(Slot::Ready(line));
+                            conn.push_ready(line);
                         }
                     }
                 }
@@ -919,8 +936,9 @@ impl Worker {
                 break;
             }
             if self.reads.is_full()
+                || conn.parked as usize >= super::reads::PARKED_PER_CONN_MAX
                 || conn.pending.len() >= PENDING_REPLIES_MAX
-                || conn.out.len() > OUTPUT_HIGH_WATER_BYTES
+                || conn.unsent_bytes() > OUTPUT_HIGH_WATER_BYTES
             {
                 break;
             }
@@ -1062,6 +1080,7 @@ impl Worker {
     fn refresh_slowlog_threshold(&mut self) {
         let rt = self.shared.runtime.read().expect("runtime lock");
         self.slowlog_threshold_us = rt.slowlog_log_slower_than_us;
+        self.output_limit = rt.output_limits.normal;
     }
 
     fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
@@ -1173,7 +1192,7 @@ impl Worker {
         } else {
             let mut out = Vec::new();
             self.exec_handler(spec, args, db, proto, now, &mut out);
-            conn.pending.push_back(Slot::Ready(out));
+            conn.push_ready(out);
         }
     }
 
@@ -1908,6 +1927,54 @@ impl Worker {
             any_held |= !conn.held.is_empty();
         }
         self.any_held = any_held;
+    }
+
+    /// Applies `client-output-buffer-limit` to every connection (Redis closes an offending
+    /// client without sending what it has queued) and reports the clients' buffer memory.
+    fn enforce_output_limits(&mut self, now: u64) {
+        use crate::config::output_limits::Verdict;
+        let limit = self.output_limit;
+        let mut total = 0u64;
+        let mut close = Vec::new();
+        for (slot, c) in self.conns.iter_mut().enumerate() {
+            let Some(conn) = c.as_deref_mut() else {
+                continue;
+            };
+            total += conn.buffer_bytes() as u64;
+            if conn.closing {
+                continue;
+            }
+            match limit.judge(conn.output_bytes() as u64, conn.obuf_soft_since_ms, now) {
+                Verdict::Fine => conn.obuf_soft_since_ms = None,
+                Verdict::OverSoft(since) => conn.obuf_soft_since_ms = Some(since),
+                Verdict::Close => close.push(slot as u32),
+            }
+        }
+        for slot in close {
+            if let Some(conn) = self.conns[slot as usize].as_mut() {
+                tracing::warn!(
+                    "Client {} scheduled to be closed ASAP for overcoming of output buffer limits.",
+                    conn.addr
+                );
+                conn.out = Vec::new();
+                conn.pending.clear();
+                conn.pending_ready_bytes = 0;
+                conn.held.clear();
+            }
+            self.shared
+                .stats
+                .client_output_limit_closes
+                .fetch_add(1, Ordering::Relaxed);
+            self.begin_close(slot);
+            self.maybe_free(slot);
+        }
+        let st = &self.shared.stats.mem_clients_normal;
+        if total >= self.reported_client_bytes {
+            st.fetch_add(total - self.reported_client_bytes, Ordering::Relaxed);
+        } else {
+            st.fetch_sub(self.reported_client_bytes - total, Ordering::Relaxed);
+        }
+        self.reported_client_bytes = total;
     }
 
     fn submit_sends(&mut self) {
