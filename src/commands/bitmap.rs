@@ -178,7 +178,11 @@ pub fn bitcount(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         2 => None,
         4 | 5 => {
             let (start, end) = (parse_int(a[2])?, parse_int(a[3])?);
-            let in_bits = if a.len() == 5 { parse_unit(a[4])? } else { false };
+            let in_bits = if a.len() == 5 {
+                parse_unit(a[4])?
+            } else {
+                false
+            };
             Some((start, end, in_bits))
         }
         _ => return Err(ERR_SYNTAX.into()),
@@ -210,8 +214,16 @@ pub fn bitpos(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         3 => None,
         4..=6 => {
             let start = parse_int(a[3])?;
-            let in_bits = if a.len() == 6 { parse_unit(a[5])? } else { false };
-            let end = if a.len() >= 5 { Some(parse_int(a[4])?) } else { None };
+            let in_bits = if a.len() == 6 {
+                parse_unit(a[5])?
+            } else {
+                false
+            };
+            let end = if a.len() >= 5 {
+                Some(parse_int(a[4])?)
+            } else {
+                None
+            };
             Some((start, end, in_bits))
         }
         _ => return Err(ERR_SYNTAX.into()),
@@ -441,9 +453,8 @@ fn signed_add(value: i64, incr: i64, bits: u32, mode: Overflow) -> Option<i64> {
     let room_up = (max as u64).wrapping_sub(value as u64) as i64;
     let room_down = min.wrapping_sub(value);
     let narrow = bits != 64;
-    let over = value > max
-        || (narrow && incr > room_up)
-        || (value >= 0 && incr > 0 && incr > room_up);
+    let over =
+        value > max || (narrow && incr > room_up) || (value >= 0 && incr > 0 && incr > room_up);
     let under = !over
         && (value < min
             || (narrow && incr < room_down)
@@ -612,7 +623,18 @@ mod tests {
         assert_eq!(parse_field_type(b"i64"), Ok((true, 64)));
         assert_eq!(parse_field_type(b"u63"), Ok((false, 63)));
         assert_eq!(parse_field_type(b"u1"), Ok((false, 1)));
-        for bad in [&b"u64"[..], b"i65", b"i0", b"U8", b"I8", b"8", b"", b"i", b"i08", b"i+8"] {
+        for bad in [
+            &b"u64"[..],
+            b"i65",
+            b"i0",
+            b"U8",
+            b"I8",
+            b"8",
+            b"",
+            b"i",
+            b"i08",
+            b"i+8",
+        ] {
             assert!(parse_field_type(bad).is_err(), "{:?}", bad);
         }
     }

@@ -213,7 +213,10 @@ mod tests {
         let copy = lookup(b"copy").unwrap();
         assert_eq!(key_positions(copy, 5).collect::<Vec<_>>(), vec![1, 2]);
         let bitop = lookup(b"BITOP").unwrap();
-        assert_eq!(key_positions(bitop, 6).collect::<Vec<_>>(), vec![2, 3, 4, 5]);
+        assert_eq!(
+            key_positions(bitop, 6).collect::<Vec<_>>(),
+            vec![2, 3, 4, 5]
+        );
     }
 
     // Every name is lowercase and unique, so lookup is unambiguous.
