@@ -373,6 +373,11 @@ fn bitmap_errors() {
         &["BITFIELD", "s", "GET", "u8", "-1"],
         &["BITFIELD", "s", "GET", "u8", "#-1"],
         &["BITFIELD", "s", "GET", "u8", "##1"],
+        // `#n` is scaled in wrapping 64-bit arithmetic, as Redis's C does: 2^57 x 64
+        // wraps negative, 2^58 x 64 wraps to offset 0.
+        &["BITFIELD", "s", "GET", "i64", "#144115188075855872"],
+        &["BITFIELD", "s", "GET", "i64", "#288230376151711744"],
+        &["BITFIELD", "s", "GET", "i8", "#1152921504606846977"],
         &["BITFIELD", "s", "SET", "u8", "0"],
         &["BITFIELD", "s", "SET", "u8", "0", "x"],
         &["BITFIELD", "s", "INCRBY", "u8", "0", "1.5"],
