@@ -1,7 +1,7 @@
 //! Keyspace commands: DEL, EXISTS, TYPE, RENAME, COPY, EXPIRE family, TTL
 //! family, KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHDB, FLUSHALL.
 
-use super::{eq_ic, glob_match, parse_int, storage_error, CmdResult, Ctx, ERR_SYNTAX};
+use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, Glob, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
 use crate::storage::{Db, ValueKind};
 
@@ -302,13 +302,20 @@ fn held_ids(ctx: &mut Ctx) -> Vec<usize> {
 
 pub fn keys(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (db, now) = (ctx.db, ctx.now_ms);
+    // Redis lists every key for the pattern `*` without matching (so the empty key is
+    // listed, which the matcher itself would refuse).
+    let glob = (a[1] != b"*").then(|| Glob::new(a[1]));
     let mut found = Vec::new();
     for id in held_ids(ctx) {
         let shard = ctx.shards.slots[id].as_mut().expect("held");
         let mut cursor = 0;
         loop {
             let (next, batch) = shard.scan(db, cursor, 1024, now).map_err(storage_error)?;
-            found.extend(batch.into_iter().filter(|k| glob_match(a[1], k)));
+            found.extend(
+                batch
+                    .into_iter()
+                    .filter(|k| glob.as_ref().is_none_or(|g| g.matches(k))),
+            );
             if next == 0 {
                 break;
             }
@@ -386,8 +393,10 @@ pub fn scan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             keys.clear();
         }
     }
-    if let Some(p) = pattern {
-        keys.retain(|k| glob_match(p, k));
+    // As in KEYS, the pattern `*` is not matched (the empty key passes).
+    if let Some(p) = pattern.filter(|p| *p != b"*") {
+        let glob = Glob::new(p);
+        keys.retain(|k| glob.matches(k));
     }
     r.array(2);
     r.bulk(next_cursor.to_string().as_bytes());

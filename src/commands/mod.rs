@@ -11,6 +11,8 @@
 //! Connection and server commands (`Kind::Local`) need the connection or the
 //! process state and are implemented in `server::local`.
 
+pub mod bitmap;
+pub mod glob;
 pub mod keyspace;
 pub mod string;
 pub mod table;
@@ -18,6 +20,7 @@ pub mod table;
 use crate::resp::ReplyBuf;
 use crate::storage::{key_slot, shard_of_slot, Db, Shard, StorageError};
 
+pub use glob::{glob_match, glob_match_nocase, Glob};
 pub use table::{lookup, CommandSpec, Kind, TABLE};
 
 /// The shards a command may touch, indexed by shard id. A worker holds its
@@ -82,120 +85,4 @@ pub fn parse_int(a: &[u8]) -> Result<i64, String> {
 
 pub fn eq_ic(a: &[u8], b: &str) -> bool {
     a.eq_ignore_ascii_case(b.as_bytes())
-}
-
-/// Redis's glob matcher (`stringmatchlen`): `*`, `?`, `[a-z]`, `[^x]`, `\`.
-pub fn glob_match(pat: &[u8], s: &[u8]) -> bool {
-    fn m(p: &[u8], s: &[u8], depth: u32) -> bool {
-        if depth > 1000 {
-            return false;
-        }
-        let (mut pi, mut si) = (0, 0);
-        while pi < p.len() {
-            match p[pi] {
-                b'*' => {
-                    while pi + 1 < p.len() && p[pi + 1] == b'*' {
-                        pi += 1;
-                    }
-                    if pi + 1 == p.len() {
-                        return true;
-                    }
-                    for start in si..=s.len() {
-                        if m(&p[pi + 1..], &s[start..], depth + 1) {
-                            return true;
-                        }
-                    }
-                    return false;
-                }
-                b'?' => {
-                    if si >= s.len() {
-                        return false;
-                    }
-                    si += 1;
-                }
-                b'[' => {
-                    if si >= s.len() {
-                        return false;
-                    }
-                    pi += 1;
-                    let not = pi < p.len() && p[pi] == b'^';
-                    if not {
-                        pi += 1;
-                    }
-                    let mut matched = false;
-                    loop {
-                        if pi >= p.len() {
-                            pi -= 1;
-                            break;
-                        }
-                        if p[pi] == b'\\' && pi + 1 < p.len() {
-                            pi += 1;
-                            if p[pi] == s[si] {
-                                matched = true;
-                            }
-                        } else if p[pi] == b']' {
-                            break;
-                        } else if pi + 2 < p.len() && p[pi + 1] == b'-' {
-                            let (mut lo, mut hi) = (p[pi], p[pi + 2]);
-                            if lo > hi {
-                                std::mem::swap(&mut lo, &mut hi);
-                            }
-                            if s[si] >= lo && s[si] <= hi {
-                                matched = true;
-                            }
-                            pi += 2;
-                        } else if p[pi] == s[si] {
-                            matched = true;
-                        }
-                        pi += 1;
-                    }
-                    if not {
-                        matched = !matched;
-                    }
-                    if !matched {
-                        return false;
-                    }
-                    si += 1;
-                }
-                b'\\' if pi + 1 < p.len() => {
-                    pi += 1;
-                    if si >= s.len() || p[pi] != s[si] {
-                        return false;
-                    }
-                    si += 1;
-                }
-                c => {
-                    if si >= s.len() || c != s[si] {
-                        return false;
-                    }
-                    si += 1;
-                }
-            }
-            pi += 1;
-        }
-        si == s.len()
-    }
-    m(pat, s, 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // The glob matcher agrees with Redis on the pattern features KEYS/SCAN use.
-    #[test]
-    fn glob() {
-        assert!(glob_match(b"*", b"anything"));
-        assert!(glob_match(b"h?llo", b"hello"));
-        assert!(glob_match(b"h*llo", b"heeeello"));
-        assert!(glob_match(b"h[ae]llo", b"hallo"));
-        assert!(!glob_match(b"h[ae]llo", b"hillo"));
-        assert!(glob_match(b"h[^e]llo", b"hallo"));
-        assert!(!glob_match(b"h[^e]llo", b"hello"));
-        assert!(glob_match(b"h[a-b]llo", b"hbllo"));
-        assert!(glob_match(b"key:\\*", b"key:*"));
-        assert!(!glob_match(b"key:\\*", b"key:a"));
-        assert!(!glob_match(b"a*b", b"acd"));
-        assert!(glob_match(b"", b""));
-    }
 }

@@ -1,7 +1,7 @@
 //! The command table: every command lavik knows, with the facts Redis's
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
-use super::{keyspace as k, string as s, Handler};
+use super::{bitmap as b, keyspace as k, string as s, Handler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -113,6 +113,14 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("decrby", 3, WF, 1, 1, 1, "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", s::decrby),
     keyed!("incrbyfloat", 3, WF, 1, 1, 1, "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", s::incrbyfloat),
     keyed!("lcs", -3, R, 1, 2, 1, "string", "7.0.0", "Finds the longest common substring.", s::lcs),
+    // bitmaps
+    keyed!("setbit", 4, W, 1, 1, 1, "bitmap", "2.2.0", "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.", b::setbit),
+    keyed!("getbit", 3, RF, 1, 1, 1, "bitmap", "2.2.0", "Returns a bit value by offset.", b::getbit),
+    keyed!("bitcount", -2, R, 1, 1, 1, "bitmap", "2.6.0", "Counts the number of set bits (population counting) in a string.", b::bitcount),
+    keyed!("bitpos", -3, R, 1, 1, 1, "bitmap", "2.8.7", "Finds the first set (1) or clear (0) bit in a string.", b::bitpos),
+    keyed!("bitop", -4, W, 2, -1, 1, "bitmap", "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", b::bitop),
+    keyed!("bitfield", -2, W, 1, 1, 1, "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", b::bitfield),
+    keyed!("bitfield_ro", -2, RF, 1, 1, 1, "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", b::bitfield_ro),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
@@ -204,6 +212,11 @@ mod tests {
         assert_eq!(key_positions(get, 2).collect::<Vec<_>>(), vec![1]);
         let copy = lookup(b"copy").unwrap();
         assert_eq!(key_positions(copy, 5).collect::<Vec<_>>(), vec![1, 2]);
+        let bitop = lookup(b"BITOP").unwrap();
+        assert_eq!(
+            key_positions(bitop, 6).collect::<Vec<_>>(),
+            vec![2, 3, 4, 5]
+        );
     }
 
     // Every name is lowercase and unique, so lookup is unambiguous.
