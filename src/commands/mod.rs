@@ -11,6 +11,7 @@
 //! Connection and server commands (`Kind::Local`) need the connection or the
 //! process state and are implemented in `server::local`.
 
+pub mod hyperloglog;
 pub mod keyspace;
 pub mod string;
 pub mod table;

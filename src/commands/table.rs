@@ -1,7 +1,7 @@
 //! The command table: every command lavik knows, with the facts Redis's
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
-use super::{keyspace as k, string as s, Handler};
+use super::{hyperloglog as h, keyspace as k, string as s, Handler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -36,6 +36,7 @@ const WDF: &[&str] = &["write", "fast"];
 const FAST: &[&str] = &["fast"];
 const LOADING_STALE: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+const PFDEBUG: &[&str] = &["write", "denyoom", "admin"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -113,6 +114,11 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("decrby", 3, WF, 1, 1, 1, "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", s::decrby),
     keyed!("incrbyfloat", 3, WF, 1, 1, 1, "string", "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", s::incrbyfloat),
     keyed!("lcs", -3, R, 1, 2, 1, "string", "7.0.0", "Finds the longest common substring.", s::lcs),
+    // hyperloglog (PFCOUNT is readonly in Redis 7.0/7.2 although it may rewrite the cache)
+    keyed!("pfadd", -2, WF, 1, 1, 1, "hyperloglog", "2.8.9", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", h::pfadd),
+    keyed!("pfcount", -2, R, 1, -1, 1, "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", h::pfcount),
+    keyed!("pfmerge", -2, W, 1, -1, 1, "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", h::pfmerge),
+    keyed!("pfdebug", 3, PFDEBUG, 2, 2, 1, "hyperloglog", "2.8.9", "Internal commands for debugging HyperLogLog values.", h::pfdebug),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
