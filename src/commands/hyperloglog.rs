@@ -441,18 +441,34 @@ impl Hll {
                 match op {
                     Op::Val { value, .. } => {
                         if index != first {
-                            Op::Val { value, run: index - first }.push(&mut seq);
+                            Op::Val {
+                                value,
+                                run: index - first,
+                            }
+                            .push(&mut seq);
                         }
-                        Op::Val { value: count, run: 1 }.push(&mut seq);
+                        Op::Val {
+                            value: count,
+                            run: 1,
+                        }
+                        .push(&mut seq);
                         if index != last {
-                            Op::Val { value, run: last - index }.push(&mut seq);
+                            Op::Val {
+                                value,
+                                run: last - index,
+                            }
+                            .push(&mut seq);
                         }
                     }
                     _ => {
                         if index != first {
                             zero_run(index - first).push(&mut seq);
                         }
-                        Op::Val { value: count, run: 1 }.push(&mut seq);
+                        Op::Val {
+                            value: count,
+                            run: 1,
+                        }
+                        .push(&mut seq);
                         if index != last {
                             zero_run(last - index).push(&mut seq);
                         }
