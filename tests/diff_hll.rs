@@ -9,6 +9,14 @@ use common::diff::{Pair, Rng};
 /// share a hash tag.
 const KEYS: &[&str] = &["h1", "h2", "h3", "{t}a", "{t}b", "big"];
 
+/// Strings that are not HLLs to Redis: too short, a bad encoding byte, an integer.
+const NOT_HLL_VALUES: &[&[u8]] = &[
+    b"hello",
+    b"HYLL",
+    b"HYLL\x02\0\0\0\0\0\0\0\0\0\0\0\x7f\xff",
+    b"12345678901234567",
+];
+
 fn element(rng: &mut Rng, universe: u64) -> String {
     format!("e{}", rng.below(universe))
 }
@@ -87,12 +95,7 @@ fn random_step(p: &mut Pair, rng: &mut Rng) -> Vec<u8> {
         }
         23..=25 => vec![b"GET".to_vec(), k(rng).into_bytes()],
         26 => {
-            let v: &[u8] = *rng.pick(&[
-                &b"hello"[..],
-                b"HYLL",
-                b"HYLL\x02\0\0\0\0\0\0\0\0\0\0\0\x7f\xff",
-                b"12345678901234567",
-            ]);
+            let v = rng.pick(NOT_HLL_VALUES);
             vec![b"SET".to_vec(), k(rng).into_bytes(), v.to_vec()]
         }
         27 => vec![b"DEL".to_vec(), k(rng).into_bytes()],
@@ -105,7 +108,7 @@ fn random_step(p: &mut Pair, rng: &mut Rng) -> Vec<u8> {
         ],
         31 => vec![b"PFDEBUG".to_vec(), b"DECODE".to_vec(), k(rng).into_bytes()],
         32 => {
-            let sub: &str = *rng.pick(&["TODENSE", "GETREG", "todense", "NOSUCH"]);
+            let sub = rng.pick(&["TODENSE", "GETREG", "todense", "NOSUCH"]);
             vec![
                 b"PFDEBUG".to_vec(),
                 sub.as_bytes().to_vec(),
@@ -274,6 +277,7 @@ fn hll_errors() {
         &["PFMERGE"],
         &["PFDEBUG", "ENCODING"],
         &["PFDEBUG", "ENCODING", "k", "x"],
+        &["PFSELFTEST", "extra"],
         &["PFADD", "s", "a"],
         &["PFADD", "n", "a"],
         &["PFCOUNT", "s"],

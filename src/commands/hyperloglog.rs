@@ -735,3 +735,290 @@ pub fn pfdebug(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     Ok(())
 }
+
+/// PFSELFTEST: Redis's self test of the register accessors and of the
+/// estimator's error, with dense and sparse kept in agreement.
+pub fn pfselftest(ctx: &mut Ctx, _a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    /// Redis adds 10^7 elements, checking at every power of ten.
+    const SELFTEST_ELEMENTS: u64 = 10_000_000;
+    selftest(ctx.now_ms | 1, SELFTEST_ELEMENTS)?;
+    r.ok();
+    Ok(())
+}
+
+fn selftest(mut rng: u64, elements: u64) -> Result<(), String> {
+    const REGISTER_CYCLES: usize = 1000;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // 1: every register keeps its own value and leaves its neighbours alone.
+    let mut regs = vec![0u8; DENSE_BYTES - HEADER_BYTES];
+    let mut expected = vec![0u8; REGISTER_COUNT];
+    for _ in 0..REGISTER_CYCLES {
+        for (i, e) in expected.iter_mut().enumerate() {
+            *e = (next() as u8) & REGISTER_MAX;
+            dense_put(&mut regs, i, *e);
+        }
+        for (i, &e) in expected.iter().enumerate() {
+            let got = dense_get(&regs, i);
+            if got != e {
+                return Err(format!(
+                    "TESTFAILED Register {i} should be {e} but is {got}"
+                ));
+            }
+        }
+    }
+    // 2: the error stays within 6 standard errors at 1, 10, 100, ...
+    let mut dense = Hll::new_sparse();
+    dense.to_dense().expect("a fresh HLL is valid");
+    let mut sparse = Hll::new_sparse();
+    let relative_error = 1.04 / (REGISTER_COUNT as f64).sqrt();
+    let seed = next();
+    let mut checkpoint = 1u64;
+    for j in 1..=elements {
+        let element = (j ^ seed).to_le_bytes();
+        dense
+            .add(&element, SPARSE_MAX_BYTES)
+            .map_err(|_| ERR_CORRUPT)?;
+        sparse
+            .add(&element, SPARSE_MAX_BYTES)
+            .map_err(|_| ERR_CORRUPT)?;
+        if j != checkpoint {
+            continue;
+        }
+        if (j as usize) < SPARSE_MAX_BYTES / 2 && !sparse.is_sparse() {
+            return Err("TESTFAILED sparse encoding not used".into());
+        }
+        let card = dense.count().map_err(|_| ERR_CORRUPT)?;
+        if sparse.count().map_err(|_| ERR_CORRUPT)? != card {
+            return Err("TESTFAILED dense/sparse disagree".into());
+        }
+        let abs_error = checkpoint.abs_diff(card);
+        // At 10 a collision makes a larger error likely: Redis allows 1.
+        let max_error = if j == 10 {
+            1
+        } else {
+            (relative_error * 6.0 * checkpoint as f64).ceil() as u64
+        };
+        if abs_error > max_error {
+            return Err(format!(
+                "TESTFAILED Too big error. card:{checkpoint} abserr:{abs_error}"
+            ));
+        }
+        checkpoint *= 10;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `PFADD h a b c` then `GET h` on redis-server 7.0.15.
+    const ABC: &[u8] =
+        b"HYLL\x01\0\0\0\0\0\0\0\0\0\0\x80\x60\xf3\x80\x50\xb1\x84\x4b\xfb\x80\x42\x5a";
+
+    fn hll_of(prefix: &str, n: usize) -> Hll {
+        let mut h = Hll::new_sparse();
+        for i in 0..n {
+            h.add(format!("{prefix}{i}").as_bytes(), SPARSE_MAX_BYTES)
+                .unwrap();
+        }
+        h
+    }
+
+    // Elements land on the register and run length Redis gives them (PFDEBUG DECODE there).
+    #[test]
+    fn hash_and_pattern_match_redis() {
+        assert_eq!(pattern_len(b"a"), (12711, 2));
+        assert_eq!(pattern_len(b""), (5938, 2));
+        assert_eq!(pattern_len(b"hello world!"), (8716, 3));
+        assert_eq!(pattern_len(b"12345678"), (10579, 3));
+        assert_eq!(pattern_len(b"foobar"), (1910, 4));
+    }
+
+    // A known sparse value from Redis parses: opcodes, histogram, estimate.
+    #[test]
+    fn parses_known_sparse_literal() {
+        let h = Hll::from_bytes(ABC.to_vec()).unwrap();
+        assert!(h.is_sparse());
+        assert_eq!(h.cached(), None);
+        assert_eq!(
+            h.decode_sparse().unwrap(),
+            "Z:8436 v:1,1 Z:4274 v:2,1 Z:3068 v:1,1 Z:603"
+        );
+        let hist = h.histogram().unwrap();
+        assert_eq!((hist[0], hist[1], hist[2]), (16381, 2, 1));
+        assert_eq!(h.count().unwrap(), 3);
+    }
+
+    // Adding the same elements emits Redis's bytes; the cache then holds 3 in little endian.
+    #[test]
+    fn emits_known_sparse_literal() {
+        let mut h = Hll::new_sparse();
+        assert_eq!(h.as_bytes(), b"HYLL\x01\0\0\0\0\0\0\0\0\0\0\0\x7f\xff");
+        for e in [&b"a"[..], b"b", b"c"] {
+            assert!(h.add(e, SPARSE_MAX_BYTES).unwrap());
+        }
+        assert!(!h.add(b"a", SPARSE_MAX_BYTES).unwrap());
+        assert_eq!(h.as_bytes(), ABC);
+        h.set_cached(3);
+        assert_eq!(&h.as_bytes()[8..16], &[3, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(h.cached(), Some(3));
+        h.invalidate_cache();
+        assert_eq!(&h.as_bytes()[8..16], &[3, 0, 0, 0, 0, 0, 0, 0x80]);
+    }
+
+    // Estimates and encodings Redis gave for e0.., at sizes on both sides of the promotion.
+    #[test]
+    fn estimates_match_redis() {
+        let small = hll_of("e", 200);
+        assert!(small.is_sparse());
+        assert_eq!(small.as_bytes().len(), 513);
+        assert_eq!(small.count().unwrap(), 200);
+        let big = hll_of("e", 10_000);
+        assert!(!big.is_sparse());
+        assert_eq!(big.as_bytes().len(), DENSE_BYTES);
+        assert_eq!(big.count().unwrap(), 9973);
+        assert_eq!(Hll::new_sparse().count().unwrap(), 0);
+    }
+
+    // The sparse form grows to at most 3000 bytes, then the next growing update promotes.
+    #[test]
+    fn promotes_at_sparse_max_bytes() {
+        let mut h = Hll::new_sparse();
+        let mut i = 0;
+        while h.is_sparse() {
+            assert!(h.as_bytes().len() <= SPARSE_MAX_BYTES);
+            let before = h.clone();
+            let grew = h.add(format!("p{i}").as_bytes(), SPARSE_MAX_BYTES).unwrap();
+            if !h.is_sparse() {
+                assert!(grew);
+                // Same registers, one raised: dense of the old value plus that register.
+                let mut expect = before;
+                expect.to_dense().unwrap();
+                expect
+                    .add(format!("p{i}").as_bytes(), SPARSE_MAX_BYTES)
+                    .unwrap();
+                assert_eq!(h, expect);
+            }
+            i += 1;
+        }
+        assert!(i > 500, "promoted after only {i} elements");
+    }
+
+    // A value above 32 cannot be sparse: setting one promotes at once.
+    #[test]
+    fn value_above_32_promotes() {
+        let mut h = hll_of("q", 10);
+        assert!(h.set_register(77, 33, SPARSE_MAX_BYTES).unwrap());
+        assert!(!h.is_sparse());
+        assert_eq!(h.dense_registers().unwrap()[77], 33);
+        assert!(!h.set_register(77, 20, SPARSE_MAX_BYTES).unwrap());
+    }
+
+    // The header checks: magic, encoding, and the dense length exactly.
+    #[test]
+    fn rejects_malformed_headers() {
+        assert!(Hll::from_bytes(ABC[..15].to_vec()).is_none());
+        assert!(Hll::from_bytes(b"HYLX\x01\0\0\0\0\0\0\0\0\0\0\0\x7f\xff".to_vec()).is_none());
+        assert!(Hll::from_bytes(b"HYLL\x02\0\0\0\0\0\0\0\0\0\0\0\x7f\xff".to_vec()).is_none());
+        let mut dense = hll_of("d", 5);
+        dense.to_dense().unwrap();
+        let mut bytes = dense.into_bytes();
+        assert!(Hll::from_bytes(bytes.clone()).is_some());
+        bytes.pop();
+        assert!(Hll::from_bytes(bytes.clone()).is_none());
+        bytes.extend_from_slice(b"ab");
+        assert!(Hll::from_bytes(bytes).is_none());
+        // A header alone is a (corrupt) sparse HLL, as in Redis.
+        let empty = Hll::from_bytes(ABC[..16].to_vec()).unwrap();
+        assert_eq!(empty.count(), Err(Corrupt));
+        assert_eq!(empty.decode_sparse().unwrap(), "");
+    }
+
+    // Truncated or over-long opcode runs are corrupt for counting, merging and conversion.
+    #[test]
+    fn rejects_bad_coverage() {
+        let truncated = Hll::from_bytes(ABC[..ABC.len() - 1].to_vec()).unwrap();
+        assert_eq!(truncated.count(), Err(Corrupt));
+        let mut max = [0u8; REGISTER_COUNT];
+        assert_eq!(truncated.merge_into(&mut max), Err(Corrupt));
+        let mut t = truncated.clone();
+        assert_eq!(t.to_dense(), Err(Corrupt));
+        assert_eq!(t, truncated);
+        // XZERO:16384 twice covers too many registers.
+        let mut over = Hll::new_sparse().into_bytes();
+        over.extend_from_slice(b"\x7f\xff");
+        let over = Hll::from_bytes(over).unwrap();
+        assert_eq!(over.count(), Err(Corrupt));
+        // Only registers 0..100 described: an element beyond them is corrupt, one in them is not.
+        let mut short = ABC[..16].to_vec();
+        short.extend_from_slice(b"\x40\x63");
+        let mut short = Hll::from_bytes(short).unwrap();
+        assert_eq!(short.set_register(5000, 3, SPARSE_MAX_BYTES), Err(Corrupt));
+        assert_eq!(short.set_register(50, 3, SPARSE_MAX_BYTES), Ok(true));
+        assert_eq!(short.decode_sparse().unwrap(), "z:50 v:3,1 z:49");
+    }
+
+    // A truncated XZERO reads its missing byte as 0, as Redis reads the string's terminator.
+    #[test]
+    fn truncated_xzero_reads_zero() {
+        let mut v = ABC[..16].to_vec();
+        v.push(0x7f);
+        let h = Hll::from_bytes(v).unwrap();
+        assert_eq!(h.decode_sparse().unwrap(), "Z:16129");
+    }
+
+    // Dense register writes never disturb a neighbour, at both ends of the array.
+    #[test]
+    fn dense_registers_are_independent() {
+        let mut regs = vec![0u8; DENSE_BYTES - HEADER_BYTES];
+        for i in [0, 1, 2, 3, 4, 5000, REGISTER_COUNT - 2, REGISTER_COUNT - 1] {
+            dense_put(&mut regs, i, 63);
+            dense_put(&mut regs, i, (i % 64) as u8);
+        }
+        for i in 0..REGISTER_COUNT {
+            let want = match i {
+                0..=4 | 5000 | 16382 | 16383 => (i % 64) as u8,
+                _ => 0,
+            };
+            assert_eq!(dense_get(&regs, i), want, "register {i}");
+        }
+    }
+
+    // The self test's register and error checks pass (10^5 elements here; PFSELFTEST adds 10^7).
+    #[test]
+    fn selftest_passes() {
+        assert_eq!(selftest(0x1234_5678_9abc_def1, 100_000), Ok(()));
+    }
+
+    proptest! {
+        // Any sequence of register updates gives the same registers sparse and dense, and the
+        // sparse form decodes to exactly those registers.
+        #[test]
+        fn sparse_and_dense_agree(updates in proptest::collection::vec((0usize..REGISTER_COUNT, 1u8..=40), 0..400)) {
+            let mut model = vec![0u8; REGISTER_COUNT];
+            let mut sparse = Hll::new_sparse();
+            let mut dense = Hll::new_sparse();
+            dense.to_dense().unwrap();
+            for &(i, v) in &updates {
+                let grew = v > model[i];
+                model[i] = model[i].max(v);
+                prop_assert_eq!(sparse.set_register(i, v, SPARSE_MAX_BYTES).unwrap(), grew);
+                prop_assert_eq!(dense.set_register(i, v, SPARSE_MAX_BYTES).unwrap(), grew);
+            }
+            prop_assert_eq!(sparse.count().unwrap(), dense.count().unwrap());
+            let mut max = [0u8; REGISTER_COUNT];
+            sparse.merge_into(&mut max).unwrap();
+            prop_assert_eq!(&max[..], &model[..]);
+            prop_assert_eq!(dense.dense_registers().unwrap(), model.clone());
+            sparse.to_dense().unwrap();
+            prop_assert_eq!(sparse.dense_registers().unwrap(), model);
+        }
+    }
+}

@@ -119,6 +119,7 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("pfcount", -2, R, 1, -1, 1, "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", h::pfcount),
     keyed!("pfmerge", -2, W, 1, -1, 1, "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", h::pfmerge),
     keyed!("pfdebug", 3, PFDEBUG, 2, 2, 1, "hyperloglog", "2.8.9", "Internal commands for debugging HyperLogLog values.", h::pfdebug),
+    keyed!("pfselftest", 1, &["admin"], 0, 0, 0, "hyperloglog", "2.8.9", "An internal command for testing HyperLogLog values.", h::pfselftest),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
