@@ -219,16 +219,22 @@ fn hll_resp3() {
 fn hll_promotion_step_by_step() {
     let mut p = Pair::start("diff-hll-promo", &[]);
     let mut rng = Rng::new(0x11_0003);
+    let mut seen_sparse = false;
     for i in 0..3000 {
         let e = element(&mut rng, 1_000_000);
         p.check(&["PFADD", "k", &e]);
+        // Size and encoding after every element pin the promotion to the same PFADD.
+        p.check(&["STRLEN", "k"]);
+        let enc = p.check(&["PFDEBUG", "ENCODING", "k"]);
+        seen_sparse |= enc == b"+sparse\r\n";
         if i % 50 == 0 {
-            p.check(&["PFDEBUG", "ENCODING", "k"]);
             p.check(&["GET", "k"]);
             p.check(&["PFCOUNT", "k"]);
         }
     }
-    p.check(&["PFDEBUG", "ENCODING", "k"]);
+    // The key started sparse and ended dense: the promotion happened in between.
+    assert!(seen_sparse);
+    assert_eq!(p.check(&["PFDEBUG", "ENCODING", "k"]), b"+dense\r\n");
     p.check(&["GET", "k"]);
     p.check(&["PFCOUNT", "k"]);
 }
