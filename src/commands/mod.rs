@@ -13,6 +13,7 @@
 
 pub mod bitmap;
 pub mod glob;
+pub mod hyperloglog;
 pub mod keyspace;
 pub mod string;
 pub mod table;

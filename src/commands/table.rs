@@ -1,7 +1,7 @@
 //! The command table: every command lavik knows, with the facts Redis's
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
-use super::{bitmap as b, keyspace as k, string as s, Handler};
+use super::{bitmap as b, hyperloglog as h, keyspace as k, string as s, Handler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -36,6 +36,7 @@ const WDF: &[&str] = &["write", "fast"];
 const FAST: &[&str] = &["fast"];
 const LOADING_STALE: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
+const PFDEBUG: &[&str] = &["write", "denyoom", "admin"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -121,6 +122,12 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("bitop", -4, W, 2, -1, 1, "bitmap", "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", b::bitop),
     keyed!("bitfield", -2, W, 1, 1, 1, "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", b::bitfield),
     keyed!("bitfield_ro", -2, RF, 1, 1, 1, "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", b::bitfield_ro),
+    // hyperloglog (PFCOUNT is readonly in Redis 7.0/7.2 although it may rewrite the cache)
+    keyed!("pfadd", -2, WF, 1, 1, 1, "hyperloglog", "2.8.9", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", h::pfadd),
+    keyed!("pfcount", -2, R, 1, -1, 1, "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", h::pfcount),
+    keyed!("pfmerge", -2, W, 1, -1, 1, "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", h::pfmerge),
+    keyed!("pfdebug", 3, PFDEBUG, 2, 2, 1, "hyperloglog", "2.8.9", "Internal commands for debugging HyperLogLog values.", h::pfdebug),
+    keyed!("pfselftest", 1, &["admin"], 0, 0, 0, "hyperloglog", "2.8.9", "An internal command for testing HyperLogLog values.", h::pfselftest),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
