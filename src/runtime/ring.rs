@@ -25,7 +25,8 @@ pub fn push_sqe(ring: &mut IoUring, sqe: &squeue::Entry) {
         // SAFETY: every SQE the worker builds points at memory that outlives the
         // operation: connection buffers are not touched while their send is in flight
         // (`send_inflight`), device-read buffers are owned by their pending read until its
-        // completion (`server::reads`), receive buffers belong to the buffer ring, the wake
+        // completion (`server::reads`; a batch read's buffers until the coordinator has
+        // reaped every completion of the batch), receive buffers belong to the buffer ring, the wake
         // buffer is a Box owned by the worker, and a chunk write's bytes are in a staging
         // buffer its shard keeps unchanged and alive (parked if the block is sealed
         // meanwhile) until the write's completion reaches `Shard::flush_chunk_done`; the

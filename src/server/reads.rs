@@ -497,6 +497,129 @@ impl Reads {
     }
 }
 
+/// Reads for a command that runs on borrowed shards (a coordinated multi-worker pass):
+/// the coordinator holds every lender's shards and the lenders wait for it, so the command
+/// cannot be parked; instead all its reads go on a small ring of their own at once and the
+/// coordinator waits for them together — one device latency for MSET/MGET/RENAME/COPY
+/// across workers instead of one per key. A separate ring, so that waiting on it consumes
+/// no completion of the worker's own ring.
+pub struct BatchReads {
+    ring: IoUring,
+}
+
+/// Entries of the batch ring: reads submitted per wait.
+const BATCH_RING_ENTRIES: u32 = 64;
+
+impl BatchReads {
+    pub fn new() -> std::io::Result<BatchReads> {
+        Ok(BatchReads {
+            ring: IoUring::new(BATCH_RING_ENTRIES)?,
+        })
+    }
+
+    /// Fetches what `spec` with `args` needs from every held shard, waiting for the reads
+    /// (all in flight together); returns the records with their shards.
+    pub fn fetch(
+        &mut self,
+        shards: &mut ShardSet,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        db: u8,
+    ) -> (Vec<Fetched>, Vec<u32>) {
+        let (mut fetched, mut fetched_shard) = (Vec::new(), Vec::new());
+        let mut todo = Vec::new();
+        for _ in 0..PLAN_ROUNDS_MAX {
+            if todo.is_empty() {
+                plan(shards, |_| true, spec, args, db, &fetched, &mut todo);
+            }
+            if todo.is_empty() {
+                break;
+            }
+            let batch: Vec<(u32, RecordRead)> = todo
+                .drain(..todo.len().min(BATCH_RING_ENTRIES as usize))
+                .collect();
+            let mut bufs: Vec<AlignedBuf> = batch
+                .iter()
+                .map(|(_, r)| AlignedBuf::new_zeroed(r.len_bytes))
+                .collect();
+            for (i, ((_, r), buf)) in batch.iter().zip(bufs.iter_mut()).enumerate() {
+                let sqe = opcode::Read::new(
+                    types::Fd(r.fd),
+                    buf.as_mut_slice().as_mut_ptr(),
+                    r.len_bytes as u32,
+                )
+                .offset(r.offset_bytes)
+                .build()
+                .user_data(i as u64);
+                push_sqe(&mut self.ring, &sqe);
+            }
+            let mut results = vec![None; batch.len()];
+            let mut done = 0;
+            while done < batch.len() {
+                if let Err(e) = self.ring.submit_and_wait(batch.len() - done) {
+                    if e.raw_os_error() != Some(libc::EINTR) {
+                        tracing::error!("batch read wait failed: {e}");
+                    }
+                }
+                for cqe in self.ring.completion() {
+                    let i = cqe.user_data() as usize;
+                    if results[i].is_none() {
+                        done += 1;
+                    }
+                    results[i] = Some(cqe.result());
+                }
+            }
+            // Every read has completed: `bufs` are ours again.
+            for (((id, r), buf), res) in batch.into_iter().zip(&bufs).zip(results) {
+                let res = res.unwrap_or(-libc::EIO);
+                if res < 0 || (res as usize) < r.len_bytes {
+                    continue; // the handler's synchronous read reports the error
+                }
+                let Some(shard) = shards.slots[id as usize].as_mut() else {
+                    continue;
+                };
+                match shard.complete_read(&r, buf.as_slice()) {
+                    ReadDone::Record(f) => {
+                        fetched.push(f);
+                        fetched_shard.push(id);
+                    }
+                    ReadDone::More(longer) => todo.push((id, longer)),
+                    ReadDone::Stale => {}
+                }
+            }
+        }
+        (fetched, fetched_shard)
+    }
+}
+
+/// Lends fetched records to their shards for the time `run` takes, then takes them back.
+pub fn with_lent<R>(
+    shards: &mut ShardSet,
+    fetched: Vec<Fetched>,
+    fetched_shard: Vec<u32>,
+    run: impl FnOnce(&mut ShardSet) -> R,
+) -> R {
+    let mut lent: Vec<(u32, Vec<Fetched>)> = Vec::new();
+    for (f, sh) in fetched.into_iter().zip(fetched_shard) {
+        match lent.iter_mut().find(|(s, _)| *s == sh) {
+            Some((_, v)) => v.push(f),
+            None => lent.push((sh, vec![f])),
+        }
+    }
+    for (sh, v) in lent.iter_mut() {
+        if let Some(s) = shards.slots[*sh as usize].as_mut() {
+            s.lend_prefetched(v);
+        }
+    }
+    let r = run(shards);
+    for (sh, v) in lent.iter_mut() {
+        if let Some(s) = shards.slots[*sh as usize].as_mut() {
+            s.take_prefetched(v);
+        }
+    }
+    r
+}
+
 /// Registers the pooled read buffers with `ring` as fixed buffers (index = position).
 /// Without registration (an old kernel, a locked-memory limit) they serve as plain
 /// buffers and reads use `IORING_OP_READ`.

@@ -1,7 +1,7 @@
 //! The worker loop. See the module essay in `mod.rs`.
 
 use super::conn::{Conn, Slot, Transport};
-use super::reads::{plan, Parked, ReadDest, ReadIo, Reads};
+use super::reads::{plan, with_lent, BatchReads, Parked, ReadDest, ReadIo, Reads};
 use super::{local, now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
@@ -115,6 +115,9 @@ const EPOCHS_INFLIGHT_MAX: usize = 8;
 enum Start {
     /// Every record it needs is in memory: run it now.
     RunNow,
+    /// Some of its shards are borrowed (a coordinated pass): fetch its records on the
+    /// batch ring, then run it.
+    Borrowed,
     /// Parked for device reads; `writes` when it is a write command.
     Parked { writes: bool },
 }
@@ -161,6 +164,8 @@ pub struct Worker {
     /// Commands parked for device reads, and the reads (declared after `ring`, so
     /// dropped after it: the ring may have their buffers registered).
     reads: Reads,
+    /// The coordinator's ring for reads of borrowed shards (made on first use).
+    batch: Option<BatchReads>,
     /// Parked commands whose reads are done, to run this round.
     ready_parked: Vec<Parked>,
     /// Per remote connection (worker, token): order of its requests parked here.
@@ -263,6 +268,7 @@ impl Worker {
             cqes: Vec::with_capacity(1024),
             reads,
             ready_parked: Vec::new(),
+            batch: None,
             remote_order: HashMap::new(),
             fixed_files: Vec::new(),
             round_writes: false,
@@ -1168,19 +1174,16 @@ impl Worker {
         now: u64,
         out: &mut Vec<u8>,
     ) {
-        let handler = spec.handler.expect("keyed commands have handlers");
-        let mut ctx = Ctx {
-            shards: &mut self.shards,
+        exec_on(
+            &mut self.shards,
+            spec,
+            args,
             db,
-            now_ms: now,
-            max_bulk: self.max_bulk,
-        };
-        let mut r = ReplyBuf::new(out, proto);
-        let mark = r.out.len();
-        if let Err(e) = handler(&mut ctx, args, &mut r) {
-            r.out.truncate(mark);
-            r.error(&e);
-        }
+            proto,
+            now,
+            self.max_bulk,
+            out,
+        );
     }
 
     fn run_local(&mut self, conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]], now: u64) {
@@ -1192,6 +1195,35 @@ impl Worker {
         } else {
             let mut out = Vec::new();
             self.exec_handler(spec, args, db, proto, now, &mut out);
+            conn.push_ready(out);
+        }
+    }
+
+    /// Runs a keyed command on shards some of which are borrowed: its reads go out
+    /// together on the batch ring first (see `BatchReads`).
+    fn run_borrowed(&mut self, conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]], now: u64) {
+        if self.batch.is_none() {
+            match BatchReads::new() {
+                Ok(b) => self.batch = Some(b),
+                Err(e) => tracing::warn!("no batch-read ring ({e}): reading one by one"),
+            }
+        }
+        let Some(batch) = self.batch.as_mut() else {
+            return self.run_local(conn, spec, args, now);
+        };
+        let (fetched, fetched_shard) = batch.fetch(&mut self.shards, spec, args, conn.db);
+        let (db, proto, max_bulk) = (conn.db, conn.proto, self.max_bulk);
+        let mut out = if conn.pending.is_empty() {
+            std::mem::take(&mut conn.out)
+        } else {
+            Vec::new()
+        };
+        with_lent(&mut self.shards, fetched, fetched_shard, |shards| {
+            exec_on(shards, spec, args, db, proto, now, max_bulk, &mut out)
+        });
+        if conn.pending.is_empty() {
+            conn.out = out;
+        } else {
             conn.push_ready(out);
         }
     }
@@ -1233,6 +1265,7 @@ impl Worker {
             let (db, proto) = (conn.db, conn.proto);
             match self.start_keyed(dest, spec, args, db, proto) {
                 Start::RunNow => self.run_local(conn, spec, args, now),
+                Start::Borrowed => self.run_borrowed(conn, spec, args, now),
                 Start::Parked { writes } => {
                     let seq = conn.reserve();
                     debug_assert!(matches!(dest, ReadDest::Local { seq: s, .. } if s == seq));
@@ -1380,7 +1413,7 @@ impl Worker {
         let (n, id) = (self.shared.workers.len(), self.id);
         let own = move |s: u32| s as usize % n == id;
         if key_positions(spec, args.len()).any(|p| !own(self.shards.shard_id(args[p]))) {
-            return Start::RunNow;
+            return Start::Borrowed;
         }
         let mut reads = Vec::new();
         plan(&mut self.shards, own, spec, args, db, &[], &mut reads);
@@ -1449,25 +1482,15 @@ impl Worker {
         if let Some(e) = p.error.take() {
             ReplyBuf::new(&mut bytes, p.proto).error(&e);
         } else {
-            let mut lent: Vec<(u32, Vec<crate::storage::prefetch::Fetched>)> = Vec::new();
-            for (f, sh) in p.fetched.drain(..).zip(p.fetched_shard.drain(..)) {
-                match lent.iter_mut().find(|(s, _)| *s == sh) {
-                    Some((_, v)) => v.push(f),
-                    None => lent.push((sh, vec![f])),
-                }
-            }
-            for (sh, v) in lent.iter_mut() {
-                if let Some(s) = self.shards.slots[*sh as usize].as_mut() {
-                    s.lend_prefetched(v);
-                }
-            }
+            let (fetched, fetched_shard) = (
+                std::mem::take(&mut p.fetched),
+                std::mem::take(&mut p.fetched_shard),
+            );
             let args: Vec<&[u8]> = p.args.iter().map(|a| a.as_slice()).collect();
-            self.exec_handler(p.spec, &args, p.db, p.proto, now, &mut bytes);
-            for (sh, v) in lent.iter_mut() {
-                if let Some(s) = self.shards.slots[*sh as usize].as_mut() {
-                    s.take_prefetched(v);
-                }
-            }
+            let (spec, db, proto, max_bulk) = (p.spec, p.db, p.proto, self.max_bulk);
+            with_lent(&mut self.shards, fetched, fetched_shard, |shards| {
+                exec_on(shards, spec, &args, db, proto, now, max_bulk, &mut bytes)
+            });
         }
         match p.dest {
             ReadDest::Local { token, seq } => {
@@ -1524,7 +1547,7 @@ impl Worker {
             seq: req.seq,
         };
         match self.start_keyed(dest, spec, &refs, req.db, req.proto) {
-            Start::RunNow => {
+            Start::RunNow | Start::Borrowed => {
                 let mut bytes = Vec::new();
                 self.exec_handler(spec, &refs, req.db, req.proto, now, &mut bytes);
                 self.outbox[from].push(Msg::Reply {
@@ -2084,6 +2107,33 @@ impl Worker {
                     || e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => tracing::error!("io_uring wait failed: {e}"),
         }
+    }
+}
+
+/// Runs a keyed handler on `shards`, its reply (or error) into `out`.
+#[allow(clippy::too_many_arguments)]
+fn exec_on(
+    shards: &mut ShardSet,
+    spec: &CommandSpec,
+    args: &[&[u8]],
+    db: u8,
+    proto: Proto,
+    now: u64,
+    max_bulk: usize,
+    out: &mut Vec<u8>,
+) {
+    let handler = spec.handler.expect("keyed commands have handlers");
+    let mut ctx = Ctx {
+        shards,
+        db,
+        now_ms: now,
+        max_bulk,
+    };
+    let mut r = ReplyBuf::new(out, proto);
+    let mark = r.out.len();
+    if let Err(e) = handler(&mut ctx, args, &mut r) {
+        r.out.truncate(mark);
+        r.error(&e);
     }
 }
 
