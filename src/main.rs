@@ -2,7 +2,7 @@
 //! worker per CPU, wait for a shutdown signal or command, stop cleanly.
 use lavik::config::Settings;
 use lavik::server::Shared;
-use lavik::server::{build_shared, distribute_shards, Worker};
+use lavik::server::{build_shared, distribute_shards, new_worker};
 use lavik::storage::{self, OpenedStore, RecoveryProgress, StoreConfig};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -278,7 +278,7 @@ fn main() {
                 if pin && !lavik::runtime::pin_current_thread(cpu) {
                     tracing::warn!("worker {id}: could not pin to CPU {cpu}");
                 }
-                match Worker::new(id, shared.clone(), set, listeners, mailbox) {
+                match new_worker(id, shared.clone(), set, listeners, mailbox) {
                     #[cfg(feature = "dpdk")]
                     Ok(mut w) if dpdk.is_some() => {
                         let settings = dpdk.expect("checked above");

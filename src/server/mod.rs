@@ -229,6 +229,18 @@ pub fn fsync_from_u8(v: u8) -> crate::storage::FsyncPolicy {
     }
 }
 
+/// A worker that runs connection and server commands with `local::run`: the loop
+/// (`worker.rs`) and those commands (`local.rs`) meet only here.
+pub fn new_worker(
+    id: usize,
+    shared: Arc<Shared>,
+    shards: ShardSet,
+    listeners: Vec<OwnedFd>,
+    mailbox: mpsc::Receiver<Msg>,
+) -> std::io::Result<Worker> {
+    Worker::new(id, shared, shards, listeners, mailbox, local::run)
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
