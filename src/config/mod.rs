@@ -10,12 +10,14 @@
 use clap::Parser;
 use std::path::PathBuf;
 
+pub mod build;
+
 use crate::resp::parse::split_args;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "lavik",
-    version,
+    version = build::VERSION,
     about = "Redis-compatible key-value server: key index in RAM, values on SSD",
     args_override_self = true
 )]
@@ -522,12 +524,13 @@ impl Settings {
         }
         match cli.storage.as_str() {
             "uring" => {}
+            "spdk" if !build::HAS_NVME => return Err(build::refusal("--storage=spdk")),
             "spdk" => {}
             other => return Err(format!("--storage must be uring or spdk, got '{other}'")),
         }
         let dpdk = match cli.network.as_str() {
             "kernel" => None,
-            "dpdk" if !cfg!(feature = "dpdk") => return Err("--network=dpdk: DPDK support is not built into this binary (build with --features dpdk; issue 5)".into()),
+            "dpdk" if !build::HAS_DPDK => return Err(build::refusal("--network=dpdk")),
             "dpdk" => Some(dpdk_settings(
                 &cli,
                 std::env::var(EAL_ARGS_ENV).ok().as_deref(),
@@ -585,6 +588,9 @@ impl Settings {
         };
         for f in &data_files {
             let is_spdk = f.to_string_lossy().starts_with("spdk://");
+            if is_spdk && !build::HAS_NVME {
+                return Err(build::refusal(&format!("--data-file={}", f.display())));
+            }
             if is_spdk && cli.storage != "spdk" {
                 return Err(format!(
                     "{}: spdk:// data files need --storage=spdk",
@@ -683,10 +689,38 @@ mod tests {
     fn bad_values_refused() {
         assert!(settings(&["--appendfsync", "sometimes"]).is_err());
         assert!(settings(&["--threads", "0"]).is_err());
-        #[cfg(not(feature = "dpdk"))]
-        assert!(settings(&["--network", "dpdk"])
-            .unwrap_err()
-            .contains("not built"));
+    }
+
+    // A build without DPDK or the NVMe driver refuses those modes at start, naming its
+    // variant; a build with them goes on to check their own settings.
+    #[test]
+    fn modes_left_out_of_the_build_are_refused() {
+        let e = settings(&["--network", "dpdk"]).unwrap_err();
+        if build::HAS_DPDK {
+            assert!(e.contains("--dpdk-ip"), "{e}");
+        } else {
+            assert!(
+                e.starts_with("--network=dpdk is not available in the ")
+                    && e.contains(build::VARIANT),
+                "{e}"
+            );
+        }
+        let e = settings(&["--storage", "spdk", "--data-file", "spdk://0000:00:04.0/1"]);
+        let e2 = settings(&["--data-file", "spdk://0000:00:04.0/1"]).unwrap_err();
+        if build::HAS_NVME {
+            assert!(e.is_ok(), "{e:?}");
+            assert!(e2.contains("need --storage=spdk"), "{e2}");
+        } else {
+            let e = e.unwrap_err();
+            assert!(
+                e.starts_with("--storage=spdk is not available in the "),
+                "{e}"
+            );
+            assert!(
+                e2.starts_with("--data-file=spdk://0000:00:04.0/1 is not available"),
+                "{e2}"
+            );
+        }
     }
 
     fn cli(args: &[&str]) -> Cli {
