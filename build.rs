@@ -50,6 +50,14 @@ fn main() {
     } else {
         features.join(" ")
     };
+    // `PROFILE` is `debug` for the dev profile (and profiles inheriting it): `--version`
+    // says so, and tools/package refuses to ship such a binary.
+    let kind = if std::env::var("PROFILE").as_deref() == Ok("debug") {
+        ", debug build"
+    } else {
+        ""
+    };
+    println!("cargo:rustc-env=LAVIK_BUILD_KIND={kind}");
     println!("cargo:rustc-env=LAVIK_VARIANT={variant}");
     println!("cargo:rustc-env=LAVIK_FEATURES={features}");
 }

@@ -14,7 +14,8 @@ pub const VARIANT: &str = env!("LAVIK_VARIANT");
 pub const GIT_COMMIT: &str = env!("LAVIK_GIT_SHA");
 /// Enabled cargo features, space separated, or `none`.
 pub const FEATURES: &str = env!("LAVIK_FEATURES");
-/// What `lavik --version` prints after the program name.
+/// What `lavik --version` prints after the program name; a dev-profile build ends in
+/// `, debug build`.
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (variant ",
@@ -23,6 +24,7 @@ pub const VERSION: &str = concat!(
     env!("LAVIK_GIT_SHA"),
     ", features: ",
     env!("LAVIK_FEATURES"),
+    env!("LAVIK_BUILD_KIND"),
     ")"
 );
 

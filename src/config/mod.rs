@@ -795,6 +795,37 @@ mod tests {
         assert!(e.contains("--port"), "{e}");
     }
 
+    // The config file the packages install is accepted line by line and means what its
+    // comments say (a directive lavik refuses would stop the packaged service at start).
+    #[test]
+    fn packaged_config_file_is_valid() {
+        let text = include_str!("../../tools/packaging/lavik.conf");
+        let mut args = vec!["lavik".to_string()];
+        args.extend(config_file_args(text).unwrap());
+        let s = Settings::validate(Cli::try_parse_from(&args).unwrap()).unwrap();
+        assert_eq!(s.binds, vec!["127.0.0.1"]);
+        assert_eq!(s.cli.port, 6379);
+        assert_eq!(
+            s.data_files,
+            vec![PathBuf::from("/var/lib/lavik/lavik.data")]
+        );
+        assert_eq!(s.appendfsync, crate::storage::FsyncPolicy::EverySec);
+        assert!(s.protected_mode);
+        assert!(s.dpdk.is_none());
+        // Its commented-out directives are real ones too: uncommented, they still parse.
+        let uncommented: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| {
+                let name = l.split_whitespace().next().unwrap_or("");
+                FLAG_DIRECTIVES.contains(&name) && !name.starts_with("dpdk")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(uncommented.lines().count() >= 10, "{uncommented}");
+        config_file_args(&uncommented).unwrap();
+    }
+
     // Config-file directives reach the DPDK flags under the same names.
     #[test]
     fn dpdk_directives_map_to_flags() {
