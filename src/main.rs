@@ -147,6 +147,7 @@ fn main() {
     let store_cfg = StoreConfig {
         data_files: settings.data_files.clone(),
         create_size_bytes: settings.data_file_size_bytes,
+        growth: settings.data_file_growth.clone(),
         shard_count: threads.max(8) as u32,
         fsync: settings.appendfsync,
         flush_max_ms: settings.cli.flush_max_ms,

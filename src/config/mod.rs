@@ -45,9 +45,21 @@ pub struct Cli {
     /// Data file or block device (repeatable); `spdk://BDF/NSID` with --storage=spdk.
     #[arg(long = "data-file")]
     pub data_file: Vec<String>,
-    /// Size of a data file lavik creates (e.g. 4gb).
-    #[arg(long, default_value = "1gb")]
-    pub data_file_size: String,
+    /// Fixed size of a data file lavik creates (e.g. 4gb). Without it, one data file
+    /// (the default) starts small and grows with the data up to --data-file-max-size;
+    /// several data files are created at 1gb each.
+    #[arg(long)]
+    pub data_file_size: Option<String>,
+    /// Largest size a growing data file may reach (default: its size at start plus 80% of
+    /// the file system's free space).
+    #[arg(long)]
+    pub data_file_max_size: Option<String>,
+    /// Test hook: the first size of a growing data file.
+    #[arg(long, default_value = "256mb", hide = true)]
+    pub data_file_initial_size: String,
+    /// Test hook: how much a growing data file grows by at a time.
+    #[arg(long, default_value = "1gb", hide = true)]
+    pub data_file_grow_step: String,
     /// Storage backend.
     #[arg(long, default_value = "uring")]
     pub storage: String,
@@ -153,7 +165,10 @@ pub struct Settings {
     pub cpus: Vec<usize>,
     pub pin_workers: bool,
     pub data_files: Vec<PathBuf>,
+    /// Size of a data file lavik creates (fixed, or the first size of a growing one).
     pub data_file_size_bytes: u64,
+    /// `Some` when the one data file grows with the data (no `--data-file-size`).
+    pub data_file_growth: Option<crate::storage::GrowthConfig>,
     pub client_query_buffer_limit_bytes: usize,
     pub proto_max_bulk_len_bytes: usize,
     pub protected_mode: bool,
@@ -334,6 +349,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "pin-workers",
     "data-file",
     "data-file-size",
+    "data-file-max-size",
     "storage",
     "network",
     "log-dir",
@@ -538,14 +554,21 @@ impl Settings {
             )?),
             other => return Err(format!("--network must be kernel or dpdk, got '{other}'")),
         };
-        let data_file_size_bytes = parse_memory(&cli.data_file_size)
-            .filter(|&n| n >= 16 << 20)
-            .ok_or_else(|| {
-                format!(
-                    "invalid --data-file-size '{}' (at least 16mb)",
-                    cli.data_file_size
-                )
-            })?;
+        let size_flag = |flag: &str, v: &str| {
+            parse_memory(v)
+                .filter(|&n| n >= 16 << 20)
+                .ok_or_else(|| format!("invalid --{flag} '{v}' (at least 16mb)"))
+        };
+        let fixed_size_bytes = match &cli.data_file_size {
+            Some(v) => Some(size_flag("data-file-size", v)?),
+            None => None,
+        };
+        let max_size_bytes = match &cli.data_file_max_size {
+            Some(v) => Some(size_flag("data-file-max-size", v)?),
+            None => None,
+        };
+        let initial_size_bytes = size_flag("data-file-initial-size", &cli.data_file_initial_size)?;
+        let grow_step_bytes = size_flag("data-file-grow-step", &cli.data_file_grow_step)?;
         let client_query_buffer_limit_bytes = parse_memory(&cli.client_query_buffer_limit)
             .filter(|&n| n >= 1 << 20)
             .ok_or_else(|| {
@@ -604,8 +627,24 @@ impl Settings {
                 ));
             }
         }
+        // One data file and no fixed size: it grows. Several files keep the old default.
+        let grows = fixed_size_bytes.is_none() && data_files.len() == 1 && cli.storage != "spdk";
+        if !grows && max_size_bytes.is_some() {
+            return Err(
+                "--data-file-max-size applies to one growing data file: not with --data-file-size, several data files or --storage=spdk"
+                    .into(),
+            );
+        }
+        let data_file_growth =
+            grows.then(|| crate::storage::GrowthConfig::with_step(grow_step_bytes, max_size_bytes));
+        let data_file_size_bytes = match fixed_size_bytes {
+            Some(n) => n,
+            None if grows => initial_size_bytes,
+            None => 1 << 30,
+        };
         Ok(Settings {
             pin_workers: !cli.no_pin_workers,
+            data_file_growth,
             config_file: cli
                 .config_file
                 .clone()
@@ -671,6 +710,42 @@ mod tests {
         let e = settings(&[p]).unwrap_err();
         assert!(e.contains("line 3") && e.contains("frobnicate"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    // Without --data-file-size the one data file grows (first size and step from the hidden
+    // flags); a fixed size or several files do not, and a limit without growth is refused.
+    #[test]
+    fn data_file_grows_unless_sized() {
+        let s = settings(&[]).unwrap();
+        let g = s.data_file_growth.clone().unwrap();
+        assert_eq!(s.data_file_size_bytes, 256 << 20);
+        assert_eq!(g.step_bytes, 1 << 30);
+        assert_eq!(g.max_bytes, None);
+        let s = settings(&[
+            "--data-file-initial-size",
+            "32mb",
+            "--data-file-grow-step",
+            "16mb",
+            "--data-file-max-size",
+            "64mb",
+        ])
+        .unwrap();
+        assert_eq!(s.data_file_size_bytes, 32 << 20);
+        let g = s.data_file_growth.unwrap();
+        assert_eq!((g.step_bytes, g.max_bytes), (16 << 20, Some(64 << 20)));
+        let s = settings(&["--data-file-size", "2gb"]).unwrap();
+        assert_eq!(
+            (s.data_file_size_bytes, s.data_file_growth),
+            (2 << 30, None)
+        );
+        let s = settings(&["--data-file", "a", "--data-file", "b"]).unwrap();
+        assert_eq!(
+            (s.data_file_size_bytes, s.data_file_growth),
+            (1 << 30, None)
+        );
+        let e = settings(&["--data-file-size", "2gb", "--data-file-max-size", "4gb"]).unwrap_err();
+        assert!(e.contains("--data-file-max-size"), "{e}");
+        assert!(settings(&["--data-file-max-size", "1mb"]).is_err());
     }
 
     // Memory units and CPU lists parse like Redis and taskset.

@@ -41,13 +41,18 @@ impl Server {
 
     pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
         let port = free_port();
-        let mut args: Vec<String> = vec![
-            "--port".into(),
-            port.to_string(),
-            "--data-file-size".into(),
-            "256mb".into(),
-            "--no-pin-workers".into(),
-        ];
+        let mut args: Vec<String> = vec!["--port".into(), port.to_string()];
+        // A test of the growing data file gives its own sizes (and no fixed size).
+        let grows = extra.iter().any(|a| {
+            a.starts_with("--data-file-initial-size")
+                || a.starts_with("--data-file-grow-step")
+                || a.starts_with("--data-file-max-size")
+        });
+        if !grows {
+            args.push("--data-file-size".into());
+            args.push("256mb".into());
+        }
+        args.push("--no-pin-workers".into());
         if !extra.iter().any(|a| a.starts_with("--data-file")) {
             args.push("--data-file".into());
             args.push(dir.join("lavik.data").display().to_string());
