@@ -306,3 +306,99 @@ fn step(shared: &StoreShared, g: &Growth) -> Result<(), String> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{open, FsyncPolicy, StorageError, StoreConfig, ValueKind};
+
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+
+    fn cfg(path: &std::path::Path, growth: Option<GrowthConfig>) -> StoreConfig {
+        StoreConfig {
+            data_files: vec![path.to_path_buf()],
+            create_size_bytes: 2 * MIB,
+            growth,
+            block_size_bytes: 64 * KIB as u32,
+            shard_count: 1,
+            fsync: FsyncPolicy::EverySec,
+            staging_limit_bytes: 64 * KIB,
+            direct_io: false,
+            ..StoreConfig::default()
+        }
+    }
+
+    fn growth(max_bytes: u64) -> Option<GrowthConfig> {
+        Some(GrowthConfig {
+            step_bytes: MIB,
+            max_bytes: Some(max_bytes),
+            low_water_bytes: 128 * KIB,
+        })
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("k{i}").into_bytes()
+    }
+
+    // Proves the engine takes more data than its file first held by growing it, reopens
+    // the grown file with every key (with or without growth configured), and answers
+    // DeviceFull once the limit is reached.
+    #[test]
+    fn store_grows_recovers_and_stops_at_the_limit() {
+        let path = std::env::temp_dir().join(format!("lavik-grow-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let value = vec![7u8; KIB as usize];
+        let mut s = open(&cfg(&path, growth(5 * MIB)))
+            .unwrap()
+            .shards
+            .pop()
+            .unwrap();
+        assert_eq!(s.growth_status().unwrap().size_bytes, 2 * MIB);
+        // 3000 x 1 KiB: more than the first 2 MiB holds.
+        for i in 0..3000 {
+            s.put(0, &key(i), ValueKind::String, &value, None, 0)
+                .unwrap();
+        }
+        s.flush().unwrap();
+        let st = s.growth_status().unwrap();
+        assert!(st.size_bytes > 3 * MIB && st.grows >= 1, "{st:?}");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), st.size_bytes);
+        s.shutdown(false).unwrap();
+        let grown = std::fs::metadata(&path).unwrap().len();
+
+        // Reopened without growth: the store still counts the grown file's blocks.
+        let opened = open(&cfg(&path, None)).unwrap();
+        assert_eq!(opened.info.blocks_total, grown / (64 * KIB) - 1);
+        let mut s = opened.shards.into_iter().next().unwrap();
+        assert!(s.growth_status().is_none());
+        for i in [0, 1499, 2999] {
+            assert_eq!(s.get(0, &key(i), 0).unwrap().unwrap().bytes, value);
+        }
+        s.shutdown(false).unwrap();
+
+        // Reopened with growth: writes go on until the 5 MiB limit, then DeviceFull.
+        let mut s = open(&cfg(&path, growth(5 * MIB)))
+            .unwrap()
+            .shards
+            .pop()
+            .unwrap();
+        let mut full = None;
+        for i in 3000..10_000 {
+            match s.put(0, &key(i), ValueKind::String, &value, None, 0) {
+                Ok(_) => {}
+                Err(StorageError::DeviceFull) => {
+                    full = Some(i);
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(full.is_some(), "never full");
+        let st = s.growth_status().unwrap();
+        assert_eq!((st.size_bytes, st.max_bytes), (5 * MIB, 5 * MIB));
+        assert_eq!(s.get(0, &key(2999), 0).unwrap().unwrap().bytes, value);
+        drop(s);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
