@@ -112,7 +112,15 @@ fn pause(period: Duration) {
 }
 
 fn main() {
-    let settings = match Settings::from_args(std::env::args().collect()) {
+    let args: Vec<String> = std::env::args().collect();
+    // `--version` and `--help` print to stdout and exit 0 (clap reports them as errors).
+    if let Err(e) = <lavik::config::Cli as clap::Parser>::try_parse_from(&args) {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            e.exit();
+        }
+    }
+    let settings = match Settings::from_args(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");
@@ -128,9 +136,8 @@ fn main() {
     }
     let threads = settings.threads;
     tracing::info!(
-        "lavik {} ({}) starting: {} workers, data files {:?}, appendfsync {:?}",
-        env!("CARGO_PKG_VERSION"),
-        env!("LAVIK_GIT_SHA"),
+        "lavik {} starting: {} workers, data files {:?}, appendfsync {:?}",
+        lavik::config::build::VERSION,
         threads,
         settings.data_files,
         settings.appendfsync
@@ -140,6 +147,7 @@ fn main() {
     let store_cfg = StoreConfig {
         data_files: settings.data_files.clone(),
         create_size_bytes: settings.data_file_size_bytes,
+        growth: settings.data_file_growth.clone(),
         shard_count: threads.max(8) as u32,
         fsync: settings.appendfsync,
         flush_max_ms: settings.cli.flush_max_ms,
@@ -364,6 +372,9 @@ fn main() {
             .instantaneous_ops
             .store(samples.iter().sum::<u64>() / n, Ordering::Relaxed);
     }
+    // Signal or SHUTDOWN: tell systemd before the workers finish (a shutdown checkpoint
+    // can take a while).
+    sd_notify("STOPPING=1");
     for h in handles {
         let _ = h.join();
     }
@@ -388,6 +399,13 @@ fn open_store(
             storage::open_on(devices, cfg).map_err(|e| format!("cannot open store: {e}"))
         }
         None => storage::open(cfg).map_err(|e| format!("cannot open store: {e}")),
+    }
+}
+
+/// Tells systemd (`Type=notify`) our state; a failure is logged, never fatal.
+fn sd_notify(state: &str) {
+    if let Err(e) = lavik::server::notify::notify(state) {
+        tracing::warn!("cannot notify systemd ({state}): {e}");
     }
 }
 
@@ -430,4 +448,9 @@ fn hand_over(
         opened.info.recovered_keys,
         started.elapsed().as_millis()
     );
+    sd_notify(&format!(
+        "READY=1\nSTATUS=serving; {} keys recovered in {} ms",
+        opened.info.recovered_keys,
+        started.elapsed().as_millis()
+    ));
 }

@@ -26,13 +26,48 @@ fn config_file_errors() {
     assert_eq!(out.status.code(), Some(2));
     let out = lavik(&["--network", "dpdk"], &dir);
     assert_eq!(out.status.code(), Some(2));
-    // Without the feature DPDK mode is refused outright; with it, its address is required.
+    // Without the feature DPDK mode is refused outright, naming the variant; with it, its
+    // address is required.
     let expected = if cfg!(feature = "dpdk") {
         "--dpdk-ip"
     } else {
-        "not built"
+        "--network=dpdk is not available in the minimal build of lavik"
     };
     assert!(String::from_utf8_lossy(&out.stderr).contains(expected));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// `--version` names the variant, the commit this checkout is at, and the features.
+#[test]
+fn version_names_variant_commit_features() {
+    let dir = common::temp_dir("cli-version");
+    let out = lavik(&["--version"], &dir);
+    assert_eq!(out.status.code(), Some(0));
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (variant, features) = match (cfg!(feature = "dpdk"), cfg!(feature = "nvme")) {
+        (true, _) => ("standard", "dpdk nvme"),
+        (false, false) => ("minimal", "none"),
+        (false, true) => ("custom", "nvme"),
+    };
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    // The test and the binary share a profile; the dev profile's binary says so.
+    let kind = if cfg!(debug_assertions) {
+        ", debug build"
+    } else {
+        ""
+    };
+    let want = format!(
+        "lavik {} (variant {variant}, commit {head}, features: {features}{kind})",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(line, want);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -188,4 +223,74 @@ fn foreground_budget_cuts_rounds_without_losing_order() {
         .parse()
         .unwrap();
     assert!(cuts > 0, "no round was cut: {info}");
+}
+
+// Under systemd (`Type=notify`) the server sends READY=1 only once recovery is done and
+// commands run (not while it answers -LOADING), and STOPPING=1 when SIGTERM stops it.
+#[test]
+fn sd_notify_ready_after_loading_and_stopping_at_shutdown() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixDatagram;
+    use std::time::{Duration, Instant};
+    let dir = common::temp_dir("cli-notify");
+    let sock_path = dir.join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    let port = common::free_port();
+    let data = dir.join("lavik.data").display().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lavik"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--data-file",
+            &data,
+            "--data-file-size",
+            "64mb",
+            "--threads",
+            "1",
+            "--no-pin-workers",
+            "--debug-load-delay-ms",
+            "1500",
+        ])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .current_dir(&dir)
+        .stderr(std::fs::File::create(dir.join("stderr.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let ping = |c: &mut std::net::TcpStream| -> String {
+        c.write_all(b"PING\r\n").unwrap();
+        let mut b = [0u8; 128];
+        let n = c.read(&mut b).unwrap();
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = loop {
+        if let Ok(c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "lavik did not listen");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(ping(&mut c).starts_with("-LOADING"));
+    sock.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 512];
+    assert!(
+        sock.recv(&mut buf).is_err(),
+        "READY sent while still loading"
+    );
+    sock.set_nonblocking(false).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let n = sock.recv(&mut buf).unwrap();
+    let ready = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(ready.starts_with("READY=1\nSTATUS="), "{ready}");
+    assert_eq!(ping(&mut c), "+PONG\r\n");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

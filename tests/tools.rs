@@ -206,3 +206,21 @@ fn memtier_style_fill_million() {
         );
     }
 }
+
+// Issue 16's seed test on defaults: `lavik` with no data file or size flags in an empty
+// directory takes 1,000,000 keys x 1 KiB (the old fixed 1 GiB file answered -OOM after
+// ~976k) and DBSIZE is 1000000; the file grew from its first 256 MiB.
+#[test]
+fn memtier_style_fill_million_on_defaults() {
+    let n: u64 = 1_000_000;
+    let value = vec![b'v'; 1024];
+    let s = Server::start_on_defaults("tools-defaults", &["--threads", "2"]);
+    fill(s.port, n, &value, 8);
+    assert_eq!(redis_cli(s.port, &["DBSIZE"]), format!("{n}\n"));
+    assert_eq!(redis_cli(s.port, &["STRLEN", "memtier-999999"]), "1024\n");
+    let file = std::fs::metadata(s.dir.join("lavik.data")).unwrap().len();
+    assert!(file > 1 << 30, "data file {file} bytes");
+    let info = redis_cli(s.port, &["INFO", "storage"]);
+    assert!(info.contains("lavik_data_file_growable:1"), "{info}");
+    assert!(!info.contains("lavik_data_file_grows:0\r"), "{info}");
+}

@@ -11,12 +11,14 @@ pub mod output_limits;
 use clap::Parser;
 use std::path::PathBuf;
 
+pub mod build;
+
 use crate::resp::parse::split_args;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "lavik",
-    version,
+    version = build::VERSION,
     about = "Redis-compatible key-value server: key index in RAM, values on SSD",
     args_override_self = true
 )]
@@ -47,9 +49,21 @@ pub struct Cli {
     /// RAM for recently read records (e.g. 256mb; 0 = off: every read from the device).
     #[arg(long, default_value = "64mb")]
     pub cache_size: String,
-    /// Size of a data file lavik creates (e.g. 4gb).
-    #[arg(long, default_value = "1gb")]
-    pub data_file_size: String,
+    /// Fixed size of a data file lavik creates (e.g. 4gb). Without it, one data file
+    /// (the default) starts small and grows with the data up to --data-file-max-size;
+    /// several data files are created at 1gb each.
+    #[arg(long)]
+    pub data_file_size: Option<String>,
+    /// Largest size a growing data file may reach (default: its size at start plus 80% of
+    /// the file system's free space).
+    #[arg(long)]
+    pub data_file_max_size: Option<String>,
+    /// Test hook: the first size of a growing data file.
+    #[arg(long, default_value = "256mb", hide = true)]
+    pub data_file_initial_size: String,
+    /// Test hook: how much a growing data file grows by at a time.
+    #[arg(long, default_value = "1gb", hide = true)]
+    pub data_file_grow_step: String,
     /// Storage backend.
     #[arg(long, default_value = "uring")]
     pub storage: String,
@@ -163,9 +177,12 @@ pub struct Settings {
     pub cpus: Vec<usize>,
     pub pin_workers: bool,
     pub data_files: Vec<PathBuf>,
+    /// Size of a data file lavik creates (fixed, or the first size of a growing one).
     pub data_file_size_bytes: u64,
     pub cache_size_bytes: u64,
     pub output_limits: output_limits::OutputLimits,
+    /// `Some` when the one data file grows with the data (no `--data-file-size`).
+    pub data_file_growth: Option<crate::storage::GrowthConfig>,
     pub client_query_buffer_limit_bytes: usize,
     pub proto_max_bulk_len_bytes: usize,
     pub protected_mode: bool,
@@ -347,6 +364,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "data-file",
     "data-file-size",
     "cache-size",
+    "data-file-max-size",
     "storage",
     "network",
     "log-dir",
@@ -543,12 +561,13 @@ impl Settings {
         }
         match cli.storage.as_str() {
             "uring" => {}
+            "spdk" if !build::HAS_NVME => return Err(build::refusal("--storage=spdk")),
             "spdk" => {}
             other => return Err(format!("--storage must be uring or spdk, got '{other}'")),
         }
         let dpdk = match cli.network.as_str() {
             "kernel" => None,
-            "dpdk" if !cfg!(feature = "dpdk") => return Err("--network=dpdk: DPDK support is not built into this binary (build with --features dpdk; issue 5)".into()),
+            "dpdk" if !build::HAS_DPDK => return Err(build::refusal("--network=dpdk")),
             "dpdk" => Some(dpdk_settings(
                 &cli,
                 std::env::var(EAL_ARGS_ENV).ok().as_deref(),
@@ -556,14 +575,21 @@ impl Settings {
             )?),
             other => return Err(format!("--network must be kernel or dpdk, got '{other}'")),
         };
-        let data_file_size_bytes = parse_memory(&cli.data_file_size)
-            .filter(|&n| n >= 16 << 20)
-            .ok_or_else(|| {
-                format!(
-                    "invalid --data-file-size '{}' (at least 16mb)",
-                    cli.data_file_size
-                )
-            })?;
+        let size_flag = |flag: &str, v: &str| {
+            parse_memory(v)
+                .filter(|&n| n >= 16 << 20)
+                .ok_or_else(|| format!("invalid --{flag} '{v}' (at least 16mb)"))
+        };
+        let fixed_size_bytes = match &cli.data_file_size {
+            Some(v) => Some(size_flag("data-file-size", v)?),
+            None => None,
+        };
+        let max_size_bytes = match &cli.data_file_max_size {
+            Some(v) => Some(size_flag("data-file-max-size", v)?),
+            None => None,
+        };
+        let initial_size_bytes = size_flag("data-file-initial-size", &cli.data_file_initial_size)?;
+        let grow_step_bytes = size_flag("data-file-grow-step", &cli.data_file_grow_step)?;
         let cache_size_bytes = parse_memory(&cli.cache_size)
             .ok_or_else(|| format!("invalid --cache-size '{}'", cli.cache_size))?;
         let mut output_limits = output_limits::OutputLimits::default();
@@ -614,6 +640,9 @@ impl Settings {
         };
         for f in &data_files {
             let is_spdk = f.to_string_lossy().starts_with("spdk://");
+            if is_spdk && !build::HAS_NVME {
+                return Err(build::refusal(&format!("--data-file={}", f.display())));
+            }
             if is_spdk && cli.storage != "spdk" {
                 return Err(format!(
                     "{}: spdk:// data files need --storage=spdk",
@@ -627,8 +656,24 @@ impl Settings {
                 ));
             }
         }
+        // One data file and no fixed size: it grows. Several files keep the old default.
+        let grows = fixed_size_bytes.is_none() && data_files.len() == 1 && cli.storage != "spdk";
+        if !grows && max_size_bytes.is_some() {
+            return Err(
+                "--data-file-max-size applies to one growing data file: not with --data-file-size, several data files or --storage=spdk"
+                    .into(),
+            );
+        }
+        let data_file_growth =
+            grows.then(|| crate::storage::GrowthConfig::with_step(grow_step_bytes, max_size_bytes));
+        let data_file_size_bytes = match fixed_size_bytes {
+            Some(n) => n,
+            None if grows => initial_size_bytes,
+            None => 1 << 30,
+        };
         Ok(Settings {
             pin_workers: !cli.no_pin_workers,
+            data_file_growth,
             config_file: cli
                 .config_file
                 .clone()
@@ -698,6 +743,42 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    // Without --data-file-size the one data file grows (first size and step from the hidden
+    // flags); a fixed size or several files do not, and a limit without growth is refused.
+    #[test]
+    fn data_file_grows_unless_sized() {
+        let s = settings(&[]).unwrap();
+        let g = s.data_file_growth.clone().unwrap();
+        assert_eq!(s.data_file_size_bytes, 256 << 20);
+        assert_eq!(g.step_bytes, 1 << 30);
+        assert_eq!(g.max_bytes, None);
+        let s = settings(&[
+            "--data-file-initial-size",
+            "32mb",
+            "--data-file-grow-step",
+            "16mb",
+            "--data-file-max-size",
+            "64mb",
+        ])
+        .unwrap();
+        assert_eq!(s.data_file_size_bytes, 32 << 20);
+        let g = s.data_file_growth.unwrap();
+        assert_eq!((g.step_bytes, g.max_bytes), (16 << 20, Some(64 << 20)));
+        let s = settings(&["--data-file-size", "2gb"]).unwrap();
+        assert_eq!(
+            (s.data_file_size_bytes, s.data_file_growth),
+            (2 << 30, None)
+        );
+        let s = settings(&["--data-file", "a", "--data-file", "b"]).unwrap();
+        assert_eq!(
+            (s.data_file_size_bytes, s.data_file_growth),
+            (1 << 30, None)
+        );
+        let e = settings(&["--data-file-size", "2gb", "--data-file-max-size", "4gb"]).unwrap_err();
+        assert!(e.contains("--data-file-max-size"), "{e}");
+        assert!(settings(&["--data-file-max-size", "1mb"]).is_err());
+    }
+
     // Memory units and CPU lists parse like Redis and taskset.
     #[test]
     fn units_and_cpu_lists() {
@@ -714,10 +795,38 @@ mod tests {
     fn bad_values_refused() {
         assert!(settings(&["--appendfsync", "sometimes"]).is_err());
         assert!(settings(&["--threads", "0"]).is_err());
-        #[cfg(not(feature = "dpdk"))]
-        assert!(settings(&["--network", "dpdk"])
-            .unwrap_err()
-            .contains("not built"));
+    }
+
+    // A build without DPDK or the NVMe driver refuses those modes at start, naming its
+    // variant; a build with them goes on to check their own settings.
+    #[test]
+    fn modes_left_out_of_the_build_are_refused() {
+        let e = settings(&["--network", "dpdk"]).unwrap_err();
+        if build::HAS_DPDK {
+            assert!(e.contains("--dpdk-ip"), "{e}");
+        } else {
+            assert!(
+                e.starts_with("--network=dpdk is not available in the ")
+                    && e.contains(build::VARIANT),
+                "{e}"
+            );
+        }
+        let e = settings(&["--storage", "spdk", "--data-file", "spdk://0000:00:04.0/1"]);
+        let e2 = settings(&["--data-file", "spdk://0000:00:04.0/1"]).unwrap_err();
+        if build::HAS_NVME {
+            assert!(e.is_ok(), "{e:?}");
+            assert!(e2.contains("need --storage=spdk"), "{e2}");
+        } else {
+            let e = e.unwrap_err();
+            assert!(
+                e.starts_with("--storage=spdk is not available in the "),
+                "{e}"
+            );
+            assert!(
+                e2.starts_with("--data-file=spdk://0000:00:04.0/1 is not available"),
+                "{e2}"
+            );
+        }
     }
 
     fn cli(args: &[&str]) -> Cli {
@@ -790,6 +899,37 @@ mod tests {
         assert!(e.contains(DPDK_MEMORY_ENV), "{e}");
         let e = dpdk_settings(&cli(&[&ok[..], &["--port", "0"]].concat()), None, None).unwrap_err();
         assert!(e.contains("--port"), "{e}");
+    }
+
+    // The config file the packages install is accepted line by line and means what its
+    // comments say (a directive lavik refuses would stop the packaged service at start).
+    #[test]
+    fn packaged_config_file_is_valid() {
+        let text = include_str!("../../tools/packaging/lavik.conf");
+        let mut args = vec!["lavik".to_string()];
+        args.extend(config_file_args(text).unwrap());
+        let s = Settings::validate(Cli::try_parse_from(&args).unwrap()).unwrap();
+        assert_eq!(s.binds, vec!["127.0.0.1"]);
+        assert_eq!(s.cli.port, 6379);
+        assert_eq!(
+            s.data_files,
+            vec![PathBuf::from("/var/lib/lavik/lavik.data")]
+        );
+        assert_eq!(s.appendfsync, crate::storage::FsyncPolicy::EverySec);
+        assert!(s.protected_mode);
+        assert!(s.dpdk.is_none());
+        // Its commented-out directives are real ones too: uncommented, they still parse.
+        let uncommented: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .filter(|l| {
+                let name = l.split_whitespace().next().unwrap_or("");
+                FLAG_DIRECTIVES.contains(&name) && !name.starts_with("dpdk")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(uncommented.lines().count() >= 10, "{uncommented}");
+        config_file_args(&uncommented).unwrap();
     }
 
     // Config-file directives reach the DPDK flags under the same names.

@@ -9,6 +9,7 @@ use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct FileDevice {
     file: File,
@@ -17,9 +18,11 @@ pub struct FileDevice {
     /// dies (its ring is torn down asynchronously); this one closes at exit at once.
     _lock: File,
     path: PathBuf,
-    capacity_bytes: u64,
+    /// Grows (`grow_to`) while other threads read and write below it.
+    capacity_bytes: AtomicU64,
     sector_size_bytes: u32,
     direct: bool,
+    is_block_device: bool,
 }
 
 /// `BLKGETSIZE64` from `<linux/fs.h>`: `_IOR(0x12, 114, size_t)`.
@@ -74,10 +77,15 @@ impl FileDevice {
             file,
             _lock: lock,
             path: path.to_path_buf(),
-            capacity_bytes,
+            capacity_bytes: AtomicU64::new(capacity_bytes),
             sector_size_bytes,
             direct,
+            is_block_device,
         })
+    }
+
+    fn capacity(&self) -> u64 {
+        self.capacity_bytes.load(Ordering::Acquire)
     }
 
     /// Whether the file is open with `O_DIRECT`.
@@ -199,17 +207,17 @@ impl BlockDevice for FileDevice {
     }
 
     fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
+        self.capacity()
     }
 
     fn read_at(&self, offset_bytes: u64, buf: &mut AlignedBuf) -> Result<(), DeviceError> {
-        check_access(offset_bytes, buf.len(), self.capacity_bytes)?;
+        check_access(offset_bytes, buf.len(), self.capacity())?;
         self.file.read_exact_at(buf.as_mut_slice(), offset_bytes)?;
         Ok(())
     }
 
     fn write_at(&self, offset_bytes: u64, buf: &AlignedBuf) -> Result<(), DeviceError> {
-        check_access(offset_bytes, buf.len(), self.capacity_bytes)?;
+        check_access(offset_bytes, buf.len(), self.capacity())?;
         self.file.write_all_at(buf.as_slice(), offset_bytes)?;
         Ok(())
     }
@@ -221,7 +229,7 @@ impl BlockDevice for FileDevice {
         range: Range<usize>,
     ) -> Result<(), DeviceError> {
         check_range(&range, buf.len())?;
-        check_access(offset_bytes, range.len(), self.capacity_bytes)?;
+        check_access(offset_bytes, range.len(), self.capacity())?;
         self.file
             .write_all_at(&buf.as_slice()[range], offset_bytes)?;
         Ok(())
@@ -234,7 +242,7 @@ impl BlockDevice for FileDevice {
         range: Range<usize>,
     ) -> Result<(), DeviceError> {
         check_range(&range, buf.len())?;
-        check_access(offset_bytes, range.len(), self.capacity_bytes)?;
+        check_access(offset_bytes, range.len(), self.capacity())?;
         self.file
             .read_exact_at(&mut buf.as_mut_slice()[range], offset_bytes)?;
         Ok(())
@@ -251,6 +259,81 @@ impl BlockDevice for FileDevice {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn can_grow(&self) -> bool {
+        !self.is_block_device
+    }
+
+    fn reserve_to(&self, capacity_bytes: u64) -> Result<(), DeviceError> {
+        if self.is_block_device {
+            return Err(DeviceError::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("{}: a block device keeps its size", self.path.display()),
+            )));
+        }
+        let len_before = self.file.metadata()?.len();
+        if capacity_bytes <= len_before {
+            return Ok(());
+        }
+        // Mode 0 from offset 0: allocates whatever is not yet allocated below
+        // `capacity_bytes` and extends the file; the bytes read as zeros until written.
+        match rustix::fs::fallocate(
+            &self.file,
+            rustix::fs::FallocateFlags::empty(),
+            0,
+            capacity_bytes,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) if e == rustix::io::Errno::NOSPC => {
+                // Give back what a partial allocation took beyond the addressable end.
+                let _ = self.file.set_len(len_before.max(self.capacity()));
+                Err(DeviceError::Io(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    format!(
+                        "{}: not enough free space to grow to {capacity_bytes} bytes",
+                        self.path.display()
+                    ),
+                )))
+            }
+            // No fallocate on this file system: extend it sparse; `grow_to` writes it.
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP => {
+                self.file.set_len(capacity_bytes)?;
+                Ok(())
+            }
+            Err(e) => Err(DeviceError::Io(e.into())),
+        }
+    }
+
+    fn grow_to(&self, capacity_bytes: u64) -> Result<(), DeviceError> {
+        let start = self.capacity();
+        let end = capacity_bytes - capacity_bytes % super::IO_ALIGN_BYTES as u64;
+        if end <= start {
+            return Ok(());
+        }
+        if self.is_block_device {
+            return self.reserve_to(capacity_bytes);
+        }
+        // The same zero-fill a new file gets (see `allocate_file`), over the new range only.
+        const STEP_BYTES: usize = 8 << 20;
+        let zeros = AlignedBuf::new_zeroed(STEP_BYTES);
+        let mut off = start;
+        while off < end {
+            let len = STEP_BYTES.min((end - off) as usize);
+            self.file.write_all_at(&zeros.as_slice()[..len], off)?;
+            off += len as u64;
+        }
+        self.file.sync_data()?;
+        self.capacity_bytes.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    fn free_space_bytes(&self) -> Option<u64> {
+        if self.is_block_device {
+            return None;
+        }
+        let st = rustix::fs::fstatvfs(&self.file).ok()?;
+        Some(st.f_bavail.saturating_mul(st.f_frsize))
     }
 }
 
@@ -306,6 +389,59 @@ mod tests {
         let mut r = AlignedBuf::new_zeroed(4096);
         dev.read_at(4096, &mut r).unwrap();
         assert_eq!(r.as_slice()[0], 42);
+        drop(dev);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    // Proves a file grows in two steps (reserve, then zero-fill) and keeps its old bytes;
+    // reads beyond the capacity fail until the zero-fill makes the range addressable.
+    #[test]
+    fn regular_file_grows_and_keeps_its_data() {
+        let path = temp_path("grow");
+        let _ = std::fs::remove_file(&path);
+        let dev = FileDevice::open(&path, true, Some(1 << 20)).unwrap();
+        assert!(dev.can_grow());
+        assert!(dev.free_space_bytes().unwrap() > 0);
+        let mut w = AlignedBuf::new_zeroed(4096);
+        w.as_mut_slice()[0] = 7;
+        dev.write_at(4096, &w).unwrap();
+        dev.reserve_to(3 << 20).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 << 20);
+        assert_eq!(dev.capacity_bytes(), 1 << 20);
+        let mut r = AlignedBuf::new_zeroed(4096);
+        assert!(dev.read_at(2 << 20, &mut r).is_err());
+        dev.grow_to(3 << 20).unwrap();
+        assert_eq!(dev.capacity_bytes(), 3 << 20);
+        dev.read_at((3 << 20) - 4096, &mut r).unwrap();
+        assert!(r.as_slice().iter().all(|&b| b == 0));
+        dev.write_at(2 << 20, &w).unwrap();
+        dev.read_at(4096, &mut r).unwrap();
+        assert_eq!(r.as_slice()[0], 7);
+        drop(dev);
+        // Reopened, the grown file is its new size.
+        let dev = FileDevice::open(&path, true, Some(1 << 20)).unwrap();
+        assert_eq!(dev.capacity_bytes(), 3 << 20);
+        drop(dev);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    // Proves a reservation larger than the file system can hold is refused with a clear
+    // error and leaves the file as it was.
+    #[test]
+    fn reservation_beyond_free_space_is_refused() {
+        let path = temp_path("nospace");
+        let _ = std::fs::remove_file(&path);
+        let dev = FileDevice::open(&path, false, Some(1 << 20)).unwrap();
+        let huge = dev.free_space_bytes().unwrap() + (1 << 40);
+        match dev.reserve_to(huge) {
+            // A file system without fallocate extends sparse files instead (no reservation).
+            Ok(()) => {}
+            Err(e) => {
+                assert!(e.to_string().contains("not enough free space"), "{e}");
+                assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+            }
+        }
+        assert_eq!(dev.capacity_bytes(), 1 << 20);
         drop(dev);
         std::fs::remove_file(&path).unwrap();
     }

@@ -154,6 +154,38 @@ pub trait BlockDevice: Send + Sync {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+
+    /// Whether `reserve_to`/`grow_to` work: a regular file can grow, a block device or an
+    /// NVMe namespace cannot.
+    fn can_grow(&self) -> bool {
+        false
+    }
+
+    /// Claims room up to `capacity_bytes` (fallocate) without making it addressable yet:
+    /// a file system without that much room says so now, before anything is written there.
+    fn reserve_to(&self, capacity_bytes: u64) -> Result<(), DeviceError> {
+        Err(cannot_grow(self.describe(), capacity_bytes))
+    }
+
+    /// Zero-fills and syncs the bytes from the current capacity up to `capacity_bytes`, then
+    /// makes them addressable. Afterwards writes there land in allocated, written space, so
+    /// an `fdatasync` commits no file-system metadata for them.
+    fn grow_to(&self, capacity_bytes: u64) -> Result<(), DeviceError> {
+        Err(cannot_grow(self.describe(), capacity_bytes))
+    }
+
+    /// Bytes an unprivileged writer may still allocate on the device's file system
+    /// (`statvfs` f_bavail), when that means anything.
+    fn free_space_bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+fn cannot_grow(what: String, capacity_bytes: u64) -> DeviceError {
+    DeviceError::Io(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!("{what}: cannot grow to {capacity_bytes} bytes (fixed-size device)"),
+    ))
 }
 
 /// A sub-range of an `AlignedBuf` usable for a transfer: non-empty, 4096-aligned, inside.

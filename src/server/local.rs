@@ -894,16 +894,18 @@ pub fn heap_bytes() -> u64 {
 
 fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     let all: Vec<usize> = (0..w.shared.workers.len()).collect();
-    let Some((keys_per_db, shard_stats)) = w.with_workers(&all, |w| {
+    let Some((keys_per_db, shard_stats, growth)) = w.with_workers(&all, |w| {
         let mut keys = [0u64; 16];
         let mut stats = Vec::new();
+        let mut growth = None;
         for s in w.shards.held() {
             for (db, k) in keys.iter_mut().enumerate() {
                 *k += s.key_count(db as u8);
             }
             stats.push((s.id(), s.stats()));
+            growth = growth.or_else(|| s.growth_status());
         }
-        (keys, stats)
+        (keys, stats, growth)
     }) else {
         return Outcome::Retry;
     };
@@ -922,8 +924,9 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     let mut out = String::new();
     if want("server") {
         out.push_str(&format!(
-            "# Server\r\nredis_version:{REDIS_VERSION}\r\nlavik_version:{}\r\nlavik_git_sha:{}\r\nredis_git_sha1:00000000\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nmultiplexing_api:io_uring\r\nprocess_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nio_threads_active:0\r\nlavik_workers:{}\r\nexecutable:{}\r\nconfig_file:{}\r\n\r\n",
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\nlavik_version:{}\r\nlavik_variant:{}\r\nlavik_git_sha:{}\r\nredis_git_sha1:00000000\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nmultiplexing_api:io_uring\r\nprocess_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nio_threads_active:0\r\nlavik_workers:{}\r\nexecutable:{}\r\nconfig_file:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
+            crate::config::build::VARIANT,
             env!("LAVIK_GIT_SHA"),
             std::env::consts::OS,
             std::process::id(),
@@ -1032,6 +1035,20 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             "# Storage\r\nlavik_shards:{}\r\nlavik_index_bytes:{index_bytes}\r\n",
             sh.shard_count
         ));
+        // A growing data file: its size, limit, room left and steps (storage/grow.rs).
+        match &growth {
+            Some(g) => out.push_str(&format!(
+                "lavik_data_file_growable:1\r\nlavik_data_file_bytes:{}\r\nlavik_data_file_max_bytes:{}\r\nlavik_data_file_room_bytes:{}\r\nlavik_data_file_grow_step_bytes:{}\r\nlavik_data_file_grows:{}\r\nlavik_data_file_growing:{}\r\nlavik_data_file_grow_error:{}\r\n",
+                g.size_bytes,
+                g.max_bytes,
+                g.max_bytes.saturating_sub(g.size_bytes),
+                g.step_bytes,
+                g.grows,
+                u8::from(g.growing),
+                g.last_error.replace(['\r', '\n'], " "),
+            )),
+            None => out.push_str("lavik_data_file_growable:0\r\n"),
+        }
         for (id, s) in &shard_stats {
             out.push_str(&format!("shard{id}:{}\r\n", stats_line(s)));
         }

@@ -33,6 +33,7 @@ mod conn;
 pub mod faults;
 pub mod local;
 pub mod metrics;
+pub mod notify;
 mod reads;
 mod worker;
 

@@ -5,6 +5,7 @@ use super::index::Address;
 use super::StorageError;
 use crate::device::{AlignedBuf, BlockDevice};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A block number unique across all devices of the store.
@@ -44,8 +45,13 @@ pub struct Layout {
     pub block_size_bytes: u32,
     /// log2(block_size / RECORD_ALIGN_BYTES): low bits of an address.
     pub offset_bits: u32,
-    /// First global block number of each device, plus a final entry = total blocks.
+    /// First global block number of each device, plus a final entry = total blocks at open.
     pub device_first_block: Vec<u32>,
+    /// Blocks of the store now: a growing data file (one device, `grow`) adds blocks at
+    /// its end, under the allocator's lock, before they join the free list.
+    total_blocks: AtomicU32,
+    /// Most blocks the address space allows.
+    pub max_blocks: u64,
     pub store_uuid: [u8; 16],
     pub shard_count: u32,
 }
@@ -68,10 +74,13 @@ impl Layout {
             }
             device_first_block.push(total as u32);
         }
+        let max_blocks = (1u64 << (ADDRESS_BITS - offset_bits)) - 1;
         Ok(Layout {
             devices,
             block_size_bytes,
             offset_bits,
+            total_blocks: AtomicU32::new(total as u32),
+            max_blocks,
             device_first_block,
             store_uuid: labels[0].store_uuid,
             shard_count: labels[0].shard_count,
@@ -79,14 +88,22 @@ impl Layout {
     }
 
     pub fn total_blocks(&self) -> u32 {
-        *self.device_first_block.last().expect("non-empty")
+        self.total_blocks.load(Ordering::Acquire)
+    }
+
+    /// A one-device store grew to `total` blocks (call with the allocator locked, before
+    /// the new blocks are handed out).
+    pub fn set_total_blocks(&self, total: u32) {
+        debug_assert_eq!(self.devices.len(), 1, "only a one-device store grows");
+        debug_assert!(u64::from(total) <= self.max_blocks);
+        self.total_blocks.fetch_max(total, Ordering::AcqRel);
     }
 
     /// Device index and byte offset of the start of a block. Block `i` of a device starts at
     /// `(i + 1) * block_size` (the first block-sized region holds the label and metadata).
     pub fn locate(&self, block: BlockId) -> (usize, u64) {
-        let dev = self
-            .device_first_block
+        // Device starts only: the last device's blocks may go past the count at open.
+        let dev = self.device_first_block[..self.devices.len()]
             .partition_point(|&first| first <= block.0)
             - 1;
         debug_assert!(dev < self.devices.len(), "block {block:?} out of range");
@@ -161,6 +178,17 @@ impl Allocator {
     pub fn release(&mut self, device: usize, block: BlockId) {
         self.free[device].push_front(block);
     }
+
+    /// Adds a block the data file just grew by (zero-filled and synced) to the back of its
+    /// device's free list, after the blocks already there.
+    pub fn add_new(&mut self, device: usize, block: BlockId) {
+        self.free[device].push_back(block);
+    }
+
+    /// Free blocks beyond the reserve.
+    pub fn free_above_reserve(&self) -> usize {
+        self.free_count().saturating_sub(self.reserve_blocks)
+    }
 }
 
 /// What every shard of one store shares.
@@ -170,6 +198,8 @@ pub struct StoreShared {
     pub meta: Mutex<MetaState>,
     /// Defrag jobs running per device (`--defrag-max-active-per-device`).
     pub defrag_active: Vec<std::sync::atomic::AtomicU32>,
+    /// The data file grows with the data (one regular file, no fixed size asked for).
+    pub growth: Option<super::grow::Growth>,
 }
 
 pub struct MetaState {
@@ -182,6 +212,18 @@ pub struct MetaState {
 impl StoreShared {
     pub fn lock_alloc(&self) -> std::sync::MutexGuard<'_, Allocator> {
         self.allocator.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Allocator::alloc`; for a growing data file whose free blocks run low, also a growth
+    /// step on its own thread (waited for only when no block is left: `grow::alloc_block`).
+    pub fn alloc_block(self: &Arc<Self>, use_reserve: bool) -> Option<(BlockId, u64)> {
+        super::grow::alloc_block(self, use_reserve)
+    }
+
+    /// The growing data file's state for INFO (`None` for a fixed-size store).
+    pub fn growth_status(&self) -> Option<super::grow::GrowthStatus> {
+        let g = self.growth.as_ref()?;
+        Some(g.status(&*self.layout.devices[0]))
     }
 
     /// Writes the next metadata generation into the slot not holding the current one.

@@ -168,8 +168,7 @@ impl Shard {
     fn write_checkpoint_block(&mut self, id: u64, piece: &[u8]) -> Result<BlockId, StorageError> {
         let (block, block_seq) = self
             .shared
-            .lock_alloc()
-            .alloc(false)
+            .alloc_block(false)
             .ok_or(StorageError::DeviceFull)?;
         let payload = BlockHeaderPayload {
             store_uuid: self.shared.layout.store_uuid,

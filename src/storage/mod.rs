@@ -41,6 +41,7 @@ mod alloc;
 mod cache;
 mod checkpoint;
 pub mod format;
+pub mod grow;
 mod hash;
 pub mod index;
 pub mod prefetch;
@@ -48,6 +49,7 @@ mod recovery;
 mod shard;
 mod tombraider;
 
+pub use grow::{GrowthConfig, GrowthStatus};
 pub use hash::{key_hash, key_slot, shard_of_slot};
 pub use shard::{ChunkIo, DefragStatus, Shard, ShardStats};
 pub use tombraider::{TombRaiderPhase, TombRaiderStatus};
@@ -96,8 +98,10 @@ impl ValueKind {
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub data_files: Vec<PathBuf>,
-    /// Size given to a data file we create (default 1 GiB).
+    /// Size given to a data file we create (default 1 GiB); its first size when it grows.
     pub create_size_bytes: u64,
+    /// Grow a store of one regular file with the data (`None` = fixed size).
+    pub growth: Option<GrowthConfig>,
     /// Used only when formatting a fresh store.
     pub shard_count: u32,
     pub fsync: FsyncPolicy,
@@ -133,6 +137,7 @@ impl Default for StoreConfig {
         StoreConfig {
             data_files: vec![PathBuf::from("lavik.data")],
             create_size_bytes: 1 << 30,
+            growth: None,
             shard_count: 1,
             fsync: FsyncPolicy::EverySec,
             flush_max_ms: 100,

@@ -268,8 +268,22 @@ pub(crate) fn open_store(
         return Err(StorageError::Config("no data file given".into()));
     }
     let started = Instant::now();
-    let (devices, labels, formatted) = check_labels(devices, cfg)?;
+    let (devices, mut labels, formatted) = check_labels(devices, cfg)?;
+    if let [label] = labels.as_mut_slice() {
+        // A one-file store may have grown since it was labelled (`grow`): its blocks are
+        // whatever the file holds now. Blocks past the label's count are blank or were
+        // written after the growth; either way their headers say which.
+        let bs = u64::from(label.block_size_bytes);
+        let now = (devices[0].capacity_bytes() / bs).saturating_sub(1);
+        label.block_count = label.block_count.max(now);
+    }
     let layout = Layout::new(devices, &labels)?;
+    let growth = match (&cfg.growth, layout.devices.as_slice()) {
+        (Some(g), [dev]) => {
+            super::grow::Growth::new(g, &**dev, layout.block_size_bytes, layout.max_blocks)
+        }
+        _ => None,
+    };
     let meta = read_meta(&*layout.devices[0], layout.store_uuid)?;
     if meta.is_none() {
         tracing::warn!("no valid metadata slot; continuing with a full scan");
@@ -293,6 +307,7 @@ pub(crate) fn open_store(
             open_shards: shard_count,
             checkpoints_written: 0,
         }),
+        growth,
     });
     shared.write_meta(false, 0)?;
 

@@ -797,6 +797,11 @@ impl Shard {
         self.fsync = policy;
     }
 
+    /// The store's growing data file, for INFO (`None` when its size is fixed).
+    pub fn growth_status(&self) -> Option<super::GrowthStatus> {
+        self.shared.growth_status()
+    }
+
     pub fn stats(&self) -> ShardStats {
         let mut keys_per_db = [0u64; DB_COUNT];
         for (i, ix) in self.indexes.iter().enumerate() {
@@ -1240,8 +1245,7 @@ impl Shard {
     fn open_new_block(&mut self, use_reserve: bool) -> Result<(), StorageError> {
         let (block, block_seq) = self
             .shared
-            .lock_alloc()
-            .alloc(use_reserve)
+            .alloc_block(use_reserve)
             .ok_or(StorageError::DeviceFull)?;
         if let Some(f) = self.inflight.as_mut().filter(|f| !f.retired) {
             // The worker's ring is still writing from this buffer: park it untouched and
@@ -1725,8 +1729,7 @@ impl Shard {
         self.check_broken()?;
         let (block, block_seq) = self
             .shared
-            .lock_alloc()
-            .alloc(false)
+            .alloc_block(false)
             .ok_or(StorageError::DeviceFull)?;
         let payload = BlockHeaderPayload {
             store_uuid: self.shared.layout.store_uuid,

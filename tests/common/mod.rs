@@ -40,15 +40,30 @@ impl Server {
     }
 
     pub fn start_in(dir: PathBuf, extra: &[&str]) -> Server {
+        // A test of the growing data file gives its own sizes (and no fixed size).
+        let grows = extra.iter().any(|a| {
+            a.starts_with("--data-file-initial-size")
+                || a.starts_with("--data-file-grow-step")
+                || a.starts_with("--data-file-max-size")
+        });
+        Server::start_sized(dir, extra, !grows)
+    }
+
+    /// Starts lavik as a newcomer would: no data file or size flags, in an empty directory
+    /// (the default `./lavik.data`, which grows with the data).
+    pub fn start_on_defaults(tag: &str, extra: &[&str]) -> Server {
+        Server::start_sized(temp_dir(tag), extra, false)
+    }
+
+    fn start_sized(dir: PathBuf, extra: &[&str], fixed_size: bool) -> Server {
         let port = free_port();
-        let mut args: Vec<String> = vec![
-            "--port".into(),
-            port.to_string(),
-            "--data-file-size".into(),
-            "256mb".into(),
-            "--no-pin-workers".into(),
-        ];
-        if !extra.iter().any(|a| a.starts_with("--data-file")) {
+        let mut args: Vec<String> = vec!["--port".into(), port.to_string()];
+        if fixed_size {
+            args.push("--data-file-size".into());
+            args.push("256mb".into());
+        }
+        args.push("--no-pin-workers".into());
+        if fixed_size && !extra.iter().any(|a| a.starts_with("--data-file")) {
             args.push("--data-file".into());
             args.push(dir.join("lavik.data").display().to_string());
         }

@@ -75,10 +75,11 @@ fi
 if ldd "$bin" 2>&1 | grep -q '=>'; then
     log "warning: $bin does not look statically linked"
 fi
-log "building lavik (release, static)"
+# `--features nvme`: a minimal build refuses --storage=spdk (src/config/build.rs).
+log "building lavik (release, static, --features nvme)"
 server_bin=$repo/target/$host_target/release/lavik
 if ! (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release \
-        --target "$host_target" --bin lavik) >"$work/build-lavik.log" 2>&1 ||
+        --target "$host_target" --features nvme --bin lavik) >"$work/build-lavik.log" 2>&1 ||
         [ ! -x "$server_bin" ]; then
     log "lavik build failed:"; tail -30 "$work/build-lavik.log" >&2; exit 1
 fi
