@@ -11,7 +11,10 @@
 //! Connection and server commands (`Kind::Local`) need the connection or the
 //! process state and are implemented in `server::local`.
 
+pub mod collection;
+pub mod hash;
 pub mod keyspace;
+pub mod set;
 pub mod string;
 pub mod table;
 

@@ -431,7 +431,7 @@ pub fn decrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 /// Parses a float as Redis's `string2ld`: no surrounding spaces, no NaN.
-fn parse_float(b: &[u8]) -> Option<f64> {
+pub fn parse_float(b: &[u8]) -> Option<f64> {
     let s = std::str::from_utf8(b).ok()?;
     if s.is_empty() || s.len() > 5000 || s.trim() != s {
         return None;
