@@ -16,7 +16,17 @@ const HKEYS: &[&str] = &["h1", "h2", "{t}h"];
 const SKEYS: &[&str] = &["s1", "s2", "{t}s", "{t}u"];
 const OTHER: &[&str] = &["str", "{t}x"];
 const FIELDS: &[&str] = &["f1", "f2", "f3", "f4", "5", "-1", ""];
-const HVALS: &[&str] = &["", "0", "1", "-7", "42", "3.5", "1e3", "abc", "9223372036854775807"];
+const HVALS: &[&str] = &[
+    "",
+    "0",
+    "1",
+    "-7",
+    "42",
+    "3.5",
+    "1e3",
+    "abc",
+    "9223372036854775807",
+];
 const MEMBERS: &[&str] = &["1", "2", "3", "10", "-3", "007", "a", "b", "c", "", "x y"];
 
 /// The payloads of a flat aggregate reply, or of a map / array of 2-arrays, flattened.
@@ -177,19 +187,31 @@ fn hash_command(rng: &mut Rng) -> Vec<String> {
         9 => vec!["HEXISTS".into(), k, field(rng)],
         10 => vec![rng.pick(&["HKEYS", "HVALS", "HGETALL"]).to_string(), k],
         11 => {
-            let by = rng.pick(&["1", "-5", "100", "abc", "9223372036854775807"]).to_string();
+            let by = rng
+                .pick(&["1", "-5", "100", "abc", "9223372036854775807"])
+                .to_string();
             vec!["HINCRBY".into(), k, field(rng), by]
         }
         12 => {
             // Own fields and dyadic increments: lavik computes in f64 where Redis uses long
             // double, so only exactly representable sums agree to the last digit.
-            let by = rng.pick(&["1.5", "-2", "0.25", "abc", "3e2", "inf"]).to_string();
-            vec!["HINCRBYFLOAT".into(), k, rng.pick(&["fl1", "fl2"]).to_string(), by]
+            let by = rng
+                .pick(&["1.5", "-2", "0.25", "abc", "3e2", "inf"])
+                .to_string();
+            vec![
+                "HINCRBYFLOAT".into(),
+                k,
+                rng.pick(&["fl1", "fl2"]).to_string(),
+                by,
+            ]
         }
         13 => {
             let mut c = s(&["HRANDFIELD", &k]);
             if rng.chance(80) {
-                c.push(rng.pick(&["0", "1", "3", "20", "-2", "-9", "x"]).to_string());
+                c.push(
+                    rng.pick(&["0", "1", "3", "20", "-2", "-9", "x"])
+                        .to_string(),
+                );
                 if rng.chance(50) {
                     c.push("WITHVALUES".into());
                 }
@@ -199,10 +221,16 @@ fn hash_command(rng: &mut Rng) -> Vec<String> {
         14 => {
             let mut c = s(&["HSCAN", &k, "0"]);
             if rng.chance(40) {
-                c.extend(vec!["MATCH".to_string(), rng.pick(&["f*", "*", "?", "[0-9]*"]).to_string()]);
+                c.extend(vec![
+                    "MATCH".to_string(),
+                    rng.pick(&["f*", "*", "?", "[0-9]*"]).to_string(),
+                ]);
             }
             if rng.chance(30) {
-                c.extend(vec!["COUNT".to_string(), rng.pick(&["1", "5", "1000"]).to_string()]);
+                c.extend(vec![
+                    "COUNT".to_string(),
+                    rng.pick(&["1", "5", "1000"]).to_string(),
+                ]);
             }
             c
         }
@@ -240,7 +268,10 @@ fn set_command(rng: &mut Rng) -> Vec<String> {
         8 => {
             let mut c = s(&["SRANDMEMBER", &k]);
             if rng.chance(80) {
-                c.push(rng.pick(&["0", "1", "2", "30", "-3", "-20", "y"]).to_string());
+                c.push(
+                    rng.pick(&["0", "1", "2", "30", "-3", "-20", "y"])
+                        .to_string(),
+                );
             }
             c
         }
@@ -258,7 +289,9 @@ fn set_command(rng: &mut Rng) -> Vec<String> {
             c
         }
         12 => {
-            let mut c = vec![rng.pick(&["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"]).to_string()];
+            let mut c = vec![rng
+                .pick(&["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"])
+                .to_string()];
             c.push(set_key(rng));
             c.extend(keys(rng, 3));
             c
@@ -268,14 +301,20 @@ fn set_command(rng: &mut Rng) -> Vec<String> {
             let mut c = vec!["SINTERCARD".into(), ks.len().to_string()];
             c.extend(ks);
             if rng.chance(40) {
-                c.extend(vec!["LIMIT".to_string(), rng.pick(&["0", "1", "2", "-1"]).to_string()]);
+                c.extend(vec![
+                    "LIMIT".to_string(),
+                    rng.pick(&["0", "1", "2", "-1"]).to_string(),
+                ]);
             }
             c
         }
         14 => {
             let mut c = s(&["SSCAN", &k, "0"]);
             if rng.chance(40) {
-                c.extend(vec!["MATCH".to_string(), rng.pick(&["*", "1*", "[a-c]", "i*"]).to_string()]);
+                c.extend(vec![
+                    "MATCH".to_string(),
+                    rng.pick(&["*", "1*", "[a-c]", "i*"]).to_string(),
+                ]);
             }
             if rng.chance(30) {
                 c.extend(s(&["COUNT", "3"]));
@@ -315,7 +354,14 @@ fn keyspace_command(rng: &mut Rng) -> Vec<String> {
             vec![rng.pick(&["RENAME", "RENAMENX", "COPY"]).to_string(), a, b]
         }
         10 => vec!["INCR".into(), k],
-        _ => vec!["SCAN".into(), "0".into(), "TYPE".into(), rng.pick(&["hash", "set", "string"]).to_string(), "COUNT".into(), "1000".into()],
+        _ => vec![
+            "SCAN".into(),
+            "0".into(),
+            "TYPE".into(),
+            rng.pick(&["hash", "set", "string"]).to_string(),
+            "COUNT".into(),
+            "1000".into(),
+        ],
     }
 }
 
@@ -372,7 +418,11 @@ fn run_one(p: &mut Pair, c: &[String]) {
                 return;
             }
             if t == b"+set\r\n" {
-                assert_eq!(l == "intset", r == "intset", "OBJECT ENCODING {key}: {l} vs {r}");
+                assert_eq!(
+                    l == "intset",
+                    r == "intset",
+                    "OBJECT ENCODING {key}: {l} vs {r}"
+                );
                 if l == "hashtable" {
                     assert_eq!(r, "hashtable", "OBJECT ENCODING {key}");
                 }
@@ -392,7 +442,11 @@ fn run_one(p: &mut Pair, c: &[String]) {
 /// Walks HSCAN/SSCAN to the end on both servers (cursors differ: each server's own) and
 /// compares what the walks returned.
 fn full_scan_agrees(p: &mut Pair, args: &[&str]) {
-    let want = if args[0].eq_ignore_ascii_case("HSCAN") { "+hash\r\n" } else { "+set\r\n" };
+    let want = if args[0].eq_ignore_ascii_case("HSCAN") {
+        "+hash\r\n"
+    } else {
+        "+set\r\n"
+    };
     if p.r.call(&[b"TYPE", args[1].as_bytes()]) != want.as_bytes() {
         // WRONGTYPE or a missing key: one deterministic reply.
         p.check(args);
@@ -408,7 +462,10 @@ fn full_scan_agrees(p: &mut Pair, args: &[&str]) {
             a[2] = cursor.as_bytes();
             let e = elements(&conn.call(&a));
             let items: Vec<Vec<u8>> = if args[0].eq_ignore_ascii_case("HSCAN") {
-                e[1..].chunks(2).map(|c| [c[0].clone(), b"=".to_vec(), c[1].clone()].concat()).collect()
+                e[1..]
+                    .chunks(2)
+                    .map(|c| [c[0].clone(), b"=".to_vec(), c[1].clone()].concat())
+                    .collect()
             } else {
                 e[1..].to_vec()
             };
@@ -436,7 +493,13 @@ fn aggregate_len(reply: &[u8]) -> Option<(u8, usize)> {
         return None;
     }
     let end = reply.windows(2).position(|w| w == b"\r\n").unwrap();
-    Some((reply[0], std::str::from_utf8(&reply[1..end]).unwrap().parse().unwrap()))
+    Some((
+        reply[0],
+        std::str::from_utf8(&reply[1..end])
+            .unwrap()
+            .parse()
+            .unwrap(),
+    ))
 }
 
 /// SPOP: lavik pops, Redis removes the same members (so both stay equal); the reply's
@@ -449,7 +512,10 @@ fn spop_agrees(p: &mut Pair, args: &[&str]) {
     let l = p.l.call(&a);
     let count_arg = args.get(2).map(|c| c.parse::<i64>());
     let bad_count = matches!(count_arg, Some(Ok(n)) if n < 0) || matches!(count_arg, Some(Err(_)));
-    if bad_count || (!is_set && p.r.call(&[b"EXISTS", key.as_bytes()]) == b":1\r\n") || args.len() > 3 {
+    if bad_count
+        || (!is_set && p.r.call(&[b"EXISTS", key.as_bytes()]) == b":1\r\n")
+        || args.len() > 3
+    {
         // Errors are deterministic: compare with Redis's (nothing is removed).
         let r = p.r.call(&a);
         assert_eq!(l, r, "SPOP error {args:?}");
@@ -490,7 +556,10 @@ fn srandmember_agrees(p: &mut Pair, args: &[&str]) {
     let (l, r) = p.both(&a);
     if args.len() == 2 || r.starts_with(b"-") || aggregate_len(&r) == Some((b'*', 0)) {
         if args.len() == 2 && !r.starts_with(b"-") && r != b"$-1\r\n" && r != b"_\r\n" {
-            assert!(members_of(p, key).contains(&elements(&l)[0]), "SRANDMEMBER non-member");
+            assert!(
+                members_of(p, key).contains(&elements(&l)[0]),
+                "SRANDMEMBER non-member"
+            );
         } else {
             assert_eq!(l, r, "SRANDMEMBER {args:?}");
         }
@@ -499,7 +568,11 @@ fn srandmember_agrees(p: &mut Pair, args: &[&str]) {
     let n: i64 = args[2].parse().unwrap();
     let all = members_of(p, key);
     let e = elements(&l);
-    assert_eq!(aggregate_len(&l).unwrap().1, aggregate_len(&r).unwrap().1, "SRANDMEMBER length");
+    assert_eq!(
+        aggregate_len(&l).unwrap().1,
+        aggregate_len(&r).unwrap().1,
+        "SRANDMEMBER length"
+    );
     assert!(e.iter().all(|m| all.contains(m)), "SRANDMEMBER non-member");
     if n > 0 {
         let d: BTreeSet<_> = e.iter().collect();
@@ -511,7 +584,10 @@ fn hrandfield_agrees(p: &mut Pair, args: &[&str]) {
     let key = args[1];
     let a: Vec<&[u8]> = args.iter().map(|x| x.as_bytes()).collect();
     let (l, r) = p.both(&a);
-    let random = !r.starts_with(b"-") && r != b"$-1\r\n" && r != b"_\r\n" && aggregate_len(&r) != Some((b'*', 0));
+    let random = !r.starts_with(b"-")
+        && r != b"$-1\r\n"
+        && r != b"_\r\n"
+        && aggregate_len(&r) != Some((b'*', 0));
     if !random {
         assert_eq!(l, r, "HRANDFIELD {args:?}");
         return;
@@ -523,7 +599,11 @@ fn hrandfield_agrees(p: &mut Pair, args: &[&str]) {
     }
     assert_eq!(aggregate_len(&l), aggregate_len(&r), "HRANDFIELD length");
     // RESP3 WITHVALUES nests 2-arrays: same shape on both, checked by the first element.
-    assert_eq!(first_item_type(&l), first_item_type(&r), "HRANDFIELD nesting");
+    assert_eq!(
+        first_item_type(&l),
+        first_item_type(&r),
+        "HRANDFIELD nesting"
+    );
     let with_values = args.len() == 4;
     let e = elements(&l);
     let fields: Vec<&Vec<u8>> = if with_values {
@@ -534,7 +614,10 @@ fn hrandfield_agrees(p: &mut Pair, args: &[&str]) {
     } else {
         e.iter().collect()
     };
-    assert!(fields.iter().all(|f| h.contains_key(*f)), "HRANDFIELD non-field");
+    assert!(
+        fields.iter().all(|f| h.contains_key(*f)),
+        "HRANDFIELD non-field"
+    );
     if args[2].parse::<i64>().unwrap() > 0 {
         let d: BTreeSet<_> = fields.iter().collect();
         assert_eq!(d.len(), fields.len(), "HRANDFIELD positive count repeats");
@@ -556,7 +639,8 @@ fn final_state_agrees(p: &mut Pair) {
 /// compiled-in default is 512; lavik uses the shipped configuration's 128.
 fn start(tag: &str) -> Pair {
     let mut p = Pair::start(tag, &[]);
-    let rep = p.r.call(&[b"CONFIG", b"SET", b"hash-max-listpack-entries", b"128"]);
+    let rep =
+        p.r.call(&[b"CONFIG", b"SET", b"hash-max-listpack-entries", b"128"]);
     assert_eq!(rep, b"+OK\r\n");
     p
 }
@@ -779,7 +863,10 @@ fn object_encoding_thresholds() {
     assert_eq!(l.call(&[b"SADD", b"t", b"3", b"1", b"2"]), b":3\r\n");
     assert_eq!(l.call(&[b"OBJECT", b"ENCODING", b"t"]), b"$6\r\nintset\r\n");
     assert_eq!(l.call(&[b"SADD", b"t", b"a"]), b":1\r\n");
-    assert_eq!(l.call(&[b"OBJECT", b"ENCODING", b"t"]), b"$8\r\nlistpack\r\n");
+    assert_eq!(
+        l.call(&[b"OBJECT", b"ENCODING", b"t"]),
+        b"$8\r\nlistpack\r\n"
+    );
     assert_eq!(
         l.call(&[b"SMEMBERS", b"t"]),
         b"*4\r\n$1\r\n1\r\n$1\r\n2\r\n$1\r\n3\r\n$1\r\na\r\n"
@@ -788,10 +875,19 @@ fn object_encoding_thresholds() {
     let mut cmd: Vec<&[u8]> = vec![b"SADD", b"w"];
     cmd.extend(big.iter().map(|m| m.as_slice()));
     assert_eq!(l.call(&cmd), b":129\r\n");
-    assert_eq!(l.call(&[b"OBJECT", b"ENCODING", b"w"]), b"$9\r\nhashtable\r\n");
+    assert_eq!(
+        l.call(&[b"OBJECT", b"ENCODING", b"w"]),
+        b"$9\r\nhashtable\r\n"
+    );
     assert_eq!(l.call(&[b"SADD", b"y", b"b", b"a"]), b":2\r\n");
-    assert_eq!(l.call(&[b"OBJECT", b"ENCODING", b"y"]), b"$8\r\nlistpack\r\n");
-    assert_eq!(l.call(&[b"SMEMBERS", b"y"]), b"*2\r\n$1\r\nb\r\n$1\r\na\r\n");
+    assert_eq!(
+        l.call(&[b"OBJECT", b"ENCODING", b"y"]),
+        b"$8\r\nlistpack\r\n"
+    );
+    assert_eq!(
+        l.call(&[b"SMEMBERS", b"y"]),
+        b"*2\r\n$1\r\nb\r\n$1\r\na\r\n"
+    );
     p.check(&["SET", "n", "12345"]);
     p.check(&["OBJECT", "ENCODING", "n"]);
     p.check(&["SET", "e", "short"]);
@@ -834,7 +930,11 @@ fn scan_full_iteration_guarantee() {
             }
         }
         for m in &stable {
-            assert!(seen.contains(m.as_bytes()), "{m} missed by {:?}", String::from_utf8_lossy(cmd));
+            assert!(
+                seen.contains(m.as_bytes()),
+                "{m} missed by {:?}",
+                String::from_utf8_lossy(cmd)
+            );
         }
     }
 }
