@@ -25,11 +25,7 @@ fn corrupt(e: CodecError) -> String {
     storage_error(StorageError::Corrupt(e.to_string()))
 }
 
-fn load_raw(
-    ctx: &mut Ctx,
-    key: &[u8],
-    kind: ValueKind,
-) -> Result<Option<(Vec<u8>, Option<u64>)>, String> {
+fn load_raw(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded<Vec<u8>>>, String> {
     let (db, now) = (ctx.db, ctx.now_ms);
     match ctx
         .shards
@@ -38,13 +34,20 @@ fn load_raw(
         .map_err(storage_error)?
     {
         Some(v) if v.kind != kind => Err(ERR_WRONGTYPE.into()),
-        Some(v) => Ok(Some((v.bytes, v.expire_at_ms))),
+        Some(v) => Ok(Some(Loaded {
+            value: v.bytes,
+            expire_at_ms: v.expire_at_ms,
+        })),
         None => Ok(None),
     }
 }
 
 pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>, String> {
-    let Some((bytes, expire_at_ms)) = load_raw(ctx, key, ValueKind::Hash)? else {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::Hash)?
+    else {
         return Ok(None);
     };
     let value = HashValue::decode(&bytes).map_err(corrupt)?;
@@ -55,7 +58,11 @@ pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>,
 }
 
 pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, String> {
-    let Some((bytes, expire_at_ms)) = load_raw(ctx, key, ValueKind::Set)? else {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::Set)?
+    else {
         return Ok(None);
     };
     let value = SetValue::decode(&bytes).map_err(corrupt)?;

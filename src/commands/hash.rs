@@ -264,7 +264,7 @@ pub fn hscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let mut items: Vec<&[u8]> = Vec::with_capacity(picked.len() * 2);
     for i in picked {
         let (f, v) = &pairs[i];
-        if opts.pattern.map_or(true, |p| glob_match(p, f)) {
+        if opts.pattern.is_none_or(|p| glob_match(p, f)) {
             items.push(f);
             items.push(v);
         }

@@ -377,7 +377,7 @@ pub fn sscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let items: Vec<&[u8]> = picked
         .into_iter()
         .map(|i| members[i].as_slice())
-        .filter(|m| opts.pattern.map_or(true, |p| glob_match(p, m)))
+        .filter(|m| opts.pattern.is_none_or(|p| glob_match(p, m)))
         .collect();
     scan_reply(r, next, &items);
     Ok(())
