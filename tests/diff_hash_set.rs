@@ -803,6 +803,12 @@ fn hash_set_lifecycle() {
     p.check(&["COPY", "u", "v"]);
     p.check_with(&["SMEMBERS", "v"], sorted_elements);
     p.check(&["HSET", "hh", "f", "v"]);
+    // COPY into another db carries the kind and contents.
+    p.check(&["COPY", "hh", "hh", "DB", "3"]);
+    p.check(&["SELECT", "3"]);
+    p.check(&["HGETALL", "hh"]);
+    p.check(&["TYPE", "hh"]);
+    p.check(&["SELECT", "0"]);
     p.check(&["RENAME", "hh", "h2"]);
     p.check(&["HGETALL", "h2"]);
     p.check(&["SET", "h2", "now a string"]);

@@ -22,6 +22,8 @@
 //! until the paged layer lands) and `CONFIG SET` of the thresholds (they are constants).
 
 use crate::resp::parse::parse_i64;
+use std::cell::OnceCell;
+use std::collections::HashMap;
 
 /// `hash-max-listpack-entries`: more pairs than this converts a hash to a hashtable.
 pub const HASH_MAX_LISTPACK_ENTRIES: usize = 128;
@@ -33,6 +35,53 @@ pub const SET_MAX_INTSET_ENTRIES: usize = 512;
 pub const SET_MAX_LISTPACK_ENTRIES: usize = 128;
 /// `set-max-listpack-value`.
 pub const SET_MAX_LISTPACK_VALUE_BYTES: usize = 64;
+
+/// From this many elements on, lookups go through a hash map built on first use instead of
+/// a linear scan (multi-member commands and set algebra on big one-record collections).
+const LOOKUP_MIN_ELEMENTS: usize = 32;
+
+/// Element bytes → index in the element vector, built lazily and kept in step by every
+/// mutation (or dropped, to be rebuilt, when a removal shifts positions). Not part of the
+/// value: equality ignores it.
+#[derive(Clone, Debug, Default)]
+struct Lookup(OnceCell<HashMap<Vec<u8>, usize>>);
+
+impl PartialEq for Lookup {
+    fn eq(&self, _: &Lookup) -> bool {
+        true
+    }
+}
+
+impl Eq for Lookup {}
+
+impl Lookup {
+    fn find<'e>(&self, key: &[u8], elements: impl Iterator<Item = &'e [u8]>) -> Option<usize> {
+        self.0
+            .get_or_init(|| elements.enumerate().map(|(i, e)| (e.to_vec(), i)).collect())
+            .get(key)
+            .copied()
+    }
+
+    fn pushed(&mut self, key: &[u8], at: usize) {
+        if let Some(m) = self.0.get_mut() {
+            m.insert(key.to_vec(), at);
+        }
+    }
+
+    /// After `swap_remove(at)` of `removed`: `moved` (if any) now sits at `at`.
+    fn swap_removed(&mut self, removed: &[u8], at: usize, moved: Option<&[u8]>) {
+        if let Some(m) = self.0.get_mut() {
+            m.remove(removed);
+            if let Some(k) = moved {
+                m.insert(k.to_vec(), at);
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.0 = OnceCell::new();
+    }
+}
 
 /// Largest length a varint may carry: element lengths and counts are below 4 GiB (a value is
 /// far smaller: `Shard::value_len_max`).
@@ -160,6 +209,7 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 pub struct HashValue {
     encoding: HashEncoding,
     pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    lookup: Lookup,
 }
 
 impl Default for HashValue {
@@ -173,6 +223,7 @@ impl HashValue {
         HashValue {
             encoding: HashEncoding::Listpack,
             pairs: Vec::new(),
+            lookup: Lookup::default(),
         }
     }
 
@@ -193,7 +244,11 @@ impl HashValue {
     }
 
     fn position(&self, field: &[u8]) -> Option<usize> {
-        self.pairs.iter().position(|(f, _)| f == field)
+        if self.pairs.len() < LOOKUP_MIN_ELEMENTS {
+            return self.pairs.iter().position(|(f, _)| f == field);
+        }
+        self.lookup
+            .find(field, self.pairs.iter().map(|(f, _)| f.as_slice()))
     }
 
     pub fn get(&self, field: &[u8]) -> Option<&[u8]> {
@@ -220,6 +275,7 @@ impl HashValue {
             }
             None => {
                 self.pairs.push((field.to_vec(), value.to_vec()));
+                self.lookup.pushed(field, self.pairs.len() - 1);
                 true
             }
         };
@@ -229,15 +285,22 @@ impl HashValue {
         added
     }
 
-    /// Removes `field`; true if it was there. The others keep their order.
+    /// Removes `field`; true if it was there. The others keep their order, except in the
+    /// hashtable encoding (whose order Redis leaves unspecified): the last pair takes the
+    /// removed one's place, so a removal costs O(1).
     pub fn remove(&mut self, field: &[u8]) -> bool {
-        match self.position(field) {
-            Some(i) => {
-                self.pairs.remove(i);
-                true
-            }
-            None => false,
+        let Some(i) = self.position(field) else {
+            return false;
+        };
+        if self.encoding == HashEncoding::Hashtable {
+            let (removed, _) = self.pairs.swap_remove(i);
+            let moved = self.pairs.get(i).map(|(f, _)| f.as_slice());
+            self.lookup.swap_removed(&removed, i, moved);
+        } else {
+            self.pairs.remove(i);
+            self.lookup.reset();
         }
+        true
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -276,7 +339,11 @@ impl HashValue {
         if has_duplicates(pairs.iter().map(|(f, _)| f.as_slice())) {
             return Err(CodecError::Malformed("duplicate hash field"));
         }
-        Ok(HashValue { encoding, pairs })
+        Ok(HashValue {
+            encoding,
+            pairs,
+            lookup: Lookup::default(),
+        })
     }
 }
 
@@ -292,6 +359,7 @@ fn has_duplicates<'a>(items: impl Iterator<Item = &'a [u8]>) -> bool {
 pub struct SetValue {
     encoding: SetEncoding,
     members: Vec<Vec<u8>>,
+    lookup: Lookup,
 }
 
 impl Default for SetValue {
@@ -312,6 +380,7 @@ impl SetValue {
         SetValue {
             encoding: SetEncoding::Intset,
             members: Vec::new(),
+            lookup: Lookup::default(),
         }
     }
 
@@ -328,6 +397,7 @@ impl SetValue {
         SetValue {
             encoding,
             members: Vec::new(),
+            lookup: Lookup::default(),
         }
     }
 
@@ -364,7 +434,11 @@ impl SetValue {
             let v = as_set_int(member)?;
             return self.int_search(v).ok();
         }
-        self.members.iter().position(|m| m == member)
+        if self.members.len() < LOOKUP_MIN_ELEMENTS {
+            return self.members.iter().position(|m| m == member);
+        }
+        self.lookup
+            .find(member, self.members.iter().map(|m| m.as_slice()))
     }
 
     fn int_search(&self, v: i64) -> Result<usize, usize> {
@@ -384,6 +458,7 @@ impl SetValue {
                     return false;
                 };
                 self.members.insert(at, member.to_vec());
+                self.lookup.reset();
                 if self.members.len() > SET_MAX_INTSET_ENTRIES {
                     self.encoding = SetEncoding::Hashtable;
                 }
@@ -399,6 +474,7 @@ impl SetValue {
                 SetEncoding::Hashtable
             };
             self.members.push(member.to_vec());
+            self.lookup.reset();
             return true;
         }
         if self.position(member).is_some() {
@@ -411,23 +487,33 @@ impl SetValue {
             self.encoding = SetEncoding::Hashtable;
         }
         self.members.push(member.to_vec());
+        self.lookup.pushed(member, self.members.len() - 1);
         true
     }
 
-    /// Removes `member`; true if it was there. The others keep their order.
+    /// Removes `member`; true if it was there. The others keep their order, except in the
+    /// hashtable encoding (order unspecified in Redis): the last member takes its place.
     pub fn remove(&mut self, member: &[u8]) -> bool {
         match self.position(member) {
             Some(i) => {
-                self.members.remove(i);
+                self.remove_at(i);
                 true
             }
             None => false,
         }
     }
 
-    /// Removes and returns the member at `index` (for SPOP).
+    /// Removes and returns the member at `index` (for SPOP), as `remove` does.
     pub fn remove_at(&mut self, index: usize) -> Vec<u8> {
-        self.members.remove(index)
+        if self.encoding == SetEncoding::Hashtable {
+            let removed = self.members.swap_remove(index);
+            let moved = self.members.get(index).map(|m| m.as_slice());
+            self.lookup.swap_removed(&removed, index, moved);
+            removed
+        } else {
+            self.lookup.reset();
+            self.members.remove(index)
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -475,7 +561,11 @@ impl SetValue {
         } else if has_duplicates(members.iter().map(|m| m.as_slice())) {
             return Err(CodecError::Malformed("duplicate set member"));
         }
-        Ok(SetValue { encoding, members })
+        Ok(SetValue {
+            encoding,
+            members,
+            lookup: Lookup::default(),
+        })
     }
 }
 
@@ -595,6 +685,38 @@ mod tests {
         assert_eq!(s.encoding(), SetEncoding::Hashtable);
     }
 
+    // Big collections answer lookups through the index, kept right across adds and
+    // swap-removals (hashtable) and order-keeping removals (listpack).
+    #[test]
+    fn lookup_stays_consistent() {
+        let mut s = SetValue::create(b"a", 1000);
+        let mut h = HashValue::new();
+        h.prepare_write(1000, 1);
+        for i in 0..300 {
+            let m = format!("m{i}");
+            assert!(s.add(m.as_bytes()));
+            assert!(h.set(m.as_bytes(), b"v"));
+        }
+        for i in (0..300).step_by(3) {
+            let m = format!("m{i}");
+            assert!(s.remove(m.as_bytes()));
+            assert!(h.remove(m.as_bytes()));
+        }
+        for i in 0..300 {
+            let m = format!("m{i}");
+            assert_eq!(s.contains(m.as_bytes()), i % 3 != 0, "{m}");
+            assert_eq!(h.get(m.as_bytes()).is_some(), i % 3 != 0, "{m}");
+        }
+        assert_eq!(SetValue::decode(&s.encode()).unwrap(), s);
+        let mut l = SetValue::create(b"a", 100);
+        for i in 0..100 {
+            l.add(format!("x{i}").as_bytes());
+        }
+        l.remove(b"x5");
+        assert!(l.contains(b"x99") && !l.contains(b"x5"));
+        assert_eq!(l.members()[5], b"x6", "listpack keeps order");
+    }
+
     proptest::proptest! {
         // Any hash built by set/remove round-trips through its bytes unchanged.
         #[test]
@@ -616,11 +738,21 @@ mod tests {
         fn set_round_trip(ops in proptest::collection::vec(
             (proptest::prop_oneof![
                 (-50i64..50).prop_map(|v| v.to_string().into_bytes()),
-                proptest::collection::vec(proptest::num::u8::ANY, 0..70)
-            ], proptest::bool::ANY), 1..80)) {
+                proptest::collection::vec(proptest::num::u8::ANY, 0..70),
+                (0u8..60).prop_map(|v| vec![b'k', v])
+            ], proptest::bool::ANY), 1..200)) {
             let mut s = SetValue::create(&ops[0].0, ops.len());
+            let mut model = std::collections::BTreeSet::new();
             for (m, del) in &ops {
-                if *del { s.remove(m); } else { s.add(m); }
+                if *del {
+                    proptest::prop_assert_eq!(s.remove(m), model.remove(m));
+                } else {
+                    proptest::prop_assert_eq!(s.add(m), model.insert(m.clone()));
+                }
+            }
+            proptest::prop_assert_eq!(s.len(), model.len());
+            for m in &model {
+                proptest::prop_assert!(s.contains(m));
             }
             if s.is_empty() {
                 proptest::prop_assert!(SetValue::decode(&s.encode()).is_err());
