@@ -834,6 +834,32 @@ fn hash_set_lifecycle() {
     p.check(&["SMEMBERS", "u"]);
 }
 
+// Active expiry removes collections nobody reads again: DBSIZE falls to the keys without
+// a TTL (lavik only: when Redis's sampling gets to them is not deterministic).
+#[test]
+fn active_expiry_of_collections() {
+    let mut p = start("diff-hs-active");
+    let l = &mut p.l;
+    for i in 0..20 {
+        let (h, s) = (format!("h{i}"), format!("s{i}"));
+        l.call(&[b"HSET", h.as_bytes(), b"f", b"v"]);
+        l.call(&[b"SADD", s.as_bytes(), b"m"]);
+        l.call(&[b"PEXPIRE", h.as_bytes(), b"20"]);
+        l.call(&[b"PEXPIRE", s.as_bytes(), b"20"]);
+    }
+    l.call(&[b"HSET", b"keep", b"f", b"v"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let n = l.call(&[b"DBSIZE"]);
+        if n == b":1\r\n" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "DBSIZE stays {n:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(l.call(&[b"HGET", b"keep", b"f"]), b"$1\r\nv\r\n");
+}
+
 // OBJECT ENCODING follows Redis's thresholds and creation rules (7.2 for small sets, where
 // 7.0 says hashtable: those are checked against fixed 7.2 answers, not against Redis).
 #[test]
