@@ -7,8 +7,12 @@
 //! calls `flush`). After a crash, every key holds either its value as of the last flush or a
 //! value written after it — never anything else, and a key deleted before the last flush
 //! never comes back. Without a crash the engine matches the model exactly, DBSIZE included.
+//! A third of the keys hold hashes and a third sets (whole-record collections, stage 1 of
+//! `docs/collections.md`): the model compares the value kind with the bytes, so a crash,
+//! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
-use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, ValueKind};
+use lavik::storage::collection::{HashValue, SetValue};
+use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -112,6 +116,58 @@ fn value_bytes(k: u8, len: usize, fill: u8) -> Vec<u8> {
     v
 }
 
+/// Key `k`'s value kind: strings, hashes and sets in turn.
+fn kind_of(k: u8) -> ValueKind {
+    match k % 3 {
+        0 => ValueKind::String,
+        1 => ValueKind::Hash,
+        _ => ValueKind::Set,
+    }
+}
+
+fn kind_tag(kind: ValueKind) -> u8 {
+    match kind {
+        ValueKind::String => b's',
+        ValueKind::Hash => b'h',
+        ValueKind::Set => b'S',
+    }
+}
+
+/// The record value for key `k` of about `len` bytes: a string, or an encoded collection
+/// (a hash of one field per 1 KiB, a set of members of up to 1 KiB).
+fn record_value(k: u8, len: usize, fill: u8) -> Vec<u8> {
+    let raw = value_bytes(k, len, fill);
+    match kind_of(k) {
+        ValueKind::String => raw,
+        ValueKind::Hash => {
+            let mut h = HashValue::new();
+            for (i, chunk) in raw.chunks(1024).enumerate() {
+                h.set(format!("f{i}").as_bytes(), chunk);
+            }
+            h.set(b"k", &[k]);
+            h.encode()
+        }
+        ValueKind::Set => {
+            let mut s = SetValue::create(b"k", 1);
+            s.add(&[k]);
+            for (i, chunk) in raw.chunks(1024).enumerate() {
+                s.add(&[format!("{i}:").as_bytes(), chunk].concat());
+            }
+            s.encode()
+        }
+    }
+}
+
+/// What the model stores: the kind's tag, then the value bytes.
+fn tagged(v: Value) -> Vec<u8> {
+    match v.kind {
+        ValueKind::Hash => assert!(HashValue::decode(&v.bytes).is_ok(), "hash record decodes"),
+        ValueKind::Set => assert!(SetValue::decode(&v.bytes).is_ok(), "set record decodes"),
+        ValueKind::String => {}
+    }
+    [&[kind_tag(v.kind)][..], &v.bytes].concat()
+}
+
 fn visible(e: Option<&Entry>, now: u64) -> Option<Vec<u8>> {
     e.filter(|(_, exp)| exp.is_none_or(|t| t > now))
         .map(|(v, _)| v.clone())
@@ -194,20 +250,22 @@ impl Harness {
                 fill,
                 ttl,
             } => {
-                let v = value_bytes(k, len, fill);
+                let v = record_value(k, len, fill);
                 let exp = ttl.map(|t| now + t);
                 self.shard(k)
-                    .put(db, &key_bytes(k), ValueKind::String, &v, exp, now)
+                    .put(db, &key_bytes(k), kind_of(k), &v, exp, now)
                     .unwrap();
-                self.cur.insert((db, k), (v, exp));
+                let model = [&[kind_tag(kind_of(k))][..], &v].concat();
+                self.cur.insert((db, k), (model, exp));
                 self.note((db, k));
             }
             Op::PutLarge { db, k, fill } => {
-                let v = value_bytes(k, 150_000, fill);
+                let v = record_value(k, 150_000, fill);
                 self.shard(k)
-                    .put(db, &key_bytes(k), ValueKind::String, &v, None, now)
+                    .put(db, &key_bytes(k), kind_of(k), &v, None, now)
                     .unwrap();
-                self.cur.insert((db, k), (v, None));
+                let model = [&[kind_tag(kind_of(k))][..], &v].concat();
+                self.cur.insert((db, k), (model, None));
                 self.note((db, k));
             }
             Op::Del { db, k } => {
@@ -237,7 +295,7 @@ impl Harness {
                     .shard(k)
                     .get(db, &key_bytes(k), now)
                     .unwrap()
-                    .map(|v| v.bytes);
+                    .map(tagged);
                 prop_assert_eq!(
                     got,
                     visible(self.cur.get(&(db, k)), now),
@@ -328,7 +386,7 @@ impl Harness {
                 for e in self.window.get(&(db, k)).into_iter().flatten() {
                     allowed.insert(visible(e.as_ref(), now));
                 }
-                let got_bytes = got.as_ref().map(|v| v.bytes.clone());
+                let got_bytes = got.clone().map(tagged);
                 prop_assert!(
                     allowed.contains(&got_bytes),
                     "after crash {:?} = {:?} bytes, allowed lengths {:?}",
@@ -340,7 +398,8 @@ impl Harness {
                         .collect::<Vec<_>>()
                 );
                 if let Some(v) = got {
-                    state.insert((db, k), (v.bytes, v.expire_at_ms));
+                    let exp = v.expire_at_ms;
+                    state.insert((db, k), (tagged(v), exp));
                 }
             }
         }
@@ -358,7 +417,7 @@ impl Harness {
                     .shard(k)
                     .get(db, &key_bytes(k), now)
                     .unwrap()
-                    .map(|v| v.bytes);
+                    .map(tagged);
                 prop_assert_eq!(
                     got,
                     visible(self.cur.get(&(db, k)), now),
@@ -409,7 +468,7 @@ impl Harness {
                     .shard(k)
                     .get(db, &key_bytes(k), now)
                     .unwrap()
-                    .map(|v| v.bytes);
+                    .map(tagged);
                 prop_assert_eq!(
                     got,
                     visible(self.cur.get(&(db, k)), now),

@@ -1,7 +1,8 @@
 //! Keyspace commands: DEL, EXISTS, TYPE, RENAME, COPY, EXPIRE family, TTL
-//! family, KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHDB, FLUSHALL.
+//! family, KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHDB, FLUSHALL, OBJECT ENCODING.
 
 use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, Glob, ERR_SYNTAX};
+use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
 use crate::storage::{Db, ValueKind};
 
@@ -44,7 +45,71 @@ pub fn exists(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 pub fn type_name(kind: ValueKind) -> &'static str {
     match kind {
         ValueKind::String => "string",
+        ValueKind::Hash => "hash",
+        ValueKind::Set => "set",
     }
+}
+
+/// OBJECT ENCODING's name for a value: Redis's for the same contents. Strings answer as
+/// Redis encodes a value written by SET (`int`, `embstr` up to 44 bytes, `raw`); lavik does
+/// not track APPEND/SETRANGE turning an embstr into a raw string.
+fn encoding_name(v: &crate::storage::Value) -> Result<&'static str, String> {
+    use crate::storage::collection::{HashValue, SetValue};
+    let corrupt = |e: crate::storage::collection::CodecError| {
+        storage_error(crate::storage::StorageError::Corrupt(e.to_string()))
+    };
+    Ok(match v.kind {
+        ValueKind::String if v.bytes.len() <= 20 && parse_i64(&v.bytes).is_some() => "int",
+        ValueKind::String if v.bytes.len() <= 44 => "embstr",
+        ValueKind::String => "raw",
+        ValueKind::Hash => HashValue::decode(&v.bytes)
+            .map_err(corrupt)?
+            .encoding()
+            .name(),
+        ValueKind::Set => SetValue::decode(&v.bytes)
+            .map_err(corrupt)?
+            .encoding()
+            .name(),
+    })
+}
+
+/// OBJECT ENCODING key | OBJECT HELP.
+pub fn object(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    if eq_ic(a[1], "help") && a.len() == 2 {
+        let lines = [
+            "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "ENCODING <key>",
+            "    Return the kind of internal representation used in order to store the value",
+            "    associated with a <key>.",
+            "HELP",
+            "    Print this help.",
+        ];
+        r.array(lines.len());
+        for l in lines {
+            r.simple(l);
+        }
+        return Ok(());
+    }
+    if !eq_ic(a[1], "encoding") {
+        return Err(format!(
+            "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+            String::from_utf8_lossy(a[1])
+        ));
+    }
+    if a.len() != 3 {
+        return Err("ERR wrong number of arguments for 'object|encoding' command".into());
+    }
+    let (db, now) = (ctx.db, ctx.now_ms);
+    match ctx
+        .shards
+        .for_key(a[2])
+        .get(db, a[2], now)
+        .map_err(storage_error)?
+    {
+        Some(v) => r.bulk_str(encoding_name(&v)?),
+        None => r.null(),
+    }
+    Ok(())
 }
 
 pub fn type_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
@@ -388,15 +453,22 @@ pub fn scan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             break;
         }
     }
-    if let Some(t) = type_filter {
-        if !eq_ic(t, "string") {
-            keys.clear();
-        }
-    }
     // As in KEYS, the pattern `*` is not matched (the empty key passes).
     if let Some(p) = pattern.filter(|p| *p != b"*") {
         let glob = Glob::new(p);
         keys.retain(|k| glob.matches(k));
+    }
+    if let Some(t) = type_filter {
+        let mut kept = Vec::with_capacity(keys.len());
+        for k in keys {
+            let shard = ctx.shards.for_key(&k);
+            if let Some(v) = shard.get(db, &k, now).map_err(storage_error)? {
+                if eq_ic(t, type_name(v.kind)) {
+                    kept.push(k);
+                }
+            }
+        }
+        keys = kept;
     }
     r.array(2);
     r.bulk(next_cursor.to_string().as_bytes());

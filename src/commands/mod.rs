@@ -12,9 +12,12 @@
 //! process state and are implemented in `server::local`.
 
 pub mod bitmap;
+pub mod collection;
 pub mod glob;
+pub mod hash;
 pub mod hyperloglog;
 pub mod keyspace;
+pub mod set;
 pub mod string;
 pub mod table;
 

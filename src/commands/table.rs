@@ -1,7 +1,9 @@
 //! The command table: every command lavik knows, with the facts Redis's
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
-use super::{bitmap as b, hyperloglog as h, keyspace as k, string as s, Handler};
+use super::{
+    bitmap as b, hash as h, hyperloglog as hl, keyspace as k, set as st, string as s, Handler,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -123,11 +125,48 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("bitfield", -2, W, 1, 1, 1, "bitmap", "3.2.0", "Performs arbitrary bitfield integer operations on strings.", b::bitfield),
     keyed!("bitfield_ro", -2, RF, 1, 1, 1, "bitmap", "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", b::bitfield_ro),
     // hyperloglog (PFCOUNT is readonly in Redis 7.0/7.2 although it may rewrite the cache)
-    keyed!("pfadd", -2, WF, 1, 1, 1, "hyperloglog", "2.8.9", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", h::pfadd),
-    keyed!("pfcount", -2, R, 1, -1, 1, "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", h::pfcount),
-    keyed!("pfmerge", -2, W, 1, -1, 1, "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", h::pfmerge),
-    keyed!("pfdebug", 3, PFDEBUG, 2, 2, 1, "hyperloglog", "2.8.9", "Internal commands for debugging HyperLogLog values.", h::pfdebug),
-    keyed!("pfselftest", 1, &["admin"], 0, 0, 0, "hyperloglog", "2.8.9", "An internal command for testing HyperLogLog values.", h::pfselftest),
+    keyed!("pfadd", -2, WF, 1, 1, 1, "hyperloglog", "2.8.9", "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.", hl::pfadd),
+    keyed!("pfcount", -2, R, 1, -1, 1, "hyperloglog", "2.8.9", "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).", hl::pfcount),
+    keyed!("pfmerge", -2, W, 1, -1, 1, "hyperloglog", "2.8.9", "Merges one or more HyperLogLog values into a single key.", hl::pfmerge),
+    keyed!("pfdebug", 3, PFDEBUG, 2, 2, 1, "hyperloglog", "2.8.9", "Internal commands for debugging HyperLogLog values.", hl::pfdebug),
+    keyed!("pfselftest", 1, &["admin"], 0, 0, 0, "hyperloglog", "2.8.9", "An internal command for testing HyperLogLog values.", hl::pfselftest),
+    // hashes
+    keyed!("hset", -4, WF, 1, 1, 1, "hash", "2.0.0", "Creates or modifies the value of a field in a hash.", h::hset),
+    keyed!("hsetnx", 4, WF, 1, 1, 1, "hash", "2.0.0", "Sets the value of a field in a hash only when the field doesn't exist.", h::hsetnx),
+    keyed!("hmset", -4, WF, 1, 1, 1, "hash", "2.0.0", "Sets the values of multiple fields.", h::hmset),
+    keyed!("hget", 3, RF, 1, 1, 1, "hash", "2.0.0", "Returns the value of a field in a hash.", h::hget),
+    keyed!("hmget", -3, RF, 1, 1, 1, "hash", "2.0.0", "Returns the values of all fields in a hash.", h::hmget),
+    keyed!("hdel", -3, WDF, 1, 1, 1, "hash", "2.0.0", "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.", h::hdel),
+    keyed!("hlen", 2, RF, 1, 1, 1, "hash", "2.0.0", "Returns the number of fields in a hash.", h::hlen),
+    keyed!("hstrlen", 3, RF, 1, 1, 1, "hash", "3.2.0", "Returns the length of the value of a field.", h::hstrlen),
+    keyed!("hexists", 3, RF, 1, 1, 1, "hash", "2.0.0", "Determines whether a field exists in a hash.", h::hexists),
+    keyed!("hkeys", 2, R, 1, 1, 1, "hash", "2.0.0", "Returns all fields in a hash.", h::hkeys),
+    keyed!("hvals", 2, R, 1, 1, 1, "hash", "2.0.0", "Returns all values in a hash.", h::hvals),
+    keyed!("hgetall", 2, R, 1, 1, 1, "hash", "2.0.0", "Returns all fields and values in a hash.", h::hgetall),
+    keyed!("hincrby", 4, WF, 1, 1, 1, "hash", "2.0.0", "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.", h::hincrby),
+    keyed!("hincrbyfloat", 4, WF, 1, 1, 1, "hash", "2.6.0", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", h::hincrbyfloat),
+    keyed!("hrandfield", -2, R, 1, 1, 1, "hash", "6.2.0", "Returns one or more random fields from a hash.", h::hrandfield),
+    keyed!("hscan", -3, R, 1, 1, 1, "hash", "2.8.0", "Iterates over fields and values of a hash.", h::hscan),
+    // sets
+    keyed!("sadd", -3, WF, 1, 1, 1, "set", "1.0.0", "Adds one or more members to a set. Creates the key if it doesn't exist.", st::sadd),
+    keyed!("srem", -3, WDF, 1, 1, 1, "set", "1.0.0", "Removes one or more members from a set. Deletes the set if the last member was removed.", st::srem),
+    keyed!("scard", 2, RF, 1, 1, 1, "set", "1.0.0", "Returns the number of members in a set.", st::scard),
+    keyed!("sismember", 3, RF, 1, 1, 1, "set", "1.0.0", "Determines whether a member belongs to a set.", st::sismember),
+    keyed!("smismember", -3, RF, 1, 1, 1, "set", "6.2.0", "Determines whether multiple members belong to a set.", st::smismember),
+    keyed!("smembers", 2, R, 1, 1, 1, "set", "1.0.0", "Returns all members of a set.", st::smembers),
+    keyed!("srandmember", -2, R, 1, 1, 1, "set", "1.0.0", "Get one or multiple random members from a set", st::srandmember),
+    keyed!("spop", -2, WDF, 1, 1, 1, "set", "1.0.0", "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.", st::spop),
+    keyed!("smove", 4, WDF, 1, 2, 1, "set", "1.0.0", "Moves a member from one set to another.", st::smove),
+    keyed!("sinter", -2, R, 1, -1, 1, "set", "1.0.0", "Returns the intersect of multiple sets.", st::sinter),
+    // Redis declares SINTERCARD's keys movable (numkeys at 1); lavik routes on every
+    // argument after numkeys, which covers the keys (LIMIT and its value only add shards).
+    keyed!("sintercard", -3, R, 2, -1, 1, "set", "7.0.0", "Returns the number of members of the intersect of multiple sets.", st::sintercard),
+    keyed!("sinterstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the intersect of multiple sets in a key.", st::sinterstore),
+    keyed!("sunion", -2, R, 1, -1, 1, "set", "1.0.0", "Returns the union of multiple sets.", st::sunion),
+    keyed!("sunionstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the union of multiple sets in a key.", st::sunionstore),
+    keyed!("sdiff", -2, R, 1, -1, 1, "set", "1.0.0", "Returns the difference of multiple sets.", st::sdiff),
+    keyed!("sdiffstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the difference of multiple sets in a key.", st::sdiffstore),
+    keyed!("sscan", -3, R, 1, 1, 1, "set", "2.8.0", "Iterates over members of a set.", st::sscan),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
@@ -137,6 +176,8 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("rename", 3, WD, 1, 2, 1, "generic", "1.0.0", "Renames a key and overwrites the destination.", k::rename),
     keyed!("renamenx", 3, WDF, 1, 2, 1, "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", k::renamenx),
     keyed!("copy", -3, W, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.", k::copy),
+    // OBJECT's key is its third argument (OBJECT HELP has none).
+    keyed!("object", -2, R, 2, 2, 1, "generic", "2.2.3", "A container for object introspection commands.", k::object),
     keyed!("expire", -3, WDF, 1, 1, 1, "generic", "1.0.0", "Sets the expiration time of a key in seconds.", k::expire),
     keyed!("pexpire", -3, WDF, 1, 1, 1, "generic", "2.6.0", "Sets the expiration time of a key in milliseconds.", k::pexpire),
     keyed!("expireat", -3, WDF, 1, 1, 1, "generic", "1.2.0", "Sets the expiration time of a key to a Unix timestamp.", k::expireat),

@@ -29,9 +29,10 @@
 //! Reads that do not block: `prefetch` plans the device reads a command needs and checks
 //! what the caller's ring brought back; `cache` keeps recently read records by address.
 //!
-//! Deliberately missing (see `docs/storage.md`): an index-native checkpoint dump (the current one re-reads live blocks at shutdown), and
-//! collection types (the record header already has a value-kind byte and large values
-//! already use a root record over fragments).
+//! Deliberately missing (see `docs/storage.md`): an index-native checkpoint dump (the
+//! current one re-reads live blocks at shutdown), and paged collections: hashes and sets
+//! are stored as one record per collection (value kinds 1 and 2, encoded by `collection`);
+//! `docs/collections.md` designs the root + pages layer.
 use crate::device::{BlockDevice, DeviceError, FileDevice};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -40,6 +41,7 @@ use std::sync::Arc;
 mod alloc;
 mod cache;
 mod checkpoint;
+pub mod collection;
 pub mod format;
 pub mod grow;
 mod hash;
@@ -75,21 +77,32 @@ impl FsyncPolicy {
     }
 }
 
+/// What a record's value is, carried in the record header's value-kind byte
+/// (`docs/storage-format.md` 4.1). The engine stores every kind the same way (inline or as
+/// a LARGE root over fragments); only the commands interpret the bytes. A collection's
+/// value is the encoding of `collection` (one record per collection in stage 1 of
+/// `docs/collections.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ValueKind {
     String,
+    Hash,
+    Set,
 }
 
 impl ValueKind {
-    fn to_u8(self) -> u8 {
+    pub(crate) fn to_u8(self) -> u8 {
         match self {
             ValueKind::String => 0,
+            ValueKind::Hash => 1,
+            ValueKind::Set => 2,
         }
     }
 
-    fn from_u8(v: u8) -> Option<ValueKind> {
+    pub(crate) fn from_u8(v: u8) -> Option<ValueKind> {
         match v {
             0 => Some(ValueKind::String),
+            1 => Some(ValueKind::Hash),
+            2 => Some(ValueKind::Set),
             _ => None,
         }
     }

@@ -65,3 +65,10 @@ int lavik_ld_incr(const char *old, size_t old_len, const char *incr, size_t incr
     n = format_ld(a, out, cap);
     return n < 0 ? -3 : n;
 }
+
+/* 1: a valid finite long double; 0: valid but infinite; -1: not a valid float. */
+int lavik_ld_check(const char *s, size_t len) {
+    long double v;
+    if (!parse_ld(s, len, &v)) return -1;
+    return isinf(v) ? 0 : 1;
+}

@@ -13,6 +13,18 @@ extern "C" {
         out: *mut c_char,
         cap: usize,
     ) -> c_int;
+    fn lavik_ld_check(s: *const c_char, len: usize) -> c_int;
+}
+
+/// Whether `s` parses as Redis's `string2ld` accepts it: `Some(true)` finite,
+/// `Some(false)` an infinity, `None` not a valid float.
+pub fn check(s: &[u8]) -> Option<bool> {
+    // SAFETY: `s` is a live buffer of `s.len()` bytes; the C side only reads it.
+    match unsafe { lavik_ld_check(s.as_ptr().cast(), s.len()) } {
+        1 => Some(true),
+        0 => Some(false),
+        _ => None,
+    }
 }
 
 /// Output buffer for a formatted result (Redis's `MAX_LONG_DOUBLE_CHARS`).
@@ -74,6 +86,15 @@ mod tests {
         assert_eq!(incr(Some(b"10.5"), b"0.1").unwrap(), "10.6");
         assert_eq!(incr(Some(b"-1"), b"1").unwrap(), "0");
         assert_eq!(incr(Some(b"5"), b"-5.5").unwrap(), "-0.5");
+    }
+
+    // `check` tells finite, infinite and invalid input apart.
+    #[test]
+    fn check_classes() {
+        assert_eq!(check(b"1.5"), Some(true));
+        assert_eq!(check(b"-inf"), Some(false));
+        assert_eq!(check(b"nan"), None);
+        assert_eq!(check(b"1x"), None);
     }
 
     // Invalid input and non-finite results give the errors Redis distinguishes.

@@ -1,0 +1,310 @@
+//! What hash and set commands share: loading and storing a collection (the seam the paged
+//! layer of `docs/collections.md` goes under), the random source of SPOP/SRANDMEMBER/
+//! HRANDFIELD, and the cursor and options of HSCAN/SSCAN.
+//!
+//! A command loads every key it needs first (`load_hash`/`load_set`: WRONGTYPE for another
+//! kind, `None` for a missing or expired key), mutates the in-memory value, then stores
+//! (`store_hash`/`store_set`, which delete a collection that became empty, as Redis does).
+//! All reads come before the first write, so a command that fails half way has written
+//! nothing. Stage 1 decodes and re-encodes the whole record; a paged implementation keeps
+//! these signatures and loads only what a command touches.
+
+use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
+use crate::resp::ReplyBuf;
+use crate::storage::collection::{CodecError, HashValue, SetValue};
+use crate::storage::{StorageError, ValueKind};
+use std::cell::Cell;
+
+/// A collection as loaded, with the key's expiry (kept by every update).
+pub struct Loaded<T> {
+    pub value: T,
+    pub expire_at_ms: Option<u64>,
+}
+
+fn corrupt(e: CodecError) -> String {
+    storage_error(StorageError::Corrupt(e.to_string()))
+}
+
+fn load_raw(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded<Vec<u8>>>, String> {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    match ctx
+        .shards
+        .for_key(key)
+        .get(db, key, now)
+        .map_err(storage_error)?
+    {
+        Some(v) if v.kind != kind => Err(ERR_WRONGTYPE.into()),
+        Some(v) => Ok(Some(Loaded {
+            value: v.bytes,
+            expire_at_ms: v.expire_at_ms,
+        })),
+        None => Ok(None),
+    }
+}
+
+pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>, String> {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::Hash)?
+    else {
+        return Ok(None);
+    };
+    let value = HashValue::decode(&bytes).map_err(corrupt)?;
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms,
+    }))
+}
+
+pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, String> {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::Set)?
+    else {
+        return Ok(None);
+    };
+    let value = SetValue::decode(&bytes).map_err(corrupt)?;
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms,
+    }))
+}
+
+fn store_raw(
+    ctx: &mut Ctx,
+    key: &[u8],
+    kind: ValueKind,
+    bytes: Option<Vec<u8>>,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let shard = ctx.shards.for_key(key);
+    match bytes {
+        Some(b) => shard
+            .put(db, key, kind, &b, expire_at_ms, now)
+            .map_err(storage_error),
+        None => shard
+            .delete(db, key, now)
+            .map(|_| ())
+            .map_err(storage_error),
+    }
+}
+
+/// Writes `h` under `key` (deleting the key when `h` is empty).
+pub fn store_hash(
+    ctx: &mut Ctx,
+    key: &[u8],
+    h: &HashValue,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let bytes = (!h.is_empty()).then(|| h.encode());
+    store_raw(ctx, key, ValueKind::Hash, bytes, expire_at_ms)
+}
+
+pub fn store_set(
+    ctx: &mut Ctx,
+    key: &[u8],
+    s: &SetValue,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let bytes = (!s.is_empty()).then(|| s.encode());
+    store_raw(ctx, key, ValueKind::Set, bytes, expire_at_ms)
+}
+
+// ---- randomness -------------------------------------------------------------------------
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos | 1
+}
+
+/// Uniform in `0..n` (n > 0), from a per-thread xorshift64*: random replies need no
+/// cryptographic quality, only independence from the data.
+pub fn random_below(n: usize) -> usize {
+    debug_assert!(n > 0);
+    RNG.with(|c| {
+        let mut x = c.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        c.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
+    })
+}
+
+/// `count` distinct indexes below `n` (count <= n), in random order (partial Fisher-Yates
+/// when `count` is a large share of `n`, rejection sampling otherwise).
+pub fn distinct_indexes(n: usize, count: usize) -> Vec<usize> {
+    debug_assert!(count <= n);
+    if count * 4 >= n {
+        let mut all: Vec<usize> = (0..n).collect();
+        for i in 0..count {
+            let j = i + random_below(n - i);
+            all.swap(i, j);
+        }
+        all.truncate(count);
+        return all;
+    }
+    let mut seen = std::collections::HashSet::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let i = random_below(n);
+        if seen.insert(i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// The COUNT of SRANDMEMBER/HRANDFIELD: Redis accepts `-LONG_MAX..=LONG_MAX`.
+pub fn parse_rand_count(a: &[u8]) -> Result<i64, String> {
+    match crate::resp::parse::parse_i64(a) {
+        Some(i64::MIN) => Err(
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807"
+                .into(),
+        ),
+        Some(v) => Ok(v),
+        None => Err(super::ERR_NOT_INT.into()),
+    }
+}
+
+// ---- HSCAN / SSCAN ----------------------------------------------------------------------
+
+/// Parses a SCAN-family cursor as Redis's `parseScanCursorOrReply` (decimal u64).
+pub fn parse_cursor(a: &[u8]) -> Result<u64, String> {
+    std::str::from_utf8(a)
+        .ok()
+        .filter(|s| !s.starts_with(|c: char| c.is_ascii_whitespace()))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "ERR invalid cursor".into())
+}
+
+pub struct ScanOpts<'a> {
+    pub pattern: Option<&'a [u8]>,
+    pub count: usize,
+}
+
+/// MATCH and COUNT after the cursor (`a[3..]`); TYPE is SCAN's only.
+pub fn parse_scan_opts<'a>(a: &[&'a [u8]]) -> Result<ScanOpts<'a>, String> {
+    let mut o = ScanOpts {
+        pattern: None,
+        count: 10,
+    };
+    let mut i = 3;
+    while i < a.len() {
+        if i + 1 >= a.len() {
+            return Err(ERR_SYNTAX.into());
+        }
+        if eq_ic(a[i], "count") {
+            let n = parse_int(a[i + 1])?;
+            if n < 1 {
+                return Err(ERR_SYNTAX.into());
+            }
+            o.count = n as usize;
+        } else if eq_ic(a[i], "match") {
+            // As Redis's scan: the pattern `*` means no filter (the matcher alone would
+            // not match an empty member).
+            o.pattern = Some(a[i + 1]).filter(|p| *p != b"*");
+        } else {
+            return Err(ERR_SYNTAX.into());
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
+/// Where an element sits in the hashtable scan order: a fixed hash of its bytes, never 0
+/// (0 is the cursor that starts and ends an iteration) and below 2^63.
+fn scan_position(element: &[u8]) -> u64 {
+    (crate::storage::key_hash(0, element) >> 1) | 1
+}
+
+/// One step of a hashtable-encoded collection's cursor iteration over `elements`: the
+/// indexes of the elements whose scan position is at least `cursor`, at least `count` of
+/// them unless the iteration ends (ties at the last position are all included), and the
+/// next cursor (0 when done).
+///
+/// Positions depend only on an element's bytes, so an element present for the whole
+/// iteration is returned exactly once whatever is added or removed meanwhile — Redis's
+/// guarantee (at least once) and stronger.
+pub fn scan_step<'e>(
+    elements: impl Iterator<Item = &'e [u8]>,
+    cursor: u64,
+    count: usize,
+) -> (Vec<usize>, u64) {
+    let mut order: Vec<(u64, usize)> = elements
+        .enumerate()
+        .map(|(i, e)| (scan_position(e), i))
+        .filter(|&(p, _)| p >= cursor)
+        .collect();
+    order.sort_unstable();
+    let mut take = count.min(order.len());
+    while take < order.len() && take > 0 && order[take].0 == order[take - 1].0 {
+        take += 1;
+    }
+    let next = order.get(take).map_or(0, |&(p, _)| p);
+    (order[..take].iter().map(|&(_, i)| i).collect(), next)
+}
+
+/// The reply of HSCAN/SSCAN: `[cursor, [elements...]]`.
+pub fn scan_reply(r: &mut ReplyBuf, cursor: u64, items: &[&[u8]]) {
+    r.array(2);
+    r.bulk(cursor.to_string().as_bytes());
+    r.array(items.len());
+    for i in items {
+        r.bulk(i);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A full cursor walk returns every element once, and an element present throughout
+    // is still returned once when others are removed and added between steps.
+    #[test]
+    fn scan_walk_survives_changes() {
+        let mut elems: Vec<Vec<u8>> = (0..500).map(|i| format!("e{i}").into_bytes()).collect();
+        let mut seen = std::collections::HashMap::<Vec<u8>, u32>::new();
+        let mut cursor = 0;
+        let mut round = 0;
+        loop {
+            let (idx, next) = scan_step(elems.iter().map(|e| e.as_slice()), cursor, 7);
+            for i in idx {
+                *seen.entry(elems[i].clone()).or_default() += 1;
+            }
+            // Churn: drop one of the volatile elements, add a new one.
+            elems.retain(|e| e != format!("e{}", 400 + round).as_bytes());
+            elems.push(format!("new{round}").into_bytes());
+            round += 1;
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        for i in 0..400 {
+            assert_eq!(seen.get(format!("e{i}").as_bytes()), Some(&1), "e{i}");
+        }
+        assert!(seen.values().all(|&n| n == 1));
+    }
+
+    // Distinct indexes are distinct, in range, and as many as asked, on both strategies.
+    #[test]
+    fn distinct() {
+        for (n, c) in [(10, 10), (10, 3), (1000, 5), (1, 1), (5, 0)] {
+            let v = distinct_indexes(n, c);
+            assert_eq!(v.len(), c);
+            let s: std::collections::HashSet<_> = v.iter().collect();
+            assert_eq!(s.len(), c);
+            assert!(v.iter().all(|&i| i < n));
+        }
+    }
+}

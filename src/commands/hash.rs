@@ -1,0 +1,278 @@
+//! Hash commands (Redis 7.2 semantics, replies and error texts): HSET HSETNX HMSET HGET
+//! HMGET HDEL HLEN HSTRLEN HEXISTS HKEYS HVALS HGETALL HINCRBY HINCRBYFLOAT HRANDFIELD
+//! HSCAN. Every handler loads its key once (`collection::load_hash`), then writes at most
+//! once, so nothing is half-applied.
+
+use super::collection::{
+    distinct_indexes, load_hash, parse_cursor, parse_rand_count, parse_scan_opts, random_below,
+    scan_reply, scan_step, store_hash, Loaded,
+};
+use super::{eq_ic, glob_match, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
+use crate::resp::encode::Proto;
+use crate::resp::parse::parse_i64;
+use crate::resp::ReplyBuf;
+use crate::storage::collection::{HashEncoding, HashValue};
+
+fn load_or_new(ctx: &mut Ctx, key: &[u8]) -> Result<Loaded<HashValue>, String> {
+    Ok(load_hash(ctx, key)?.unwrap_or(Loaded {
+        value: HashValue::new(),
+        expire_at_ms: None,
+    }))
+}
+
+/// HSET and HMSET: sets every pair, returns how many fields were new.
+fn set_pairs(ctx: &mut Ctx, a: &[&[u8]], name: &str) -> Result<i64, String> {
+    if a.len() % 2 == 1 {
+        return Err(wrong_args(name));
+    }
+    let mut h = load_or_new(ctx, a[1])?;
+    let longest = a[2..].iter().map(|x| x.len()).max().unwrap_or(0);
+    h.value.prepare_write((a.len() - 2) / 2, longest);
+    let mut added = 0;
+    for pair in a[2..].chunks_exact(2) {
+        added += h.value.set(pair[0], pair[1]) as i64;
+    }
+    store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    Ok(added)
+}
+
+pub fn hset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let n = set_pairs(ctx, a, "hset")?;
+    r.int(n);
+    Ok(())
+}
+
+pub fn hmset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    set_pairs(ctx, a, "hmset")?;
+    r.ok();
+    Ok(())
+}
+
+pub fn hsetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let mut h = load_or_new(ctx, a[1])?;
+    if h.value.get(a[2]).is_some() {
+        r.int(0);
+        return Ok(());
+    }
+    h.value.prepare_write(1, a[2].len().max(a[3].len()));
+    h.value.set(a[2], a[3]);
+    store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    r.int(1);
+    Ok(())
+}
+
+pub fn hget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    match load_hash(ctx, a[1])?
+        .as_ref()
+        .and_then(|h| h.value.get(a[2]))
+    {
+        Some(v) => r.bulk(v),
+        None => r.null(),
+    }
+    Ok(())
+}
+
+pub fn hmget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let h = load_hash(ctx, a[1])?;
+    r.array(a.len() - 2);
+    for f in &a[2..] {
+        match h.as_ref().and_then(|h| h.value.get(f)) {
+            Some(v) => r.bulk(v),
+            None => r.null(),
+        }
+    }
+    Ok(())
+}
+
+pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let Some(mut h) = load_hash(ctx, a[1])? else {
+        r.int(0);
+        return Ok(());
+    };
+    let removed = a[2..].iter().filter(|f| h.value.remove(f)).count();
+    if removed > 0 {
+        store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    }
+    r.int(removed as i64);
+    Ok(())
+}
+
+pub fn hlen(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let n = load_hash(ctx, a[1])?.map_or(0, |h| h.value.len());
+    r.int(n as i64);
+    Ok(())
+}
+
+pub fn hstrlen(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let h = load_hash(ctx, a[1])?;
+    let n = h
+        .as_ref()
+        .and_then(|h| h.value.get(a[2]))
+        .map_or(0, |v| v.len());
+    r.int(n as i64);
+    Ok(())
+}
+
+pub fn hexists(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let h = load_hash(ctx, a[1])?;
+    let there = h.as_ref().is_some_and(|h| h.value.get(a[2]).is_some());
+    r.int(there as i64);
+    Ok(())
+}
+
+pub fn hkeys(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let h = load_hash(ctx, a[1])?;
+    let pairs = h.as_ref().map_or(&[][..], |h| h.value.pairs());
+    r.array(pairs.len());
+    for (f, _) in pairs {
+        r.bulk(f);
+    }
+    Ok(())
+}
+
+pub fn hvals(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let h = load_hash(ctx, a[1])?;
+    let pairs = h.as_ref().map_or(&[][..], |h| h.value.pairs());
+    r.array(pairs.len());
+    for (_, v) in pairs {
+        r.bulk(v);
+    }
+    Ok(())
+}
+
+pub fn hgetall(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let h = load_hash(ctx, a[1])?;
+    let pairs = h.as_ref().map_or(&[][..], |h| h.value.pairs());
+    r.map(pairs.len());
+    for (f, v) in pairs {
+        r.bulk(f);
+        r.bulk(v);
+    }
+    Ok(())
+}
+
+pub fn hincrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let incr = parse_int(a[3])?;
+    let mut h = load_or_new(ctx, a[1])?;
+    let old = match h.value.get(a[2]) {
+        Some(v) => parse_i64(v).ok_or("ERR hash value is not an integer")?,
+        None => 0,
+    };
+    let new = old
+        .checked_add(incr)
+        .ok_or("ERR increment or decrement would overflow")?;
+    h.value.set(a[2], new.to_string().as_bytes());
+    store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    r.int(new);
+    Ok(())
+}
+
+pub fn hincrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    // Redis's order of checks, and its C `long double` arithmetic (as INCRBYFLOAT).
+    match ldouble_sys::check(a[3]) {
+        None => return Err("ERR value is not a valid float".into()),
+        Some(false) => return Err("ERR value is NaN or Infinity".into()),
+        Some(true) => {}
+    }
+    let mut h = load_or_new(ctx, a[1])?;
+    let old = h.value.get(a[2]).map(|v| v.to_vec());
+    if old
+        .as_deref()
+        .is_some_and(|v| ldouble_sys::check(v).is_none())
+    {
+        return Err("ERR hash value is not a float".into());
+    }
+    let s = ldouble_sys::incr(old.as_deref(), a[3]).map_err(|e| match e {
+        ldouble_sys::IncrError::NanOrInfinity => {
+            "ERR increment would produce NaN or Infinity".to_string()
+        }
+        _ => "ERR hash value is not a float".to_string(),
+    })?;
+    h.value.set(a[2], s.as_bytes());
+    store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    r.bulk(s.as_bytes());
+    Ok(())
+}
+
+/// HRANDFIELD key [count [WITHVALUES]].
+pub fn hrandfield(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    if a.len() == 2 {
+        let h = load_hash(ctx, a[1])?;
+        match h.as_ref().filter(|h| !h.value.is_empty()) {
+            Some(h) => r.bulk(&h.value.pairs()[random_below(h.value.len())].0),
+            None => r.null(),
+        }
+        return Ok(());
+    }
+    let count = parse_rand_count(a[2])?;
+    let with_values = match a.len() {
+        3 => false,
+        4 if eq_ic(a[3], "withvalues") => true,
+        _ => return Err(ERR_SYNTAX.into()),
+    };
+    let Some(h) = load_hash(ctx, a[1])? else {
+        r.array(0);
+        return Ok(());
+    };
+    let pairs = h.value.pairs();
+    let picks: Vec<usize> = if count < 0 {
+        // Repeats allowed: |count| independent picks.
+        (0..count.unsigned_abs())
+            .map(|_| random_below(pairs.len()))
+            .collect()
+    } else if count as usize >= pairs.len() {
+        (0..pairs.len()).collect()
+    } else {
+        distinct_indexes(pairs.len(), count as usize)
+    };
+    write_pairs(r, pairs, &picks, with_values);
+    Ok(())
+}
+
+/// HRANDFIELD's reply: fields, or field/value pairs (flat in RESP2, 2-arrays in RESP3).
+fn write_pairs(r: &mut ReplyBuf, pairs: &[(Vec<u8>, Vec<u8>)], picks: &[usize], with_values: bool) {
+    let resp3 = r.proto == Proto::Resp3;
+    if with_values && !resp3 {
+        r.array(picks.len() * 2);
+    } else {
+        r.array(picks.len());
+    }
+    for &i in picks {
+        let (f, v) = &pairs[i];
+        if with_values && resp3 {
+            r.array(2);
+        }
+        r.bulk(f);
+        if with_values {
+            r.bulk(v);
+        }
+    }
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count].
+pub fn hscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let cursor = parse_cursor(a[2])?;
+    let Some(h) = load_hash(ctx, a[1])? else {
+        scan_reply(r, 0, &[]);
+        return Ok(());
+    };
+    let opts = parse_scan_opts(a)?;
+    let pairs = h.value.pairs();
+    // Small encodings answer whole in one step with cursor 0, as Redis does.
+    let (picked, next): (Vec<usize>, u64) = match h.value.encoding() {
+        HashEncoding::Listpack => ((0..pairs.len()).collect(), 0),
+        HashEncoding::Hashtable => {
+            scan_step(pairs.iter().map(|(f, _)| f.as_slice()), cursor, opts.count)
+        }
+    };
+    let mut items: Vec<&[u8]> = Vec::with_capacity(picked.len() * 2);
+    for i in picked {
+        let (f, v) = &pairs[i];
+        if opts.pattern.is_none_or(|p| glob_match(p, f)) {
+            items.push(f);
+            items.push(v);
+        }
+    }
+    scan_reply(r, next, &items);
+    Ok(())
+}
