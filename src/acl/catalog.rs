@@ -1,0 +1,381 @@
+//! What ACL rules name: command ids, subcommands, categories and the key
+//! access each command's key arguments need.
+//!
+//! Every command of `commands::TABLE` gets the id of its table index; the
+//! subcommands of the containers lavik has (CLIENT, CONFIG, COMMAND,
+//! SLOWLOG, ACL) follow, with Redis 7.2's full subcommand list, so a rule
+//! like `+client|pause` is accepted as in Redis even where lavik answers
+//! "unknown subcommand". Categories are Redis 7.2's: implied by the
+//! command flags (write, readonly, admin, fast; not fast means slow) and the
+//! command group (string, generic = keyspace, connection), plus a short list
+//! of commands whose JSON file adds more (`EXTRA_CATEGORIES`). Containers
+//! carry only `@slow` (COMMAND also `@connection`), like Redis's.
+
+use crate::commands::{CommandSpec, TABLE};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Redis's category names in its order (`ACL CAT` and `COMMAND INFO` list them so).
+pub const CATEGORIES: [&str; 21] = [
+    "keyspace",
+    "read",
+    "write",
+    "set",
+    "sortedset",
+    "list",
+    "hash",
+    "string",
+    "bitmap",
+    "hyperloglog",
+    "geo",
+    "stream",
+    "pubsub",
+    "admin",
+    "fast",
+    "slow",
+    "blocking",
+    "dangerous",
+    "connection",
+    "transaction",
+    "scripting",
+];
+
+/// The bit of category `name` (case-insensitive), or `None` if Redis has no such category.
+pub fn category_bit(name: &[u8]) -> Option<u32> {
+    CATEGORIES
+        .iter()
+        .position(|c| c.as_bytes().eq_ignore_ascii_case(name))
+        .map(|i| 1u32 << i)
+}
+
+fn cat(name: &str) -> u32 {
+    category_bit(name.as_bytes()).expect("known category")
+}
+
+/// Category names of a bit set, in Redis's order.
+pub fn category_names(bits: u32) -> Vec<&'static str> {
+    CATEGORIES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect()
+}
+
+/// Commands whose Redis JSON file lists categories the flags and group do not imply.
+const EXTRA_CATEGORIES: &[(&str, &[&str])] = &[
+    ("keys", &["dangerous"]),
+    ("dbsize", &["keyspace"]),
+    ("flushdb", &["keyspace", "dangerous"]),
+    ("flushall", &["keyspace", "dangerous"]),
+    ("info", &["dangerous"]),
+    ("lastsave", &["admin", "dangerous"]),
+];
+
+/// Subcommands of lavik's containers, as Redis 7.2 defines them, with their categories.
+const ADMIN_SUB: &[&str] = &["admin", "slow", "dangerous"];
+const ADMIN_CONN_SUB: &[&str] = &["admin", "slow", "dangerous", "connection"];
+const CONN_SUB: &[&str] = &["slow", "connection"];
+const SLOW_SUB: &[&str] = &["slow"];
+const SUBCOMMANDS: &[(&str, &[(&str, &[&str])])] = &[
+    (
+        "client",
+        &[
+            ("caching", CONN_SUB),
+            ("getname", CONN_SUB),
+            ("getredir", CONN_SUB),
+            ("help", CONN_SUB),
+            ("id", CONN_SUB),
+            ("info", CONN_SUB),
+            ("kill", ADMIN_CONN_SUB),
+            ("list", ADMIN_CONN_SUB),
+            ("no-evict", ADMIN_CONN_SUB),
+            ("no-touch", CONN_SUB),
+            ("pause", ADMIN_CONN_SUB),
+            ("reply", CONN_SUB),
+            ("setinfo", CONN_SUB),
+            ("setname", CONN_SUB),
+            ("tracking", CONN_SUB),
+            ("trackinginfo", CONN_SUB),
+            ("unblock", ADMIN_CONN_SUB),
+            ("unpause", ADMIN_CONN_SUB),
+        ],
+    ),
+    (
+        "config",
+        &[
+            ("get", ADMIN_SUB),
+            ("help", SLOW_SUB),
+            ("resetstat", ADMIN_SUB),
+            ("rewrite", ADMIN_SUB),
+            ("set", ADMIN_SUB),
+        ],
+    ),
+    (
+        "command",
+        &[
+            ("count", CONN_SUB),
+            ("docs", CONN_SUB),
+            ("getkeys", CONN_SUB),
+            ("getkeysandflags", CONN_SUB),
+            ("help", CONN_SUB),
+            ("info", CONN_SUB),
+            ("list", CONN_SUB),
+        ],
+    ),
+    (
+        "slowlog",
+        &[
+            ("get", ADMIN_SUB),
+            ("help", SLOW_SUB),
+            ("len", ADMIN_SUB),
+            ("reset", ADMIN_SUB),
+        ],
+    ),
+    (
+        "acl",
+        &[
+            ("cat", SLOW_SUB),
+            ("deluser", ADMIN_SUB),
+            ("dryrun", ADMIN_SUB),
+            ("genpass", SLOW_SUB),
+            ("getuser", ADMIN_SUB),
+            ("help", SLOW_SUB),
+            ("list", ADMIN_SUB),
+            ("load", ADMIN_SUB),
+            ("log", ADMIN_SUB),
+            ("save", ADMIN_SUB),
+            ("setuser", ADMIN_SUB),
+            ("users", ADMIN_SUB),
+            ("whoami", SLOW_SUB),
+        ],
+    ),
+];
+
+/// Commands Redis flags `no_auth`: an ACL never stops them (they have no keys).
+const NO_AUTH: &[&str] = &["auth", "hello", "quit", "reset"];
+
+/// One command or subcommand as ACL rules see it.
+#[derive(Debug)]
+pub struct AclCommand {
+    /// `get`, or `config|get` for a subcommand.
+    pub fullname: String,
+    pub parent: Option<usize>,
+    pub subcommands: Vec<usize>,
+    pub categories: u32,
+    pub no_auth: bool,
+}
+
+#[derive(Debug)]
+pub struct Catalog {
+    pub commands: Vec<AclCommand>,
+    by_name: HashMap<String, usize>,
+}
+
+/// Command ids are indices into this many bits; the last bit is reserved for
+/// "commands added later", which only `+@all` sets (as in Redis).
+pub const COMMAND_BITS: usize = 256;
+
+fn top_categories(spec: &CommandSpec) -> u32 {
+    if SUBCOMMANDS.iter().any(|(c, _)| *c == spec.name) {
+        return if spec.name == "command" {
+            cat("slow") | cat("connection")
+        } else {
+            cat("slow")
+        };
+    }
+    let mut bits = match spec.group {
+        "string" => cat("string"),
+        "generic" => cat("keyspace"),
+        "connection" => cat("connection"),
+        _ => 0,
+    };
+    for (name, extra) in EXTRA_CATEGORIES {
+        if *name == spec.name {
+            bits |= extra.iter().map(|c| cat(c)).fold(0, |a, b| a | b);
+        }
+    }
+    for flag in spec.flags {
+        bits |= match *flag {
+            "write" => cat("write"),
+            "readonly" => cat("read"),
+            "admin" => cat("admin") | cat("dangerous"),
+            "fast" => cat("fast"),
+            _ => 0,
+        };
+    }
+    if bits & cat("fast") == 0 {
+        bits |= cat("slow");
+    }
+    bits
+}
+
+impl Catalog {
+    fn build() -> Catalog {
+        let mut commands: Vec<AclCommand> = TABLE
+            .iter()
+            .map(|spec| AclCommand {
+                fullname: spec.name.to_string(),
+                parent: None,
+                subcommands: Vec::new(),
+                categories: top_categories(spec),
+                no_auth: NO_AUTH.contains(&spec.name),
+            })
+            .collect();
+        for (container, subs) in SUBCOMMANDS {
+            let Some(parent) = TABLE.iter().position(|c| c.name == *container) else {
+                continue;
+            };
+            for (sub, cats) in *subs {
+                let id = commands.len();
+                commands.push(AclCommand {
+                    fullname: format!("{container}|{sub}"),
+                    parent: Some(parent),
+                    subcommands: Vec::new(),
+                    categories: cats.iter().map(|c| cat(c)).fold(0, |a, b| a | b),
+                    no_auth: false,
+                });
+                commands[parent].subcommands.push(id);
+            }
+        }
+        assert!(commands.len() < COMMAND_BITS, "command ids fit the bitmap");
+        let by_name = commands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.fullname.clone(), i))
+            .collect();
+        Catalog { commands, by_name }
+    }
+
+    /// The id of `name` (`get`, `config|get`), case-insensitive, as Redis's
+    /// `lookupCommandBySds`: more than one `|` or a `|` after a command without
+    /// subcommands finds nothing.
+    pub fn lookup(&self, name: &[u8]) -> Option<usize> {
+        let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+        self.by_name.get(&lower).copied()
+    }
+
+    /// The id a call runs as: the subcommand of a container, or the command.
+    /// `None` for an unknown subcommand (the handler replies with Redis's
+    /// "unknown subcommand" error, which comes before any ACL check in Redis).
+    pub fn resolve(&self, table_index: usize, args: &[&[u8]]) -> Option<usize> {
+        let cmd = &self.commands[table_index];
+        if cmd.subcommands.is_empty() {
+            return Some(table_index);
+        }
+        let sub = args.get(1)?;
+        let mut name = cmd.fullname.clone().into_bytes();
+        name.push(b'|');
+        name.extend_from_slice(sub);
+        self.lookup(&name)
+    }
+}
+
+pub fn catalog() -> &'static Catalog {
+    static CATALOG: OnceLock<Catalog> = OnceLock::new();
+    CATALOG.get_or_init(Catalog::build)
+}
+
+/// The key needs read access (the key spec's `access` flag).
+pub const KEY_READ: u8 = 1;
+/// The key needs write access (`insert`, `update` or `delete`).
+pub const KEY_WRITE: u8 = 2;
+
+/// The access the key at `ordinal` (0 = first key argument) of `name` needs,
+/// from Redis 7.2's key specs. Some specs (STRLEN, EXISTS, TYPE, TOUCH) name
+/// no access at all: any pattern that matches the key allows them.
+pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
+    const R: u8 = KEY_READ;
+    const W: u8 = KEY_WRITE;
+    match name {
+        "get" | "mget" | "getrange" | "substr" | "lcs" | "ttl" | "pttl" | "expiretime"
+        | "pexpiretime" => R,
+        "strlen" | "exists" | "touch" | "type" => 0,
+        "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby"
+        | "incrbyfloat" => R | W,
+        // SET's flags vary: with GET it reads the key too.
+        "set" => {
+            if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {
+                R | W
+            } else {
+                W
+            }
+        }
+        "rename" | "renamenx" => {
+            if ordinal == 0 {
+                R | W
+            } else {
+                W
+            }
+        }
+        "copy" => {
+            if ordinal == 0 {
+                R
+            } else {
+                W
+            }
+        }
+        _ => W,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cats(name: &str) -> Vec<&'static str> {
+        let c = catalog();
+        category_names(c.commands[c.lookup(name.as_bytes()).unwrap()].categories)
+    }
+
+    // Categories match what Redis 7.2's COMMAND INFO reports for a sample of each shape.
+    #[test]
+    fn categories_as_redis() {
+        assert_eq!(cats("get"), ["read", "string", "fast"]);
+        assert_eq!(cats("set"), ["write", "string", "slow"]);
+        assert_eq!(cats("del"), ["keyspace", "write", "slow"]);
+        assert_eq!(cats("keys"), ["keyspace", "read", "slow", "dangerous"]);
+        assert_eq!(cats("dbsize"), ["keyspace", "read", "fast"]);
+        assert_eq!(cats("flushall"), ["keyspace", "write", "slow", "dangerous"]);
+        assert_eq!(cats("ping"), ["fast", "connection"]);
+        assert_eq!(cats("client"), ["slow"]);
+        assert_eq!(cats("command"), ["slow", "connection"]);
+        assert_eq!(cats("info"), ["slow", "dangerous"]);
+        assert_eq!(cats("time"), ["fast"]);
+        assert_eq!(cats("lastsave"), ["admin", "fast", "dangerous"]);
+        assert_eq!(cats("debug"), ["admin", "slow", "dangerous"]);
+        assert_eq!(cats("config|get"), ["admin", "slow", "dangerous"]);
+        assert_eq!(cats("client|id"), ["slow", "connection"]);
+        assert_eq!(cats("acl|whoami"), ["slow"]);
+    }
+
+    // Lookup is case-insensitive, finds subcommands, and rejects nonsense as Redis does.
+    #[test]
+    fn lookup_shapes() {
+        let c = catalog();
+        assert!(c.lookup(b"GET").is_some());
+        assert!(c.lookup(b"Config|Get").is_some());
+        assert!(c.lookup(b"config|nope").is_none());
+        assert!(c.lookup(b"get|x").is_none());
+        assert!(c.lookup(b"config|get|x").is_none());
+        let config = TABLE.iter().position(|s| s.name == "config").unwrap();
+        let id = c.resolve(config, &[b"config", b"GET", b"x"]).unwrap();
+        assert_eq!(c.commands[id].fullname, "config|get");
+        assert_eq!(c.resolve(config, &[b"config", b"bogus"]), None);
+    }
+
+    // Key access follows the key specs, SET's depending on its GET option.
+    #[test]
+    fn key_access_per_spec() {
+        assert_eq!(key_access("get", 0, &[]), KEY_READ);
+        assert_eq!(key_access("set", 0, &[b"set", b"k", b"v"]), KEY_WRITE);
+        assert_eq!(
+            key_access("set", 0, &[b"set", b"k", b"v", b"GET"]),
+            KEY_READ | KEY_WRITE
+        );
+        assert_eq!(key_access("copy", 0, &[]), KEY_READ);
+        assert_eq!(key_access("copy", 1, &[]), KEY_WRITE);
+        assert_eq!(key_access("exists", 0, &[]), 0);
+        assert_eq!(key_access("incr", 0, &[]), KEY_READ | KEY_WRITE);
+    }
+}
