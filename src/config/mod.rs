@@ -61,6 +61,12 @@ pub struct Cli {
     /// Password clients must AUTH with.
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// An ACL user: `NAME rule...` (Redis's `user` directive; repeatable).
+    #[arg(long = "user")]
+    pub user: Vec<String>,
+    /// ACL file for users (ACL LOAD / ACL SAVE); not together with `user` lines.
+    #[arg(long)]
+    pub aclfile: Option<PathBuf>,
     /// Maximum simultaneous clients.
     #[arg(long, default_value_t = 10000)]
     pub maxclients: usize,
@@ -158,6 +164,8 @@ pub struct Settings {
     pub appendfsync: crate::storage::FsyncPolicy,
     pub direct_io: bool,
     pub config_file: Option<PathBuf>,
+    /// `user` directives, each split into words (name first), validated.
+    pub acl_users: Vec<Vec<Vec<u8>>>,
     /// Appliance networking (`--network=dpdk`); `None` in kernel mode.
     pub dpdk: Option<DpdkSettings>,
 }
@@ -337,6 +345,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "log-dir",
     "logtostderr",
     "requirepass",
+    "aclfile",
     "maxclients",
     "client-query-buffer-limit",
     "proto-max-bulk-len",
@@ -413,6 +422,15 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
             }
             continue;
         }
+        if name == "user" {
+            if values.is_empty() {
+                return Err(format!("config line {lineno}: 'user' needs a username"));
+            }
+            // One flag per line; words re-quoted so `--user` splits them back the same.
+            let quoted: Vec<String> = values.iter().map(|v| quote_word(v)).collect();
+            out.push(format!("--user={}", quoted.join(" ")));
+            continue;
+        }
         if !FLAG_DIRECTIVES.contains(&name.as_str()) {
             return Err(format!(
                 "config line {lineno}: unknown directive '{}'",
@@ -436,6 +454,47 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
+}
+
+/// A word in double quotes (with `\\` and `\"` escaped) if it holds whitespace or quotes.
+fn quote_word(w: &str) -> String {
+    if w.is_empty() || w.chars().any(|c| c.is_whitespace() || c == '"' || c == '\'') {
+        let mut q = String::from("\"");
+        for c in w.chars() {
+            match c {
+                '"' | '\\' => {
+                    q.push('\\');
+                    q.push(c);
+                }
+                '\n' => q.push_str("\\n"),
+                '\r' => q.push_str("\\r"),
+                '\t' => q.push_str("\\t"),
+                _ => q.push(c),
+            }
+        }
+        q.push('"');
+        q
+    } else {
+        w.to_string()
+    }
+}
+
+/// Splits the `--user` values into words and checks them as Redis does at start.
+fn acl_users(cli: &Cli) -> Result<Vec<Vec<Vec<u8>>>, String> {
+    let mut users = Vec::new();
+    for line in &cli.user {
+        let words = split_args(line.as_bytes())
+            .ok_or_else(|| format!("--user: unbalanced quotes in '{line}'"))?;
+        if words.is_empty() {
+            return Err("--user needs a username".into());
+        }
+        users.push(words);
+    }
+    if !users.is_empty() && cli.aclfile.is_some() {
+        return Err("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path is invalid. This setup is very likely to lead to configuration errors and security holes, please define either an ACL file or declare users directly in your redis.conf, but not both.".into());
+    }
+    crate::acl::users_from_config(&users)?;
+    Ok(users)
 }
 
 /// CPUs in this process's affinity mask.
@@ -598,7 +657,9 @@ impl Settings {
                 ));
             }
         }
+        let acl_users = acl_users(&cli)?;
         Ok(Settings {
+            acl_users,
             pin_workers: !cli.no_pin_workers,
             config_file: cli
                 .config_file

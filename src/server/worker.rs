@@ -1067,8 +1067,7 @@ impl Worker {
             conn.reply(|r| r.error(&msg));
             return Outcome::Done;
         }
-        if !conn.authenticated && !matches!(spec.name, "auth" | "hello" | "quit" | "reset") {
-            conn.reply(|r| r.error("NOAUTH Authentication required."));
+        if !super::acl_cmd::permit(self, conn, spec, args, now) {
             return Outcome::Done;
         }
         if self.shared.loading.load(Ordering::Acquire)
