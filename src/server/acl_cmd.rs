@@ -588,22 +588,27 @@ fn dryrun(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         return err(conn, &format!("ERR User '{name}' not found"));
     };
     let args = &a[3..];
-    let spec = crate::commands::lookup(args[0]);
-    let table_index = spec.and_then(|s| TABLE.iter().position(|c| std::ptr::eq(c, s)));
-    let id = table_index.and_then(|i| catalog().resolve(i, args));
-    let (Some(spec), Some(id)) = (spec, id) else {
-        let msg = format!("ERR Command '{}' not found", String::from_utf8_lossy(args[0]));
+    let not_found = || {
+        format!(
+            "ERR Command '{}' not found",
+            String::from_utf8_lossy(args[0])
+        )
+    };
+    let Some(spec) = crate::commands::lookup(args[0]) else {
+        return err(conn, &not_found());
+    };
+    let wrong_arity = |arity: i32| {
+        (arity > 0 && args.len() != arity as usize) || (args.len() as i64) < -(arity as i64)
+    };
+    if wrong_arity(spec.arity) {
+        let msg = format!("ERR wrong number of arguments for '{}' command", spec.name);
         return err(conn, &msg);
+    }
+    let table_index = TABLE.iter().position(|c| std::ptr::eq(c, spec));
+    let Some(id) = table_index.and_then(|i| catalog().resolve(i, args)) else {
+        return err(conn, &not_found());
     };
     let fullname = &catalog().commands[id].fullname;
-    if (spec.arity > 0 && args.len() != spec.arity as usize)
-        || (args.len() as i64) < -(spec.arity as i64)
-    {
-        return err(
-            conn,
-            &format!("ERR wrong number of arguments for '{fullname}' command"),
-        );
-    }
     let keys = key_refs(spec, args);
     match u.check(id, args, &keys, &[]) {
         Ok(()) => conn.reply(|r| r.ok()),
