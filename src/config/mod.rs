@@ -494,6 +494,11 @@ fn acl_users(cli: &Cli) -> Result<Vec<Vec<Vec<u8>>>, String> {
         return Err("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path is invalid. This setup is very likely to lead to configuration errors and security holes, please define either an ACL file or declare users directly in your redis.conf, but not both.".into());
     }
     crate::acl::users_from_config(&users)?;
+    if let Some(path) = &cli.aclfile {
+        // Checked here so a bad file stops the start before anything is opened.
+        crate::server::acl_cmd::load_file(path)
+            .map_err(|e| format!("Aborting Redis startup because of ACL errors: {e}"))?;
+    }
     Ok(users)
 }
 

@@ -38,7 +38,8 @@ pub fn initial_acl(settings: &Settings) -> Result<AclState, String> {
     Ok(st)
 }
 
-fn load_file(
+/// Reads and parses an ACL file; the error is Redis's text.
+pub fn load_file(
     path: &std::path::Path,
 ) -> Result<std::collections::BTreeMap<String, Arc<crate::acl::User>>, String> {
     let text = std::fs::read(path).map_err(|e| {
