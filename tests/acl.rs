@@ -39,7 +39,10 @@ fn config_file_users() {
     .unwrap();
     let s = common::Server::start_in(dir.clone(), &["acl.conf"]);
     let mut c = RespConn::connect(s.port);
-    assert_eq!(call(&mut c, &["GET", "k"]), b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(
+        call(&mut c, &["GET", "k"]),
+        b"-NOAUTH Authentication required.\r\n"
+    );
     assert!(text(&call(&mut c, &["AUTH", "ignored"])).starts_with("-WRONGPASS"));
     assert_eq!(call(&mut c, &["AUTH", "rootpw"]), b"+OK\r\n");
     let list = text(&call(&mut c, &["ACL", "LIST"]));
@@ -79,7 +82,10 @@ fn acl_file_save_and_load() {
         "*2\r\n$3\r\nbob\r\n$7\r\ndefault\r\n"
     );
     assert_eq!(
-        call(&mut c, &["ACL", "SETUSER", "carol", "on", "nopass", "+ping"]),
+        call(
+            &mut c,
+            &["ACL", "SETUSER", "carol", "on", "nopass", "+ping"]
+        ),
         b"+OK\r\n"
     );
     assert_eq!(call(&mut c, &["ACL", "SAVE"]), b"+OK\r\n");
@@ -95,19 +101,27 @@ fn acl_file_save_and_load() {
     std::fs::write(&file, "user dave on +nocmd\nnot a user line\n").unwrap();
     let err = text(&call(&mut c, &["ACL", "LOAD"]));
     assert!(
-        err.starts_with(&format!("-ERR {}:1: Error in applying operation '+nocmd'", file.display()))
-            && err.contains("should start with user keyword")
+        err.starts_with(&format!(
+            "-ERR {}:1: Error in applying operation '+nocmd'",
+            file.display()
+        )) && err.contains("should start with user keyword")
             && err.ends_with("no change to the previously active ACL rules was performed\r\n"),
         "{err}"
     );
-    assert_eq!(call(&mut bob, &["PING"]), b"-NOPERM User bob has no permissions to run the 'ping' command\r\n");
+    assert_eq!(
+        call(&mut bob, &["PING"]),
+        b"-NOPERM User bob has no permissions to run the 'ping' command\r\n"
+    );
     std::fs::write(&file, "user dave on nopass +@all ~*\n").unwrap();
     assert_eq!(call(&mut c, &["ACL", "LOAD"]), b"+OK\r\n");
     assert_eq!(
         text(&call(&mut c, &["ACL", "USERS"])),
         "*2\r\n$4\r\ndave\r\n$7\r\ndefault\r\n"
     );
-    assert!(bob.closed(), "bob's connection closes when LOAD removes bob");
+    assert!(
+        bob.closed(),
+        "bob's connection closes when LOAD removes bob"
+    );
     assert_eq!(call(&mut c, &["PING"]), b"+PONG\r\n");
 }
 
@@ -131,7 +145,11 @@ fn acl_file_startup_errors() {
     );
     std::fs::write(dir.join("bad.acl"), "user x on bogus\n").unwrap();
     let out = run(&["--aclfile", "bad.acl"]);
-    assert!(text(&out.stderr).contains("bad.acl:1: Syntax error."), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("bad.acl:1: Syntax error."),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run(&["--aclfile", "bad.acl", "--user", "x on"]);
     assert!(text(&out.stderr).contains("please define either an ACL file or declare users"));
     let out = run(&["--user", "x on +nocmd"]);
@@ -146,7 +164,10 @@ fn acl_file_startup_errors() {
 fn changes_reach_open_connections() {
     let s = common::Server::start("acl-live", &["--threads", "2"]);
     let mut admin = RespConn::connect(s.port);
-    call(&mut admin, &["ACL", "SETUSER", "eve", "on", ">pw", "+get", "~*"]);
+    call(
+        &mut admin,
+        &["ACL", "SETUSER", "eve", "on", ">pw", "+get", "~*"],
+    );
     let mut conns: Vec<RespConn> = (0..4).map(|_| RespConn::connect(s.port)).collect();
     for c in &mut conns {
         assert_eq!(call(c, &["AUTH", "eve", "pw"]), b"+OK\r\n");
@@ -161,8 +182,14 @@ fn changes_reach_open_connections() {
         assert_eq!(call(c, &["SET", "k", "v"]), b"+OK\r\n");
     }
     assert_eq!(call(&mut conns[0], &["RESET"]), b"+RESET\r\n");
-    assert_eq!(call(&mut conns[0], &["ACL", "WHOAMI"]), b"$7\r\ndefault\r\n");
-    assert_eq!(call(&mut admin, &["ACL", "SETUSER", "eve", "off"]), b"+OK\r\n");
+    assert_eq!(
+        call(&mut conns[0], &["ACL", "WHOAMI"]),
+        b"$7\r\ndefault\r\n"
+    );
+    assert_eq!(
+        call(&mut admin, &["ACL", "SETUSER", "eve", "off"]),
+        b"+OK\r\n"
+    );
     for c in &mut conns[1..] {
         assert!(c.closed(), "a disabled user's connection is closed");
     }

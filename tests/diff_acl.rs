@@ -185,12 +185,22 @@ fn acl_errors_as_redis() {
         p.check(cmd);
     }
     // GENPASS: lengths as Redis (bits rounded up to hex digits), random content.
-    for (bits, len) in [(None, 64usize), (Some("1"), 1), (Some("5"), 2), (Some("128"), 32)] {
+    for (bits, len) in [
+        (None, 64usize),
+        (Some("1"), 1),
+        (Some("5"), 2),
+        (Some("128"), 32),
+    ] {
         let mut a = vec!["ACL", "GENPASS"];
         a.extend(bits);
         let reply = call(&mut p.l, &a);
-        assert_eq!(reply, format!("${len}\r\n{}\r\n", &lavik_text(&reply)[..len]).into_bytes());
-        assert!(lavik_text(&reply)[..len].bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(
+            reply,
+            format!("${len}\r\n{}\r\n", &lavik_text(&reply)[..len]).into_bytes()
+        );
+        assert!(lavik_text(&reply)[..len]
+            .bytes()
+            .all(|c| c.is_ascii_hexdigit()));
         assert_eq!(call(&mut p.r, &a).len(), reply.len());
     }
 }
@@ -262,16 +272,47 @@ fn check_as(u: &mut UserConns, args: &[&str]) {
 
 const USERS: &[(&str, &[&str])] = &[
     ("reader", &["on", ">pw", "+@read", "%R~r*", "~shared*"]),
-    ("writer", &["on", ">pw", "+@write", "-del", "%W~w*", "~shared*"]),
+    (
+        "writer",
+        &["on", ">pw", "+@write", "-del", "%W~w*", "~shared*"],
+    ),
     (
         "sel",
-        &["on", ">pw", "-@all", "+get", "+set", "+ping", "~a*", "(+mget +config|get ~b*)"],
+        &[
+            "on",
+            ">pw",
+            "-@all",
+            "+get",
+            "+set",
+            "+ping",
+            "~a*",
+            "(+mget +config|get ~b*)",
+        ],
     ),
     (
         "cats",
-        &["on", ">pw", "+@all", "-@dangerous", "-@keyspace", "+del", "~*"],
+        &[
+            "on",
+            ">pw",
+            "+@all",
+            "-@dangerous",
+            "-@keyspace",
+            "+del",
+            "~*",
+        ],
     ),
-    ("first", &["on", ">pw", "-@all", "+select|0", "+ping", "+echo", "allkeys"]),
+    (
+        "first",
+        &[
+            "on",
+            ">pw",
+            "-@all",
+            "+select|0",
+            "+ping",
+            "+echo",
+            "allkeys",
+        ],
+    ),
 ];
 
 fn random_call(rng: &mut Rng) -> Vec<String> {

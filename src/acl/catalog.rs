@@ -77,7 +77,9 @@ const ADMIN_SUB: &[&str] = &["admin", "slow", "dangerous"];
 const ADMIN_CONN_SUB: &[&str] = &["admin", "slow", "dangerous", "connection"];
 const CONN_SUB: &[&str] = &["slow", "connection"];
 const SLOW_SUB: &[&str] = &["slow"];
-const SUBCOMMANDS: &[(&str, &[(&str, &[&str])])] = &[
+/// A subcommand name and its category names.
+type Subcommand = (&'static str, &'static [&'static str]);
+const SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
     (
         "client",
         &[
@@ -291,8 +293,9 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
         "get" | "mget" | "getrange" | "substr" | "lcs" | "ttl" | "pttl" | "expiretime"
         | "pexpiretime" => R,
         "strlen" | "exists" | "touch" | "type" => 0,
-        "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby"
-        | "incrbyfloat" => R | W,
+        "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" => {
+            R | W
+        }
         // SET's flags vary: with GET it reads the key too.
         "set" => {
             if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {

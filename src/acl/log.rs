@@ -114,7 +114,10 @@ mod tests {
         log.add(Reason::Command, b"get", b"u", "c".into(), 3000);
         assert_eq!(log.entries.len(), 2);
         let e = &log.entries[0];
-        assert_eq!((e.count, e.entry_id, e.created_ms, e.updated_ms), (2, 0, 1000, 3000));
+        assert_eq!(
+            (e.count, e.entry_id, e.created_ms, e.updated_ms),
+            (2, 0, 1000, 3000)
+        );
         assert_eq!(e.client_info, "c");
         log.add(Reason::Command, b"get", b"u", "d".into(), 3000 + 60_001);
         assert_eq!(log.entries.len(), 3);

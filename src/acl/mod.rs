@@ -47,7 +47,8 @@ impl Default for AclState {
 pub const ERR_USERNAME_SPACES: &str = "ERR Usernames can't contain spaces or null characters";
 
 fn has_spaces(s: &[u8]) -> bool {
-    s.iter().any(|&c| c.is_ascii_whitespace() || c == 0 || c == 0x0b)
+    s.iter()
+        .any(|&c| c.is_ascii_whitespace() || c == 0 || c == 0x0b)
 }
 
 impl AclState {
@@ -319,7 +320,8 @@ mod tests {
     #[test]
     fn file_round_trip() {
         let mut st = AclState::default();
-        st.set_user(b"bob", &words("on nopass %R~r* (+get ~x)")).unwrap();
+        st.set_user(b"bob", &words("on nopass %R~r* (+get ~x)"))
+            .unwrap();
         let text = st.file_text();
         let users = users_from_file(&text, "users.acl").unwrap();
         assert_eq!(users.len(), 2);
@@ -336,7 +338,8 @@ mod tests {
     // Config `user` lines reset the default user when they name it and refuse duplicates.
     #[test]
     fn config_users() {
-        let st = users_from_config(&[words("default on >pw ~* +@all"), words("x on nopass")]).unwrap();
+        let st =
+            users_from_config(&[words("default on >pw ~* +@all"), words("x on nopass")]).unwrap();
         let d = st.default_user();
         assert!(d.password_ok(b"pw") && !d.nopass);
         assert_eq!(

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 const WORDS: usize = COMMAND_BITS / 64;
 const FUTURE_BIT: usize = COMMAND_BITS - 1;
-const _: () = assert!(COMMAND_BITS % 64 == 0);
+const _: () = assert!(COMMAND_BITS.is_multiple_of(64));
 
 /// Why a rule was refused; `text` is Redis's wording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +90,8 @@ pub struct KeyRef {
 }
 
 fn has_spaces(s: &[u8]) -> bool {
-    s.iter().any(|&c| c.is_ascii_whitespace() || c == 0 || c == 0x0b)
+    s.iter()
+        .any(|&c| c.is_ascii_whitespace() || c == 0 || c == 0x0b)
 }
 
 impl Selector {
@@ -723,12 +724,25 @@ mod tests {
     // Rules are described in the order given (7.2), later rules for a command replacing older ones.
     #[test]
     fn command_rules_keep_order() {
-        let u = user(&["+get", "-@all", "+@string", "-set", "+config|get", "+select|0"]);
+        let u = user(&[
+            "+get",
+            "-@all",
+            "+@string",
+            "-set",
+            "+config|get",
+            "+select|0",
+        ]);
         assert_eq!(
             text(&u),
             "off resetchannels -@all +@string -set +config|get +select|0"
         );
-        let u = user(&["+@all", "-@dangerous", "+config|get", "+config", "-config|set"]);
+        let u = user(&[
+            "+@all",
+            "-@dangerous",
+            "+config|get",
+            "+config",
+            "-config|set",
+        ]);
         assert_eq!(
             text(&u),
             "off resetchannels +@all -@dangerous +config -config|set"

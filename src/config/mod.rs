@@ -458,7 +458,10 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
 
 /// A word in double quotes (with `\\` and `\"` escaped) if it holds whitespace or quotes.
 fn quote_word(w: &str) -> String {
-    if w.is_empty() || w.chars().any(|c| c.is_whitespace() || c == '"' || c == '\'') {
+    if w.is_empty()
+        || w.chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\'')
+    {
         let mut q = String::from("\"");
         for c in w.chars() {
             match c {

@@ -23,7 +23,11 @@ const GENPASS_MAX_BITS: i64 = 4096;
 /// The ACL state at start: `requirepass`, then `user` lines or the ACL file.
 pub fn initial_acl(settings: &Settings) -> Result<AclState, String> {
     let mut st = crate::acl::users_from_config(&settings.acl_users)?;
-    let pass = settings.cli.requirepass.as_deref().filter(|p| !p.is_empty());
+    let pass = settings
+        .cli
+        .requirepass
+        .as_deref()
+        .filter(|p| !p.is_empty());
     if let Some(p) = pass {
         // As Redis: requirepass applies first; a `user default` line then replaces it.
         if !settings.acl_users.iter().any(|w| w[0] == b"default") {
@@ -552,7 +556,12 @@ fn acl_log(w: &mut Worker, conn: &mut Conn, a: &[&[u8]], now: u64) -> Outcome {
     }
     let entries: Vec<crate::acl::log::Entry> = {
         let st = w.shared.acl.read().expect("acl lock");
-        st.log.entries.iter().take(count as usize).cloned().collect()
+        st.log
+            .entries
+            .iter()
+            .take(count as usize)
+            .cloned()
+            .collect()
     };
     conn.reply(|r| {
         r.array(entries.len());
