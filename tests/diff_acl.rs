@@ -536,4 +536,15 @@ fn deluser_closes_connections() {
         assert!(c.closed(), "the connection of a deleted user is closed");
     }
     p.check(&["PING"]);
+    // CLIENT KILL USER closes that user's connections and knows no unknown users.
+    p.check(&["ACL", "SETUSER", "k", "on", ">pw", "+@all", "~*"]);
+    let mut k1 = login(&p, "k");
+    let mut k2 = login(&p, "k");
+    check_as(&mut k1, &["PING"]);
+    check_as(&mut k2, &["PING"]);
+    p.check(&["CLIENT", "KILL", "USER", "nobody"]);
+    p.check(&["CLIENT", "KILL", "USER", "k"]);
+    for c in [&mut k1.l, &mut k1.r, &mut k2.l, &mut k2.r] {
+        assert!(c.closed(), "CLIENT KILL USER closed it");
+    }
 }

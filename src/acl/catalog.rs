@@ -265,7 +265,10 @@ impl Catalog {
         if cmd.subcommands.is_empty() {
             return Some(table_index);
         }
-        let sub = args.get(1)?;
+        // COMMAND alone runs the container itself (the others need a subcommand by arity).
+        let Some(sub) = args.get(1) else {
+            return Some(table_index);
+        };
         let mut name = cmd.fullname.clone().into_bytes();
         name.push(b'|');
         name.extend_from_slice(sub);
@@ -365,6 +368,8 @@ mod tests {
         let id = c.resolve(config, &[b"config", b"GET", b"x"]).unwrap();
         assert_eq!(c.commands[id].fullname, "config|get");
         assert_eq!(c.resolve(config, &[b"config", b"bogus"]), None);
+        let command = TABLE.iter().position(|s| s.name == "command").unwrap();
+        assert_eq!(c.resolve(command, &[b"command"]), Some(command));
     }
 
     // Key access follows the key specs, SET's depending on its GET option.

@@ -392,6 +392,7 @@ pub(super) fn refresh_registry(w: &Worker, conn: &Conn, now: u64) {
 fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outcome {
     let old_form = a.len() == 3;
     let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
+    let mut user: Option<String> = None;
     if old_form {
         addr = Some(String::from_utf8_lossy(a[2]).into_owned());
     } else {
@@ -409,7 +410,13 @@ fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outc
                 laddr = Some(String::from_utf8_lossy(v).into_owned());
             } else if eq_ic(a[i], "skipme") {
                 skipme = eq_ic(v, "yes");
-            } else if !(eq_ic(a[i], "type") || eq_ic(a[i], "user") || eq_ic(a[i], "maxage")) {
+            } else if eq_ic(a[i], "user") {
+                let name = String::from_utf8_lossy(v).into_owned();
+                if w.shared.acl.read().expect("acl lock").user(&name).is_none() {
+                    return err(conn, &format!("ERR No such user '{name}'"));
+                }
+                user = Some(name);
+            } else if !(eq_ic(a[i], "type") || eq_ic(a[i], "maxage")) {
                 return err(conn, ERR_SYNTAX);
             }
             i += 2;
@@ -426,6 +433,9 @@ fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outc
                 id.is_none_or(|x| x == **cid)
                     && addr.as_ref().is_none_or(|x| *x == e.addr)
                     && laddr.as_ref().is_none_or(|x| *x == e.laddr)
+                    && user
+                        .as_ref()
+                        .is_none_or(|u| super::acl_cmd::registry_user(&e.info) == u)
                     && !(skipme && **cid == conn.id)
             })
             .map(|(cid, e)| (*cid, e.worker, e.token))
