@@ -238,6 +238,9 @@ impl Selector {
                 }
                 offset += 1;
             }
+            if flags == 0 {
+                return Err(RuleError::Syntax); // a bare `%`
+            }
         } else {
             flags = KEY_READ | KEY_WRITE;
         }
@@ -758,6 +761,9 @@ mod tests {
         assert_eq!(text(&u), "off ~a* ~b* %W~c* ~ resetchannels -@all");
         let mut u = User::new("x");
         assert_eq!(u.apply(b"%X~a"), Err(RuleError::Syntax));
+        assert_eq!(u.apply(b"%"), Err(RuleError::Syntax));
+        assert_eq!(u.apply(b"%~x"), Err(RuleError::Syntax));
+        assert_eq!(u.apply(b"%RR~x"), Err(RuleError::Syntax));
         u.apply(b"allkeys").unwrap();
         assert_eq!(u.apply(b"~a"), Err(RuleError::KeyAfterAll));
         assert_eq!(u.apply(b"~a b"), Err(RuleError::KeyAfterAll));
