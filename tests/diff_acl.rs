@@ -324,7 +324,18 @@ fn random_call(rng: &mut Rng) -> Vec<String> {
     const KEYS: &[&str] = &["r1", "r2", "w1", "shared1", "a1", "b1", "x1"];
     let k = |rng: &mut Rng| rng.pick(KEYS).to_string();
     let v = |rng: &mut Rng| rng.pick(&["1", "v", "10"]).to_string();
-    match rng.below(20) {
+    match rng.below(26) {
+        20 => vec!["RENAME".into(), k(rng), k(rng)],
+        21 => vec!["GETEX".into(), k(rng), "PERSIST".into()],
+        22 => vec!["SETNX".into(), k(rng), v(rng)],
+        23 => vec!["LCS".into(), k(rng), k(rng)],
+        24 => vec![
+            "CLIENT".into(),
+            rng.pick(&["GETNAME", "NO-EVICT"]).to_string(),
+            "off".into(),
+        ][..rng.below(2) as usize + 2]
+            .to_vec(),
+        25 => vec!["TYPE".into(), k(rng)],
         0 => vec!["GET".into(), k(rng)],
         1 => vec!["SET".into(), k(rng), v(rng)],
         2 => vec!["SET".into(), k(rng), v(rng), "GET".into()],

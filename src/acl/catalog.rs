@@ -77,79 +77,80 @@ const ADMIN_SUB: &[&str] = &["admin", "slow", "dangerous"];
 const ADMIN_CONN_SUB: &[&str] = &["admin", "slow", "dangerous", "connection"];
 const CONN_SUB: &[&str] = &["slow", "connection"];
 const SLOW_SUB: &[&str] = &["slow"];
-/// A subcommand name and its category names.
-type Subcommand = (&'static str, &'static [&'static str]);
+/// A subcommand name, its arity (Redis's, counting the container and the subcommand)
+/// and its category names.
+type Subcommand = (&'static str, i32, &'static [&'static str]);
 const SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
     (
         "client",
         &[
-            ("caching", CONN_SUB),
-            ("getname", CONN_SUB),
-            ("getredir", CONN_SUB),
-            ("help", CONN_SUB),
-            ("id", CONN_SUB),
-            ("info", CONN_SUB),
-            ("kill", ADMIN_CONN_SUB),
-            ("list", ADMIN_CONN_SUB),
-            ("no-evict", ADMIN_CONN_SUB),
-            ("no-touch", CONN_SUB),
-            ("pause", ADMIN_CONN_SUB),
-            ("reply", CONN_SUB),
-            ("setinfo", CONN_SUB),
-            ("setname", CONN_SUB),
-            ("tracking", CONN_SUB),
-            ("trackinginfo", CONN_SUB),
-            ("unblock", ADMIN_CONN_SUB),
-            ("unpause", ADMIN_CONN_SUB),
+            ("caching", 3, CONN_SUB),
+            ("getname", 2, CONN_SUB),
+            ("getredir", 2, CONN_SUB),
+            ("help", 2, CONN_SUB),
+            ("id", 2, CONN_SUB),
+            ("info", 2, CONN_SUB),
+            ("kill", -3, ADMIN_CONN_SUB),
+            ("list", -2, ADMIN_CONN_SUB),
+            ("no-evict", 3, ADMIN_CONN_SUB),
+            ("no-touch", 3, CONN_SUB),
+            ("pause", -3, ADMIN_CONN_SUB),
+            ("reply", 3, CONN_SUB),
+            ("setinfo", 4, CONN_SUB),
+            ("setname", 3, CONN_SUB),
+            ("tracking", -3, CONN_SUB),
+            ("trackinginfo", 2, CONN_SUB),
+            ("unblock", -3, ADMIN_CONN_SUB),
+            ("unpause", 2, ADMIN_CONN_SUB),
         ],
     ),
     (
         "config",
         &[
-            ("get", ADMIN_SUB),
-            ("help", SLOW_SUB),
-            ("resetstat", ADMIN_SUB),
-            ("rewrite", ADMIN_SUB),
-            ("set", ADMIN_SUB),
+            ("get", -3, ADMIN_SUB),
+            ("help", 2, SLOW_SUB),
+            ("resetstat", 2, ADMIN_SUB),
+            ("rewrite", 2, ADMIN_SUB),
+            ("set", -4, ADMIN_SUB),
         ],
     ),
     (
         "command",
         &[
-            ("count", CONN_SUB),
-            ("docs", CONN_SUB),
-            ("getkeys", CONN_SUB),
-            ("getkeysandflags", CONN_SUB),
-            ("help", CONN_SUB),
-            ("info", CONN_SUB),
-            ("list", CONN_SUB),
+            ("count", 2, CONN_SUB),
+            ("docs", -2, CONN_SUB),
+            ("getkeys", -4, CONN_SUB),
+            ("getkeysandflags", -4, CONN_SUB),
+            ("help", 2, CONN_SUB),
+            ("info", -2, CONN_SUB),
+            ("list", -2, CONN_SUB),
         ],
     ),
     (
         "slowlog",
         &[
-            ("get", ADMIN_SUB),
-            ("help", SLOW_SUB),
-            ("len", ADMIN_SUB),
-            ("reset", ADMIN_SUB),
+            ("get", -2, ADMIN_SUB),
+            ("help", 2, SLOW_SUB),
+            ("len", 2, ADMIN_SUB),
+            ("reset", 2, ADMIN_SUB),
         ],
     ),
     (
         "acl",
         &[
-            ("cat", SLOW_SUB),
-            ("deluser", ADMIN_SUB),
-            ("dryrun", ADMIN_SUB),
-            ("genpass", SLOW_SUB),
-            ("getuser", ADMIN_SUB),
-            ("help", SLOW_SUB),
-            ("list", ADMIN_SUB),
-            ("load", ADMIN_SUB),
-            ("log", ADMIN_SUB),
-            ("save", ADMIN_SUB),
-            ("setuser", ADMIN_SUB),
-            ("users", ADMIN_SUB),
-            ("whoami", SLOW_SUB),
+            ("cat", -2, SLOW_SUB),
+            ("deluser", -3, ADMIN_SUB),
+            ("dryrun", -4, ADMIN_SUB),
+            ("genpass", -2, SLOW_SUB),
+            ("getuser", 3, ADMIN_SUB),
+            ("help", 2, SLOW_SUB),
+            ("list", 2, ADMIN_SUB),
+            ("load", 2, ADMIN_SUB),
+            ("log", -2, ADMIN_SUB),
+            ("save", 2, ADMIN_SUB),
+            ("setuser", -3, ADMIN_SUB),
+            ("users", 2, ADMIN_SUB),
+            ("whoami", 2, SLOW_SUB),
         ],
     ),
 ];
@@ -162,6 +163,7 @@ const NO_AUTH: &[&str] = &["auth", "hello", "quit", "reset"];
 pub struct AclCommand {
     /// `get`, or `config|get` for a subcommand.
     pub fullname: String,
+    pub arity: i32,
     pub parent: Option<usize>,
     pub subcommands: Vec<usize>,
     pub categories: u32,
@@ -218,6 +220,7 @@ impl Catalog {
             .iter()
             .map(|spec| AclCommand {
                 fullname: spec.name.to_string(),
+                arity: spec.arity,
                 parent: None,
                 subcommands: Vec::new(),
                 categories: top_categories(spec),
@@ -228,10 +231,11 @@ impl Catalog {
             let Some(parent) = TABLE.iter().position(|c| c.name == *container) else {
                 continue;
             };
-            for (sub, cats) in *subs {
+            for (sub, arity, cats) in *subs {
                 let id = commands.len();
                 commands.push(AclCommand {
                     fullname: format!("{container}|{sub}"),
+                    arity: *arity,
                     parent: Some(parent),
                     subcommands: Vec::new(),
                     categories: cats.iter().map(|c| cat(c)).fold(0, |a, b| a | b),
@@ -274,6 +278,25 @@ impl Catalog {
         name.extend_from_slice(sub);
         self.lookup(&name)
     }
+}
+
+/// Redis checks a subcommand's arity before its permissions:
+/// `ERR wrong number of arguments for 'config|get' command` for everyone.
+pub fn subcommand_arity_error(spec: &CommandSpec, args: &[&[u8]]) -> Option<String> {
+    if !SUBCOMMANDS.iter().any(|(c, _)| *c == spec.name) || args.len() < 2 {
+        return None;
+    }
+    let cat = catalog();
+    let table_index = TABLE.iter().position(|c| std::ptr::eq(c, spec))?;
+    let sub = &cat.commands[cat.resolve(table_index, args)?];
+    let n = args.len() as i64;
+    let arity = sub.arity as i64;
+    ((arity > 0 && n != arity) || (arity < 0 && n < -arity)).then(|| {
+        format!(
+            "ERR wrong number of arguments for '{}' command",
+            sub.fullname
+        )
+    })
 }
 
 pub fn catalog() -> &'static Catalog {

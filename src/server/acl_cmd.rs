@@ -108,6 +108,13 @@ pub fn permit(
         conn.close_after_reply = true;
         return false;
     }
+    // As Redis: a subcommand's arity is checked before authentication and permissions.
+    if spec.kind == Kind::Local {
+        if let Some(msg) = crate::acl::catalog::subcommand_arity_error(spec, args) {
+            conn.reply(|r| r.error(&msg));
+            return false;
+        }
+    }
     if !conn.authenticated && !matches!(spec.name, "auth" | "hello" | "quit" | "reset") {
         conn.reply(|r| r.error("NOAUTH Authentication required."));
         return false;
@@ -261,19 +268,15 @@ fn err(conn: &mut Conn, msg: &str) -> Outcome {
 pub fn acl(w: &mut Worker, conn: &mut Conn, a: &[&[u8]], now: u64) -> Outcome {
     let sub = a[1];
     let n = a.len();
-    let lower = String::from_utf8_lossy(sub).to_ascii_lowercase();
-    let Some(&(_, arity)) = SUB_ARITY.iter().find(|(s, _)| *s == lower) else {
+    // Arity was checked by `permit` (subcommand arities live in the ACL catalog).
+    let mut full = b"acl|".to_vec();
+    full.extend_from_slice(sub);
+    if catalog().lookup(&full).is_none() {
         let msg = format!(
             "ERR unknown subcommand '{}'. Try ACL HELP.",
             String::from_utf8_lossy(&sub[..sub.len().min(128)])
         );
         return err(conn, &msg);
-    };
-    if (arity > 0 && n != arity as usize) || (arity < 0 && n < (-arity) as usize) {
-        return err(
-            conn,
-            &format!("ERR wrong number of arguments for 'acl|{lower}' command"),
-        );
     }
     if eq_ic(sub, "setuser") && n >= 3 {
         let ops: Vec<Vec<u8>> = a[3..].iter().map(|x| x.to_vec()).collect();
@@ -437,23 +440,6 @@ pub fn acl(w: &mut Worker, conn: &mut Conn, a: &[&[u8]], now: u64) -> Outcome {
     }
     Outcome::Done
 }
-
-/// Redis 7.2's arity of each ACL subcommand (counting `ACL` and the subcommand).
-const SUB_ARITY: &[(&str, i32)] = &[
-    ("cat", -2),
-    ("deluser", -3),
-    ("dryrun", -4),
-    ("genpass", -2),
-    ("getuser", 3),
-    ("help", 2),
-    ("list", 2),
-    ("load", 2),
-    ("log", -2),
-    ("save", 2),
-    ("setuser", -3),
-    ("users", 2),
-    ("whoami", 2),
-];
 
 const HELP: &[&str] = &[
     "ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
