@@ -486,6 +486,32 @@ fn acl_log_as_redis() {
     assert_eq!(ids, [5, 4, 3, 2, 1, 0]);
     p.check(&["ACL", "LOG", "RESET"]);
     p.check(&["ACL", "LOG"]);
+    // INFO counts every denial (grouped or not, and after LOG RESET); RESETSTAT clears the
+    // counts. These are 7.2 fields (7.0 has none), so lavik alone is checked.
+    let acl_stats = |c: &mut RespConn| -> Vec<String> {
+        text_lines(&call(c, &["INFO", "stats"]))
+            .into_iter()
+            .filter(|l| l.starts_with("acl_access_denied_"))
+            .collect()
+    };
+    assert_eq!(
+        acl_stats(&mut p.l),
+        [
+            "acl_access_denied_auth:3",
+            "acl_access_denied_cmd:3",
+            "acl_access_denied_key:2",
+            "acl_access_denied_channel:0"
+        ]
+    );
+    p.check(&["CONFIG", "RESETSTAT"]);
+    assert!(acl_stats(&mut p.l).iter().all(|l| l.ends_with(":0")));
+}
+
+fn text_lines(reply: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(reply)
+        .split("\r\n")
+        .map(|l| l.to_string())
+        .collect()
 }
 
 // AUTH, HELLO AUTH and requirepass (CONFIG SET) behave as in Redis, errors byte for byte.

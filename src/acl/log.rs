@@ -49,6 +49,9 @@ pub struct Entry {
 pub struct AclLog {
     pub entries: VecDeque<Entry>,
     next_id: u64,
+    /// Denials per reason since start or CONFIG RESETSTAT (INFO's `acl_access_denied_*`),
+    /// indexed by `Reason as usize`.
+    pub denied: [u64; 4],
 }
 
 impl AclLog {
@@ -61,6 +64,7 @@ impl AclLog {
         now_ms: u64,
     ) {
         let context = "toplevel";
+        self.denied[reason as usize] += 1;
         let found = self
             .entries
             .iter()
@@ -95,6 +99,18 @@ impl AclLog {
         self.entries.truncate(ACL_LOG_MAX_ENTRIES);
     }
 
+    /// INFO's lines: `acl_access_denied_auth:N` ... in Redis's order.
+    pub fn info_lines(&self) -> String {
+        let d = |r: Reason| self.denied[r as usize];
+        format!(
+            "acl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_key:{}\r\nacl_access_denied_channel:{}\r\n",
+            d(Reason::Auth),
+            d(Reason::Command),
+            d(Reason::Key),
+            d(Reason::Channel)
+        )
+    }
+
     /// `ACL LOG RESET`: the entry ids keep counting, as in Redis.
     pub fn reset(&mut self) {
         self.entries.clear();
@@ -125,6 +141,11 @@ mod tests {
         log.reset();
         log.add(Reason::Auth, b"AUTH", b"x", "e".into(), 1);
         assert_eq!(log.entries[0].entry_id, 3);
+        // Grouped or not, every denial counts.
+        assert_eq!(
+            log.info_lines(),
+            "acl_access_denied_auth:1\r\nacl_access_denied_cmd:3\r\nacl_access_denied_key:1\r\nacl_access_denied_channel:0\r\n"
+        );
     }
 
     // The log keeps at most its maximum number of entries, dropping the oldest.

@@ -590,6 +590,7 @@ fn slowlog(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         conn.reply(|r| r.int(n as i64));
     } else if eq_ic(sub, "reset") && a.len() == 2 {
         w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "get") && a.len() <= 3 {
         let count = if a.len() == 3 {
@@ -809,6 +810,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             c.store(0, Ordering::Relaxed);
         }
         w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") {
         let msg = format!(
@@ -956,13 +958,14 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n{}lavik_foreground_budget_cuts:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
         ));
     }
