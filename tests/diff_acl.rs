@@ -466,6 +466,7 @@ fn acl_log_as_redis() {
         .unwrap()
         .as_millis() as i64;
     let mut ids = Vec::new();
+    let mut infos = Vec::new();
     for e in entries {
         let Value::Array(kv) = e else { panic!() };
         assert_eq!(kv.len(), 20);
@@ -480,10 +481,26 @@ fn acl_log_as_redis() {
             }
         };
         ids.push(get("entry-id"));
+        let info = kv
+            .iter()
+            .position(|x| *x == Value::BulkString(b"client-info".to_vec()))
+            .map(|i| match &kv[i + 1] {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => panic!("{other:?}"),
+            })
+            .unwrap();
+        assert!(info.starts_with("id=") && info.contains(" user="), "{info}");
+        infos.push(info);
         let (created, updated) = (get("timestamp-created"), get("timestamp-last-updated"));
         assert!(created <= updated && updated <= now_ms && now_ms - created < 600_000);
     }
     assert_eq!(ids, [5, 4, 3, 2, 1, 0]);
+    // The client info is the refused client's, naming the refused command.
+    assert!(
+        infos[3].contains(" cmd=config|get user=lg "),
+        "{}",
+        infos[3]
+    );
     p.check(&["ACL", "LOG", "RESET"]);
     p.check(&["ACL", "LOG"]);
     // INFO counts every denial (grouped or not, and after LOG RESET); RESETSTAT clears the

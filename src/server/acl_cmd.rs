@@ -145,6 +145,8 @@ pub fn permit(
         Denied::Key(_) => Reason::Key,
         Denied::Channel(_) => Reason::Channel,
     };
+    // Redis's client info names the refused command (`cmd=config|set`).
+    conn.last_cmd.clone_from(fullname);
     let info = conn.client_info_line(now);
     w.shared.acl.write().expect("acl lock").log.add(
         reason,
