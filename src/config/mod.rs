@@ -848,4 +848,35 @@ mod tests {
         let c = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(c.dpdk_eal_args.as_deref(), Some("--no-huge -m 512"));
     }
+
+    // A `user` line becomes one --user flag whose words split back exactly, quotes included.
+    #[test]
+    fn user_lines_round_trip() {
+        let args = config_file_args(
+            "user alice on \">two words\" 'q\"x' ~k* (+get ~s*)\naclfile users.acl\n",
+        )
+        .unwrap();
+        assert_eq!(args[1], "--aclfile=users.acl");
+        let value = args[0].strip_prefix("--user=").unwrap();
+        let words = split_args(value.as_bytes()).unwrap();
+        let expected: Vec<&[u8]> = vec![
+            b"alice",
+            b"on",
+            b">two words",
+            b"q\"x",
+            b"~k*",
+            b"(+get",
+            b"~s*)",
+        ];
+        assert_eq!(words, expected);
+    }
+
+    // Users in both the config and an ACL file are refused, as Redis refuses them.
+    #[test]
+    fn users_and_aclfile_exclusive() {
+        let e = settings(&["--user", "x on", "--aclfile", "/nonexistent.acl"]).unwrap_err();
+        assert!(e.contains("please define either an ACL file"), "{e}");
+        let s = settings(&["--user", "x on >p", "--user", "y"]).unwrap();
+        assert_eq!(s.acl_users.len(), 2);
+    }
 }
