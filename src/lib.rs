@@ -11,6 +11,7 @@
 //! - `nvme`: the userspace NVMe driver over VFIO (appliance storage).
 //! - `server`: workers, connections, routing, command dispatch.
 //! - `commands`: the command table and one file per command family.
+pub mod acl;
 pub mod commands;
 pub mod config;
 pub mod device;

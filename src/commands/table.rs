@@ -39,6 +39,7 @@ const FAST: &[&str] = &["fast"];
 const LOADING_STALE: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
 const PFDEBUG: &[&str] = &["write", "denyoom", "admin"];
+const LOADING_STALE_SLOW: &[&str] = &["loading", "stale"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -203,8 +204,9 @@ pub static TABLE: &[CommandSpec] = &[
     local!("reset", 1, LOADING_STALE, "connection", "6.2.0", "Resets the connection."),
     local!("client", -2, ADMIN, "connection", "2.4.0", "A container for client connection commands."),
     local!("command", -1, LOADING_STALE, "server", "2.8.13", "Returns detailed information about all commands."),
+    local!("acl", -2, ADMIN, "server", "6.0.0", "A container for Access List Control commands."),
     // server
-    local!("info", -1, LOADING_STALE, "server", "1.0.0", "Returns information and statistics about the server."),
+    local!("info", -1, LOADING_STALE_SLOW, "server", "1.0.0", "Returns information and statistics about the server."),
     local!("config", -2, ADMIN, "server", "2.0.0", "A container for server configuration commands."),
     local!("time", 1, LOADING_STALE, "server", "2.6.0", "Returns the server time."),
     local!("shutdown", -1, ADMIN, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server."),

@@ -79,6 +79,12 @@ pub struct Cli {
     /// Password clients must AUTH with.
     #[arg(long)]
     pub requirepass: Option<String>,
+    /// An ACL user: `NAME rule...` (Redis's `user` directive; repeatable).
+    #[arg(long = "user")]
+    pub user: Vec<String>,
+    /// ACL file for users (ACL LOAD / ACL SAVE); not together with `user` lines.
+    #[arg(long)]
+    pub aclfile: Option<PathBuf>,
     /// Maximum simultaneous clients.
     #[arg(long, default_value_t = 10000)]
     pub maxclients: usize,
@@ -189,6 +195,8 @@ pub struct Settings {
     pub appendfsync: crate::storage::FsyncPolicy,
     pub direct_io: bool,
     pub config_file: Option<PathBuf>,
+    /// `user` directives, each split into words (name first), validated.
+    pub acl_users: Vec<Vec<Vec<u8>>>,
     /// Appliance networking (`--network=dpdk`); `None` in kernel mode.
     pub dpdk: Option<DpdkSettings>,
 }
@@ -370,6 +378,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "log-dir",
     "logtostderr",
     "requirepass",
+    "aclfile",
     "maxclients",
     "client-query-buffer-limit",
     "client-output-buffer-limit",
@@ -447,6 +456,15 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
             }
             continue;
         }
+        if name == "user" {
+            if values.is_empty() {
+                return Err(format!("config line {lineno}: 'user' needs a username"));
+            }
+            // One flag per line; words re-quoted so `--user` splits them back the same.
+            let quoted: Vec<String> = values.iter().map(|v| quote_word(v)).collect();
+            out.push(format!("--user={}", quoted.join(" ")));
+            continue;
+        }
         if !FLAG_DIRECTIVES.contains(&name.as_str()) {
             return Err(format!(
                 "config line {lineno}: unknown directive '{}'",
@@ -475,6 +493,55 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
+}
+
+/// A word in double quotes (with `\\` and `\"` escaped) if it holds whitespace or quotes.
+fn quote_word(w: &str) -> String {
+    if w.is_empty()
+        || w.chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\'')
+    {
+        let mut q = String::from("\"");
+        for c in w.chars() {
+            match c {
+                '"' | '\\' => {
+                    q.push('\\');
+                    q.push(c);
+                }
+                '\n' => q.push_str("\\n"),
+                '\r' => q.push_str("\\r"),
+                '\t' => q.push_str("\\t"),
+                _ => q.push(c),
+            }
+        }
+        q.push('"');
+        q
+    } else {
+        w.to_string()
+    }
+}
+
+/// Splits the `--user` values into words and checks them as Redis does at start.
+fn acl_users(cli: &Cli) -> Result<Vec<Vec<Vec<u8>>>, String> {
+    let mut users = Vec::new();
+    for line in &cli.user {
+        let words = split_args(line.as_bytes())
+            .ok_or_else(|| format!("--user: unbalanced quotes in '{line}'"))?;
+        if words.is_empty() {
+            return Err("--user needs a username".into());
+        }
+        users.push(words);
+    }
+    if !users.is_empty() && cli.aclfile.is_some() {
+        return Err("Configuring Redis with users defined in redis.conf and at the same setting an ACL file path is invalid. This setup is very likely to lead to configuration errors and security holes, please define either an ACL file or declare users directly in your redis.conf, but not both.".into());
+    }
+    crate::acl::users_from_config(&users)?;
+    if let Some(path) = &cli.aclfile {
+        // Checked here so a bad file stops the start before anything is opened.
+        crate::server::acl_cmd::load_file(path)
+            .map_err(|e| format!("Aborting Redis startup because of ACL errors: {e}"))?;
+    }
+    Ok(users)
 }
 
 /// CPUs in this process's affinity mask.
@@ -671,7 +738,9 @@ impl Settings {
             None if grows => initial_size_bytes,
             None => 1 << 30,
         };
+        let acl_users = acl_users(&cli)?;
         Ok(Settings {
+            acl_users,
             pin_workers: !cli.no_pin_workers,
             data_file_growth,
             config_file: cli
@@ -949,5 +1018,36 @@ mod tests {
         );
         let c = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(c.dpdk_eal_args.as_deref(), Some("--no-huge -m 512"));
+    }
+
+    // A `user` line becomes one --user flag whose words split back exactly, quotes included.
+    #[test]
+    fn user_lines_round_trip() {
+        let args = config_file_args(
+            "user alice on \">two words\" 'q\"x' ~k* (+get ~s*)\naclfile users.acl\n",
+        )
+        .unwrap();
+        assert_eq!(args[1], "--aclfile=users.acl");
+        let value = args[0].strip_prefix("--user=").unwrap();
+        let words = split_args(value.as_bytes()).unwrap();
+        let expected: Vec<&[u8]> = vec![
+            b"alice",
+            b"on",
+            b">two words",
+            b"q\"x",
+            b"~k*",
+            b"(+get",
+            b"~s*)",
+        ];
+        assert_eq!(words, expected);
+    }
+
+    // Users in both the config and an ACL file are refused, as Redis refuses them.
+    #[test]
+    fn users_and_aclfile_exclusive() {
+        let e = settings(&["--user", "x on", "--aclfile", "/nonexistent.acl"]).unwrap_err();
+        assert!(e.contains("please define either an ACL file"), "{e}");
+        let s = settings(&["--user", "x on >p", "--user", "y"]).unwrap();
+        assert_eq!(s.acl_users.len(), 2);
     }
 }

@@ -46,6 +46,11 @@ pub struct Conn {
     pub db: u8,
     pub proto: Proto,
     pub authenticated: bool,
+    /// The ACL user this connection runs as, and the cached copy of its rules
+    /// (read at ACL generation `acl_gen`; `None` until the first command).
+    pub user_name: String,
+    pub user: Option<std::sync::Arc<crate::acl::User>>,
+    pub acl_gen: u64,
     /// Bytes received and not yet parsed start at `in_pos`.
     pub inbuf: Vec<u8>,
     pub in_pos: usize,
@@ -111,6 +116,9 @@ impl Conn {
             db: 0,
             proto: Proto::Resp2,
             authenticated,
+            user_name: "default".into(),
+            user: None,
+            acl_gen: 0,
             inbuf: Vec::new(),
             in_pos: 0,
             out: Vec::new(),
@@ -257,7 +265,7 @@ impl Conn {
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -272,6 +280,7 @@ impl Conn {
             self.out.len() + self.sending.len(),
             self.inbuf.capacity() + self.out.capacity() + self.sending.capacity(),
             self.last_cmd,
+            self.user_name,
             if self.proto == Proto::Resp3 { 3 } else { 2 },
             lib_name,
             lib_ver,

@@ -51,8 +51,9 @@ pub fn run(
             conn.reply(|r| r.bulk(a[1]));
             Outcome::Done
         }
-        "hello" => hello(w, conn, a),
-        "auth" => auth(w, conn, a),
+        "hello" => hello(w, conn, a, now),
+        "auth" => auth(w, conn, a, now),
+        "acl" => super::acl_cmd::acl(w, conn, a, now),
         "select" => {
             match crate::resp::parse::parse_i64(a[1]) {
                 None => return err(conn, "ERR value is not an integer or out of range"),
@@ -73,13 +74,8 @@ pub fn run(
             conn.db = 0;
             conn.proto = Proto::Resp2;
             conn.name = None;
-            conn.authenticated = w
-                .shared
-                .runtime
-                .read()
-                .expect("runtime lock")
-                .requirepass
-                .is_none();
+            super::acl_cmd::reset_user(w, conn);
+            refresh_registry(w, conn, now);
             if conn.monitor {
                 conn.monitor = false;
                 let mut m = w.shared.monitors.lock().expect("monitors lock");
@@ -189,32 +185,11 @@ pub fn run(
     }
 }
 
-fn check_password(w: &Worker, user: &[u8], pass: &[u8]) -> Result<(), &'static str> {
-    let rt = w.shared.runtime.read().expect("runtime lock");
-    let ok = user == b"default"
-        && match &rt.requirepass {
-            None => true,
-            Some(p) => p.as_bytes() == pass,
-        };
-    if ok {
-        Ok(())
-    } else {
-        Err("WRONGPASS invalid username-password pair or user is disabled.")
-    }
-}
-
-fn auth(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+fn auth(w: &mut Worker, conn: &mut Conn, a: &[&[u8]], now: u64) -> Outcome {
     if a.len() > 3 {
         return err(conn, ERR_SYNTAX);
     }
-    let has_pass = w
-        .shared
-        .runtime
-        .read()
-        .expect("runtime lock")
-        .requirepass
-        .is_some();
-    if a.len() == 2 && !has_pass {
+    if a.len() == 2 && super::acl_cmd::default_nopass(w) {
         return err(
             conn,
             "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
@@ -225,19 +200,14 @@ fn auth(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     } else {
         (&b"default"[..], a[1])
     };
-    match check_password(w, user, pass) {
-        Ok(()) => {
-            conn.authenticated = true;
-            conn.reply(|r| r.ok());
-        }
-        Err(e) => {
-            conn.reply(|r| r.error(e));
-        }
+    match super::acl_cmd::authenticate(w, conn, user, pass, a[0], now) {
+        Ok(()) => conn.reply(|r| r.ok()),
+        Err(e) => conn.reply(|r| r.error(e)),
     }
     Outcome::Done
 }
 
-fn hello(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+fn hello(w: &mut Worker, conn: &mut Conn, a: &[&[u8]], now: u64) -> Outcome {
     let mut proto = conn.proto;
     let mut i = 1;
     if a.len() >= 2 {
@@ -274,10 +244,9 @@ fn hello(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         }
     }
     if let Some((u, p)) = auth {
-        if let Err(e) = check_password(w, u, p) {
+        if let Err(e) = super::acl_cmd::authenticate(w, conn, u, p, a[0], now) {
             return err(conn, e);
         }
-        conn.authenticated = true;
     }
     if !conn.authenticated {
         return err(conn, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time");
@@ -408,7 +377,7 @@ fn client(w: &mut Worker, conn: &mut Conn, slot: u32, a: &[&[u8]], now: u64) -> 
     Outcome::Done
 }
 
-fn refresh_registry(w: &Worker, conn: &Conn, now: u64) {
+pub(super) fn refresh_registry(w: &Worker, conn: &Conn, now: u64) {
     if let Some(e) = w
         .shared
         .clients
@@ -423,6 +392,7 @@ fn refresh_registry(w: &Worker, conn: &Conn, now: u64) {
 fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outcome {
     let old_form = a.len() == 3;
     let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, true);
+    let mut user: Option<String> = None;
     if old_form {
         addr = Some(String::from_utf8_lossy(a[2]).into_owned());
     } else {
@@ -440,7 +410,13 @@ fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outc
                 laddr = Some(String::from_utf8_lossy(v).into_owned());
             } else if eq_ic(a[i], "skipme") {
                 skipme = eq_ic(v, "yes");
-            } else if !(eq_ic(a[i], "type") || eq_ic(a[i], "user") || eq_ic(a[i], "maxage")) {
+            } else if eq_ic(a[i], "user") {
+                let name = String::from_utf8_lossy(v).into_owned();
+                if w.shared.acl.read().expect("acl lock").user(&name).is_none() {
+                    return err(conn, &format!("ERR No such user '{name}'"));
+                }
+                user = Some(name);
+            } else if !(eq_ic(a[i], "type") || eq_ic(a[i], "maxage")) {
                 return err(conn, ERR_SYNTAX);
             }
             i += 2;
@@ -457,6 +433,9 @@ fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outc
                 id.is_none_or(|x| x == **cid)
                     && addr.as_ref().is_none_or(|x| *x == e.addr)
                     && laddr.as_ref().is_none_or(|x| *x == e.laddr)
+                    && user
+                        .as_ref()
+                        .is_none_or(|u| super::acl_cmd::registry_user(&e.info) == u)
                     && !(skipme && **cid == conn.id)
             })
             .map(|(cid, e)| (*cid, e.worker, e.token))
@@ -496,8 +475,15 @@ fn command_info(r: &mut ReplyBuf, c: &CommandSpec) {
     r.int(c.first_key as i64);
     r.int(c.last_key as i64);
     r.int(c.step as i64);
-    r.set(1);
-    r.simple(&format!("@{}", c.group));
+    let cat = crate::acl::catalog();
+    let cats = cat
+        .lookup(c.name.as_bytes())
+        .map(|id| crate::acl::catalog::category_names(cat.commands[id].categories))
+        .unwrap_or_default();
+    r.set(cats.len());
+    for name in cats {
+        r.simple(&format!("@{name}"));
+    }
     r.array(0);
     if c.first_key > 0 {
         r.array(1);
@@ -604,6 +590,7 @@ fn slowlog(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         conn.reply(|r| r.int(n as i64));
     } else if eq_ic(sub, "reset") && a.len() == 2 {
         w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "get") && a.len() <= 3 {
         let count = if a.len() == 3 {
@@ -759,6 +746,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
+        let mut new_requirepass: Option<Option<String>> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -766,7 +754,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer")
             };
             match name.as_str() {
-                "requirepass" => rt.requirepass = if val.is_empty() { None } else { Some(val) },
+                "requirepass" => {
+                    rt.requirepass = if val.is_empty() { None } else { Some(val) };
+                    new_requirepass = Some(rt.requirepass.clone());
+                }
                 "maxclients" => match val.parse::<usize>() {
                     Ok(n) if n >= 1 => rt.maxclients = n,
                     _ => return err(conn, &bad()),
@@ -838,6 +829,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             }
         }
         *w.shared.runtime.write().expect("runtime lock") = rt;
+        if let Some(p) = new_requirepass {
+            super::acl_cmd::set_requirepass(w, p.as_deref());
+        }
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "resetstat") && a.len() == 2 {
         let st = &w.shared.stats;
@@ -851,6 +845,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             c.store(0, Ordering::Relaxed);
         }
         w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") {
         let msg = format!(
@@ -1004,13 +999,14 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nlavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
             st.client_output_limit_closes.load(Ordering::Relaxed),
             shard_stats.iter().map(|(_, s)| s.cache.hits).sum::<u64>(),

@@ -28,6 +28,7 @@
 //! device reads (a GET that misses staging blocks the worker for one device
 //! read), allocation-free cross-worker messages.
 
+pub mod acl_cmd;
 mod conn;
 #[cfg(any(test, feature = "dpdk"))]
 pub mod faults;
@@ -171,6 +172,10 @@ pub struct SlowEntry {
 pub struct Shared {
     pub settings: Settings,
     pub runtime: RwLock<RuntimeConfig>,
+    /// ACL users and log; `acl_gen` counts changes so connections re-read their user
+    /// only after one.
+    pub acl: RwLock<crate::acl::AclState>,
+    pub acl_gen: AtomicU64,
     pub shard_count: u32,
     pub workers: Vec<WorkerLink>,
     pub txn_lock: Mutex<()>,
@@ -274,7 +279,10 @@ pub fn build_shared(
         slowlog_max_len: 128,
         output_limits: settings.output_limits,
     };
+    let acl = acl_cmd::initial_acl(&settings).map_err(std::io::Error::other)?;
     let shared = Shared {
+        acl: RwLock::new(acl),
+        acl_gen: AtomicU64::new(1),
         config_file: settings.config_file.clone(),
         shutdown_checkpoint: AtomicBool::new(settings.cli.shutdown_checkpoint),
         fsync_policy: std::sync::atomic::AtomicU8::new(fsync_to_u8(settings.appendfsync)),

@@ -480,11 +480,18 @@ impl Worker {
             stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
             return Err(b"-ERR max number of clients reached\r\n");
         }
-        if rt.protected_mode && rt.requirepass.is_none() && !loopback {
+        // As Redis: protected mode and automatic login depend on the default user having
+        // no password (`nopass`), however it got one (requirepass or ACL SETUSER).
+        let (nopass, enabled) = {
+            let acl = self.shared.acl.read().expect("acl lock");
+            let d = acl.default_user();
+            (d.nopass, d.enabled)
+        };
+        if rt.protected_mode && nopass && !loopback {
             stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
             return Err(DENIED.as_bytes());
         }
-        Ok(rt.requirepass.is_none())
+        Ok(nopass && enabled)
     }
 
     /// Registers an admitted connection (slot, counters, `CLIENT LIST` entry).
@@ -976,8 +983,7 @@ impl Worker {
             conn.reply(|r| r.error(&msg));
             return Outcome::Done;
         }
-        if !conn.authenticated && !matches!(spec.name, "auth" | "hello" | "quit" | "reset") {
-            conn.reply(|r| r.error("NOAUTH Authentication required."));
+        if !super::acl_cmd::permit(self, conn, spec, args, now) {
             return Outcome::Done;
         }
         if self.shared.loading.load(Ordering::Acquire)
@@ -1042,6 +1048,9 @@ impl Worker {
     }
 
     fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
+        // Passwords (AUTH, HELLO AUTH, ACL SETUSER rules, CONFIG SET requirepass) are
+        // shown as "(redacted)", as Redis does.
+        let args = &super::acl_cmd::redacted(args);
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -1088,6 +1097,7 @@ impl Worker {
         if threshold < 0 || micros < threshold as u64 {
             return;
         }
+        let args = &super::acl_cmd::redacted(args);
         let max = self
             .shared
             .runtime

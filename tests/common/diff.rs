@@ -121,6 +121,17 @@ impl RespConn {
         self.reply()
     }
 
+    /// Whether the server closed the connection: the next read sees its end (or a reset)
+    /// before any byte; waits up to the read timeout.
+    pub fn closed(&mut self) -> bool {
+        let mut tmp = [0u8; 64];
+        match self.s.read(&mut tmp) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+
     /// Reads the next whole reply (one RESP frame, nested aggregates included).
     pub fn reply(&mut self) -> Vec<u8> {
         loop {
