@@ -12,6 +12,7 @@
 //! process state and are implemented in `server::local`.
 
 pub mod keyspace;
+pub mod scripting;
 pub mod string;
 pub mod table;
 

@@ -377,6 +377,7 @@ impl Worker {
     }
 
     pub fn run(mut self) {
+        crate::scripting::install_catalog(self.shared.scripts.clone());
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }
@@ -771,7 +772,7 @@ impl Worker {
                         continue;
                     }
                     let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-                    if lookup(refs[0]).is_some_and(|spec| spec.flags.contains(&"write")) {
+                    if lookup(refs[0]).is_some_and(|spec| spec.may_write()) {
                         self.round_writes = true;
                     }
                     let mut bytes = Vec::new();
@@ -1080,7 +1081,7 @@ impl Worker {
         }
         // Timing costs two clock reads per command: only when the slow log is on.
         let started = (self.slowlog_threshold_us >= 0).then(Instant::now);
-        if spec.flags.contains(&"write") {
+        if spec.may_write() {
             self.round_writes = true;
         }
         let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
@@ -1251,7 +1252,7 @@ impl Worker {
         let mut several = false;
         // The shard of the first key (GET and SET have one key; computed once).
         let mut first_shard: Option<u32> = None;
-        for pos in key_positions(spec, args.len()) {
+        for pos in key_positions(spec, args) {
             let shard = self.shards.shard_id(args[pos]);
             first_shard.get_or_insert(shard);
             if self.shards.slots[shard as usize].is_some() {
@@ -1312,7 +1313,7 @@ impl Worker {
             return Outcome::Done;
         }
         // Keys partly here and partly elsewhere also need the lend path.
-        let partly_local = key_positions(spec, args.len())
+        let partly_local = key_positions(spec, args)
             .any(|pos| self.shards.slots[self.shards.shard_id(args[pos]) as usize].is_some());
         if several || partly_local {
             let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
