@@ -285,7 +285,11 @@ impl Decoder<'_> {
             return (t, at);
         }
         if c == b'"' {
-            return (self.string(), at);
+            // lua-cjson reports a bad string where the scan stopped, not where it began.
+            return match self.string() {
+                Ok(t) => (t, at),
+                Err((msg, stop)) => (Token::Error(msg), stop),
+            };
         }
         let rest = &self.s[at..];
         for (word, tok) in [
@@ -310,19 +314,20 @@ impl Decoder<'_> {
         (Token::Error("invalid token"), at)
     }
 
-    fn string(&mut self) -> Token {
+    fn string(&mut self) -> Result<Token, (&'static str, usize)> {
         let mut out = Vec::new();
         self.pos += 1;
         loop {
             let Some(&c) = self.s.get(self.pos) else {
-                return Token::Error("unexpected end of string");
+                return Err(("unexpected end of string", self.pos));
             };
             self.pos += 1;
             match c {
-                b'"' => return Token::Str(out),
+                b'"' => return Ok(Token::Str(out)),
                 b'\\' => {
+                    let escape_at = self.pos - 1;
                     let Some(&e) = self.s.get(self.pos) else {
-                        return Token::Error("unexpected end of string");
+                        return Err(("invalid escape code", escape_at));
                     };
                     self.pos += 1;
                     match e {
@@ -337,9 +342,9 @@ impl Decoder<'_> {
                                 let mut buf = [0u8; 4];
                                 out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                             }
-                            None => return Token::Error("invalid unicode escape code"),
+                            None => return Err(("invalid unicode escape code", escape_at)),
                         },
-                        _ => return Token::Error("invalid escape code"),
+                        _ => return Err(("invalid escape code", escape_at)),
                     }
                 }
                 c => out.push(c),

@@ -17,12 +17,11 @@ const CHUNK_NAME: &str = "@user_script";
 /// `redis.REDIS_VERSION`: the version lavik reports (`INFO server`).
 const VERSION: &str = crate::server::local::REDIS_VERSION;
 /// Redis's text for a key the script did not declare (Redis Cluster's rule; see mod docs).
-pub const ERR_UNDECLARED_KEY: &str =
-    "ERR Script attempted to access a non local key in a cluster node";
+pub const ERR_UNDECLARED_KEY: &str = "Script attempted to access a non local key in a cluster node";
 /// A command lavik runs only outside scripts (connection, server and whole-keyspace
 /// commands: a script holds only its declared keys' shards).
 pub const ERR_NOT_FROM_SCRIPT_YET: &str =
-    "ERR lavik runs only commands on declared keys from scripts; this command is not one";
+    "lavik runs only commands on declared keys from scripts; this command is not one";
 
 /// EVAL/EVALSHA or their `_RO` variants (write commands refused inside).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
