@@ -611,7 +611,13 @@ mod tests {
             .contains("Cannot serialise function: type not supported"));
         assert!(err("cjson.encode({[1]=1,[20]=2})").contains("excessively sparse array"));
         assert!(err("cjson.encode(1/0)").contains("must not be NaN or Inf"));
-        assert!(err("local t = {} t[1] = t cjson.encode(t)").contains("excessive nesting (1001)"));
+        crate::scripting::with_big_stack(|| {
+            assert!(
+                err("local t = {} t[1] = t cjson.encode(t)").contains("excessive nesting (1001)")
+            );
+            let deep = format!("cjson.decode('{}')", "[".repeat(1001));
+            assert!(err(&deep).contains("Found too many nested data structures (1001)"));
+        });
     }
 
     // Decoding builds tables, and JSON's null is cjson.null.

@@ -158,6 +158,8 @@ impl Engine {
         let run = Rc::new(RunState::default());
         globals.raw_set("cjson", super::cjson::open(&lua)?)?;
         globals.raw_set("bit", super::bit::open(&lua)?)?;
+        globals.raw_set("struct", super::structlib::open(&lua)?)?;
+        globals.raw_set("cmsgpack", super::cmsgpack::open(&lua)?)?;
         let redis = redis_api(&lua, &run)?;
         globals.raw_set("redis", redis.clone())?;
         let math: Table = globals.raw_get("math")?;
@@ -686,6 +688,13 @@ impl Rand48 {
     const MASK: u64 = (1 << 48) - 1;
     pub const MAX: i64 = i32::MAX as i64;
 
+    /// The state before any `srand48` (what a fresh Redis starts with).
+    pub fn unseeded() -> Rand48 {
+        Rand48 {
+            x: 0x1234_ABCD_330E,
+        }
+    }
+
     pub fn seeded(seed: i32) -> Rand48 {
         Rand48 {
             x: (((seed as u32 as u64) << 16) | 0x330E) & Self::MASK,
@@ -700,7 +709,7 @@ impl Rand48 {
 
 /// `math.random` / `math.randomseed` on `Rand48`, as Redis replaces them.
 fn install_random(lua: &Lua, math: &Table) -> mlua::Result<()> {
-    let state = Rc::new(RefCell::new(Rand48::seeded(0)));
+    let state = Rc::new(RefCell::new(Rand48::unseeded()));
     let s = state.clone();
     math.raw_set(
         "random",
@@ -755,10 +764,10 @@ fn install_random(lua: &Lua, math: &Table) -> mlua::Result<()> {
 mod tests {
     use super::*;
 
-    // Redis's first math.random(100) after start is 40, then 85: same generator, same seed.
+    // A fresh Redis's math.random(100) gives 40, then 85: same generator, same start.
     #[test]
     fn rand48_matches_redis() {
-        let mut r = Rand48::seeded(0);
+        let mut r = Rand48::unseeded();
         let mut pick =
             |u: f64| ((r.next() % Rand48::MAX) as f64 / Rand48::MAX as f64 * u).floor() + 1.0;
         assert_eq!(pick(100.0), 40.0);

@@ -34,8 +34,10 @@
 
 pub mod bit;
 pub mod cjson;
+pub mod cmsgpack;
 pub mod convert;
 mod engine;
+pub mod structlib;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -117,6 +119,21 @@ impl Catalog {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Stack a thread running scripts needs: the nesting limits Redis sets (cjson and reply
+/// conversion both allow 1000 levels) recurse in Rust, ~16 KiB a level in debug builds.
+pub const THREAD_STACK_BYTES: usize = 32 << 20;
+
+/// Runs `f` on a thread with `THREAD_STACK_BYTES` of stack (for tests of deep nesting).
+#[cfg(test)]
+pub(crate) fn with_big_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(THREAD_STACK_BYTES)
+        .spawn(f)
+        .expect("spawn test thread")
+        .join()
+        .expect("test thread");
 }
 
 thread_local! {
