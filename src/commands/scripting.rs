@@ -8,7 +8,7 @@
 
 use super::{eq_ic, parse_int, wrong_args, CmdResult, Ctx};
 use crate::resp::ReplyBuf;
-use crate::scripting::{self, EvalMode, Sha};
+use crate::scripting::{self, EvalMode, Invocation, Sha};
 
 fn eval_common(
     ctx: &mut Ctx,
@@ -32,7 +32,14 @@ fn eval_common(
     } else {
         (scripting::sha1_hex(a[1]), Some(a[1]))
     };
-    scripting::with_engine(|e| e.eval(ctx, sha, body, keys, argv, mode, r))?
+    let call = Invocation {
+        sha,
+        body,
+        keys,
+        argv,
+        mode,
+    };
+    scripting::with_engine(|e| e.eval(ctx, &call, r))?
 }
 
 pub fn eval(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {

@@ -23,6 +23,17 @@ pub const ERR_UNDECLARED_KEY: &str = "Script attempted to access a non local key
 pub const ERR_NOT_FROM_SCRIPT_YET: &str =
     "lavik runs only commands on declared keys from scripts; this command is not one";
 
+/// One EVAL/EVALSHA: `body` for EVAL (its id is `sha`), `None` for EVALSHA; `keys` and
+/// `argv` become `KEYS` and `ARGV`.
+#[derive(Clone, Copy)]
+pub struct Invocation<'a> {
+    pub sha: Sha,
+    pub body: Option<&'a [u8]>,
+    pub keys: &'a [&'a [u8]],
+    pub argv: &'a [&'a [u8]],
+    pub mode: EvalMode,
+}
+
 /// EVAL/EVALSHA or their `_RO` variants (write commands refused inside).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EvalMode {
@@ -358,18 +369,15 @@ impl Engine {
         Ok(f)
     }
 
-    /// Runs a script: `body` for EVAL (its id is `sha`), `None` for EVALSHA. Keys and
-    /// arguments become `KEYS` and `ARGV`; the reply goes to `r`.
-    pub fn eval(
-        &mut self,
-        ctx: &mut Ctx,
-        sha: Sha,
-        body: Option<&[u8]>,
-        keys: &[&[u8]],
-        argv: &[&[u8]],
-        mode: EvalMode,
-        r: &mut ReplyBuf,
-    ) -> CmdResult {
+    /// Runs a script (`call`); the reply goes to `r`.
+    pub fn eval(&mut self, ctx: &mut Ctx, call: &Invocation, r: &mut ReplyBuf) -> CmdResult {
+        let Invocation {
+            sha,
+            body,
+            keys,
+            argv,
+            mode,
+        } = *call;
         let f = self.function(sha, body)?;
         let lua_err = |e: mlua::Error| format!("ERR Error running script: {e}");
         let keys_t = self.lua.create_table().map_err(lua_err)?;

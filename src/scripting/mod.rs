@@ -44,7 +44,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use engine::{Engine, EvalMode};
+pub use engine::{Engine, EvalMode, Invocation};
 
 /// Error texts shared with the command handlers.
 pub mod engine_errors {
