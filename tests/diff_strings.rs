@@ -7,18 +7,7 @@ mod common;
 use common::diff::{frame_len, sorted_elements, Pair, Rng};
 
 const KEYS: &[&str] = &["a", "b", "c", "{t}x", "{t}y", "n1", "n2", "f"];
-const VALS: &[&str] = &[
-    "",
-    "0",
-    "1",
-    "-7",
-    "42",
-    "hello",
-    "3.5",
-    "1e3",
-    "abc def",
-    "99999999999999999999",
-];
+const VALS: &[&str] = &["", "0", "1", "-7", "42", "hello", "3.5", "1e3", "abc def", "99999999999999999999"];
 
 fn random_command(rng: &mut Rng) -> Vec<String> {
     let k = |rng: &mut Rng| rng.pick(KEYS).to_string();
@@ -51,11 +40,7 @@ fn random_command(rng: &mut Rng) -> Vec<String> {
         14 => vec!["EXISTS".into(), k(rng), k(rng), k(rng)],
         15 => vec!["GETDEL".into(), k(rng)],
         16 => vec!["GETSET".into(), k(rng), v(rng)],
-        17 => vec![
-            "INCRBYFLOAT".into(),
-            k(rng),
-            rng.pick(&["1.5", "-2", "0.1", "abc", "3e2"]).to_string(),
-        ],
+        17 => vec!["INCRBYFLOAT".into(), k(rng), rng.pick(&["1.5", "-2", "0.1", "abc", "3e2"]).to_string()],
         18 => vec!["TYPE".into(), k(rng)],
         19 => vec!["EXPIRE".into(), k(rng), (rng.below(1000) + 500).to_string()],
         20 => vec!["TTL".into(), k(rng)],
@@ -63,11 +48,7 @@ fn random_command(rng: &mut Rng) -> Vec<String> {
         22 => vec!["SETNX".into(), k(rng), v(rng)],
         _ => {
             // Same hash tag: RENAME/COPY stay within one slot in both servers.
-            let (a, b) = if rng.chance(50) {
-                ("{t}x", "{t}y")
-            } else {
-                ("{t}y", "{t}x")
-            };
+            let (a, b) = if rng.chance(50) { ("{t}x", "{t}y") } else { ("{t}y", "{t}x") };
             let op = rng.pick(&["RENAME", "RENAMENX", "COPY"]).to_string();
             vec![op, a.into(), b.into()]
         }

@@ -67,7 +67,8 @@ impl Redis {
             if let Ok(mut c) = TcpStream::connect(("127.0.0.1", self.port)) {
                 c.set_read_timeout(Some(Duration::from_secs(2))).ok();
                 let mut b = [0u8; 16];
-                if c.write_all(b"PING\r\n").is_ok() && matches!(c.read(&mut b), Ok(n) if n >= 5) {
+                if c.write_all(b"PING\r\n").is_ok() && matches!(c.read(&mut b), Ok(n) if n >= 5)
+                {
                     return b.starts_with(b"+PONG");
                 }
             }
@@ -102,7 +103,10 @@ impl RespConn {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s.set_nodelay(true).unwrap();
-        RespConn { s, buf: Vec::new() }
+        RespConn {
+            s,
+            buf: Vec::new(),
+        }
     }
 
     pub fn send(&mut self, args: &[&[u8]]) {
@@ -142,10 +146,7 @@ impl RespConn {
 /// Length of the first complete RESP frame in `b`, or `None` if more bytes are needed.
 pub fn frame_len(b: &[u8]) -> Option<usize> {
     fn line_end(b: &[u8], from: usize) -> Option<usize> {
-        b[from..]
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .map(|p| from + p)
+        b[from..].windows(2).position(|w| w == b"\r\n").map(|p| from + p)
     }
     fn frame(b: &[u8], at: usize) -> Option<usize> {
         let t = *b.get(at)?;
@@ -242,10 +243,7 @@ impl Pair {
                 show(args),
                 String::from_utf8_lossy(&l),
                 String::from_utf8_lossy(&r),
-                tail.iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join("\n  ")
+                tail.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
             );
         }
         l
@@ -253,7 +251,11 @@ impl Pair {
 
     /// Like `check`, but compares the replies after `normalize` (for replies whose order
     /// Redis leaves unspecified, e.g. sorting the elements of a set reply).
-    pub fn check_with(&mut self, args: &[&str], normalize: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    pub fn check_with(
+        &mut self,
+        args: &[&str],
+        normalize: impl Fn(&[u8]) -> Vec<u8>,
+    ) -> Vec<u8> {
         let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
         let (l, r) = self.both(&a);
         let (nl, nr) = (normalize(&l), normalize(&r));
