@@ -237,6 +237,19 @@ const CORPUS: &[(&str, &[&str])] = &[
     ("return cmsgpack.unpack('\\193')", &["0"]),
     ("return cmsgpack.unpack('\\205')", &["0"]),
     ("return cmsgpack.pack()", &["0"]),
+    // Shebang flags.
+    ("#!lua", &["0"]),
+    ("#!python\nreturn 1", &["0"]),
+    ("#! lua\nreturn 1", &["0"]),
+    ("#!lua foo\nreturn 1", &["0"]),
+    ("#!lua name=x\nreturn 1", &["0"]),
+    ("#!lua flags=bad\nreturn 1", &["0"]),
+    ("#!lua flags=\nreturn 1", &["0"]),
+    ("#!lua\nerror('line2')", &["0"]),
+    ("#!lua flags=no-writes\nreturn redis.call('set', KEYS[1], 'x')", &["1", "ka"]),
+    ("#!lua flags=no-writes,allow-oom\nreturn redis.call('get', KEYS[1])", &["1", "ka"]),
+    ("#!lua flags=allow-stale,no-cluster,allow-cross-slot-keys\nreturn 7", &["0"]),
+    ("#!lua\nreturn redis.call('set', KEYS[1], 'shebang')", &["1", "ka"]),
     // Nesting limits.
     ("local t = {} t[1] = t return cjson.encode(t)", &["0"]),
     ("return cjson.decode(string.rep('[', 1001))", &["0"]),
@@ -315,6 +328,14 @@ fn script_cache() {
         assert_eq!(l.call(&args), r.call(&args));
     }
     p.check(&["SCRIPT", "LOAD", "syntax error"]);
+    p.check(&["SCRIPT", "LOAD", "#!lua flags=zz\nreturn 1"]);
+    p.check(&[
+        "SCRIPT",
+        "LOAD",
+        "#!lua flags=no-writes\nreturn redis.call('del', KEYS[1])",
+    ]);
+    let ro_sha = sha1_hex("#!lua flags=no-writes\nreturn redis.call('del', KEYS[1])");
+    p.check(&["EVALSHA", &ro_sha, "1", "k"]);
     p.check(&["SCRIPT", "LOAD"]);
     p.check(&["SCRIPT", "EXISTS"]);
     p.check(&["SCRIPT", "FLUSH", "BOGUS"]);

@@ -71,6 +71,68 @@ fn lua_tostring_fallback(v: &Value) -> String {
     }
 }
 
+/// A compiled script and what its shebang declared.
+#[derive(Clone)]
+struct Compiled {
+    function: Function,
+    /// `#!lua flags=no-writes`: runs as a read-only script.
+    no_writes: bool,
+}
+
+/// What a `#!lua` first line says.
+struct Shebang {
+    /// Bytes before the first line feed (0 without a shebang).
+    skip_bytes: usize,
+    no_writes: bool,
+}
+
+/// The script flags Redis 7 knows (`scripts_flags_def`).
+const SCRIPT_FLAGS: &[&str] = &[
+    "no-writes",
+    "allow-oom",
+    "allow-stale",
+    "no-cluster",
+    "allow-cross-slot-keys",
+];
+
+/// Redis 7's `evalExtractShebangFlags`: `#!lua [flags=a,b]` on the first line.
+fn parse_shebang(body: &[u8]) -> Result<Shebang, String> {
+    if !body.starts_with(b"#!") {
+        return Ok(Shebang {
+            skip_bytes: 0,
+            no_writes: false,
+        });
+    }
+    let end = body
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| "ERR Invalid script shebang".to_string())?;
+    let line = String::from_utf8_lossy(&body[..end]);
+    let mut parts = line.split_ascii_whitespace();
+    let engine = parts
+        .next()
+        .ok_or_else(|| "ERR Invalid engine in script shebang".to_string())?;
+    if engine != "#!lua" {
+        return Err(format!("ERR Unexpected engine in script shebang: {engine}"));
+    }
+    let mut no_writes = false;
+    for part in parts {
+        let Some(flags) = part.strip_prefix("flags=") else {
+            return Err(format!("ERR Unknown lua shebang option: {part}"));
+        };
+        for flag in flags.split(',').filter(|f| !f.is_empty()) {
+            if !SCRIPT_FLAGS.contains(&flag) {
+                return Err(format!("ERR Unexpected flag in script shebang: {flag}"));
+            }
+            no_writes |= flag == "no-writes";
+        }
+    }
+    Ok(Shebang {
+        skip_bytes: end,
+        no_writes,
+    })
+}
+
 /// State of the script being run, read by the `redis` API functions.
 #[derive(Default)]
 struct RunState {
@@ -82,7 +144,7 @@ pub struct Engine {
     lua: Lua,
     catalog: Arc<Catalog>,
     generation: u64,
-    compiled: HashMap<Sha, Function>,
+    compiled: HashMap<Sha, Compiled>,
     /// What scripts see as their globals: an empty read-only proxy of `globals`.
     env: Table,
     globals: Table,
@@ -308,9 +370,12 @@ impl Engine {
     }
 
     /// Compiles `body` as a script function, or returns Redis's compile error text.
-    fn compile(&self, body: &[u8]) -> Result<Function, String> {
-        self.lua
-            .load(body)
+    fn compile(&self, body: &[u8]) -> Result<Compiled, String> {
+        let shebang = parse_shebang(body)?;
+        // The shebang line is dropped but its line feed kept, so line numbers stay right.
+        let function = self
+            .lua
+            .load(&body[shebang.skip_bytes..])
             .set_name(CHUNK_NAME)
             .set_mode(mlua::chunk::ChunkMode::Text)
             .set_environment(self.env.clone())
@@ -321,7 +386,11 @@ impl Engine {
                     other => other.to_string(),
                 };
                 format!("ERR Error compiling script (new function): {msg}")
-            })
+            })?;
+        Ok(Compiled {
+            function,
+            no_writes: shebang.no_writes,
+        })
     }
 
     fn sync_generation(&mut self) {
@@ -346,7 +415,7 @@ impl Engine {
 
     /// The compiled function of a script: from this worker's cache, compiled from `body`
     /// (EVAL), or from the catalog (EVALSHA).
-    fn function(&mut self, sha: Sha, body: Option<&[u8]>) -> Result<Function, String> {
+    fn function(&mut self, sha: Sha, body: Option<&[u8]>) -> Result<Compiled, String> {
         self.sync_generation();
         if let Some(f) = self.compiled.get(&sha) {
             return Ok(f.clone());
@@ -378,7 +447,11 @@ impl Engine {
             argv,
             mode,
         } = *call;
-        let f = self.function(sha, body)?;
+        let Compiled {
+            function: f,
+            no_writes,
+        } = self.function(sha, body)?;
+        let mode = if no_writes { EvalMode::ReadOnly } else { mode };
         let lua_err = |e: mlua::Error| format!("ERR Error running script: {e}");
         let keys_t = self.lua.create_table().map_err(lua_err)?;
         for (i, k) in keys.iter().enumerate() {

@@ -28,7 +28,7 @@
 //!   for the call only (an `mlua` scope) and globals cannot be written.
 //!
 //! Deliberately missing (see `docs/scripting.md`): FUNCTION/FCALL, SCRIPT KILL and
-//! `busy-reply-threshold` (a script runs to completion), shebang flags, the script debugger,
+//! `busy-reply-threshold` (a script runs to completion), the script debugger,
 //! calling connection/server commands (PING, INFO, ...) or whole-keyspace commands from a
 //! script, and `math.random`'s sequence is per worker (Redis has one per server).
 
