@@ -471,3 +471,64 @@ fn transfers_keep_total() {
     assert_eq!(c.call(&args), b":8000\r\n");
     assert!(reads > 0);
 }
+
+/// Sends SCRIPT KILL on fresh connections until one is answered within 500 ms (a connection
+/// that lands on the worker running the script waits for it); returns that reply.
+fn script_kill_from_another_worker(port: u16) -> Vec<u8> {
+    use std::io::{Read, Write};
+    for _ in 0..40 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .unwrap();
+        s.write_all(b"*2\r\n$6\r\nSCRIPT\r\n$4\r\nKILL\r\n")
+            .unwrap();
+        let mut buf = [0u8; 512];
+        if let Ok(n) = s.read(&mut buf) {
+            if n > 0 {
+                return buf[..n].to_vec();
+            }
+        }
+    }
+    panic!("no connection reached a worker other than the busy one");
+}
+
+// SCRIPT KILL from another worker stops a looping script with Redis's error; a script that
+// wrote is UNKILLABLE; with nothing running the reply is NOTBUSY (Redis's texts).
+#[test]
+fn script_kill() {
+    let lavik = common::Server::start("lua-kill", &[]);
+    let mut c = RespConn::connect(lavik.port);
+    assert_eq!(
+        c.call(&[b"SCRIPT", b"KILL"]),
+        b"-NOTBUSY No scripts in execution right now.\r\n"
+    );
+    let looping = "while true do end";
+    c.send(&[b"EVAL", looping.as_bytes(), b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(script_kill_from_another_worker(lavik.port), b"+OK\r\n");
+    let expect = format!(
+        "-ERR Script killed by user with SCRIPT KILL... script: {}, on @user_script:1.\r\n",
+        sha1_hex(looping)
+    );
+    assert_eq!(c.reply(), expect.as_bytes());
+    // pcall cannot swallow the kill.
+    let swallow = "while true do pcall(function() while true do end end) end";
+    c.send(&[b"EVAL", swallow.as_bytes(), b"0"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(script_kill_from_another_worker(lavik.port), b"+OK\r\n");
+    assert!(c
+        .reply()
+        .starts_with(b"-ERR Script killed by user with SCRIPT KILL..."));
+    // A script that wrote runs on (bounded here so the test ends).
+    let wrote =
+        "redis.call('set', KEYS[1], '1') local n = 0 while n < 80000000 do n = n + 1 end return n";
+    c.send(&[b"EVAL", wrote.as_bytes(), b"1", b"w"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = script_kill_from_another_worker(lavik.port);
+    assert!(
+        r.starts_with(b"-UNKILLABLE Sorry the script already executed write commands"),
+        "{r:?}"
+    );
+    assert_eq!(c.reply(), b":80000000\r\n");
+    assert_eq!(c.call(&[b"PING"]), b"+PONG\r\n");
+}

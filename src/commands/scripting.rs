@@ -8,7 +8,9 @@
 
 use super::{eq_ic, parse_int, wrong_args, CmdResult, Ctx};
 use crate::resp::ReplyBuf;
-use crate::scripting::{self, EvalMode, Invocation, Sha};
+use crate::scripting::{self, EvalMode, Invocation, KillOutcome, Sha};
+
+const ERR_UNKILLABLE: &str = "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.";
 
 fn eval_common(
     ctx: &mut Ctx,
@@ -58,8 +60,8 @@ pub fn evalsha_ro(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     eval_common(ctx, a, r, true, EvalMode::ReadOnly)
 }
 
-/// SCRIPT LOAD / EXISTS / FLUSH. (KILL and DEBUG are not implemented: lavik scripts run to
-/// completion and have no debugger.)
+/// SCRIPT LOAD / EXISTS / FLUSH / KILL. KILL reaches a script running on another worker
+/// (the script's own worker is busy running it); DEBUG is not implemented.
 pub fn script(_ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let sub = a[1];
     if eq_ic(sub, "load") {
@@ -87,6 +89,15 @@ pub fn script(_ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         }
         scripting::catalog().flush();
         r.ok();
+    } else if eq_ic(sub, "kill") {
+        if a.len() != 2 {
+            return Err(wrong_args("script|kill"));
+        }
+        match scripting::catalog().request_kill() {
+            KillOutcome::Requested => r.ok(),
+            KillOutcome::NotBusy => return Err("NOTBUSY No scripts in execution right now.".into()),
+            KillOutcome::Unkillable => return Err(ERR_UNKILLABLE.into()),
+        }
     } else {
         return Err(format!(
             "ERR unknown subcommand '{}'. Try SCRIPT HELP.",

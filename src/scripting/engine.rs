@@ -138,7 +138,15 @@ fn parse_shebang(body: &[u8]) -> Result<Shebang, String> {
 struct RunState {
     /// `redis.setresp(3)` was called: inner replies are RESP3 and booleans return as RESP3.
     resp3: Cell<bool>,
+    /// The script ran a write command (SCRIPT KILL can no longer stop it).
+    wrote: Cell<bool>,
+    /// SCRIPT KILL stopped this script: every hook and every `pcall` raises again.
+    killed: Cell<bool>,
 }
+
+const ERR_KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+/// Instructions between two checks for SCRIPT KILL.
+const KILL_CHECK_INSTRUCTIONS: u32 = 100_000;
 
 pub struct Engine {
     lua: Lua,
@@ -293,7 +301,11 @@ impl Engine {
             let _ = lua;
             raw_rawset.call::<MultiValue>(args)
         })?;
-        let unwrap = lua.create_function(|lua, v: Value| -> mlua::Result<Value> {
+        let run_unwrap = run.clone();
+        let unwrap = lua.create_function(move |lua, v: Value| -> mlua::Result<Value> {
+            if run_unwrap.killed.get() {
+                return raise_table(ERR_KILLED);
+            }
             Ok(match &v {
                 Value::Error(e) => match e.downcast_ref::<Raised>() {
                     Some(Raised::Table(t)) => Value::String(lua.create_string(t)?),
@@ -355,6 +367,19 @@ impl Engine {
             }
             Ok(t)
         })?;
+        let (hook_run, hook_catalog) = (run.clone(), catalog.clone());
+        lua.set_hook(
+            mlua::HookTriggers::new().every_nth_instruction(KILL_CHECK_INSTRUCTIONS),
+            move |_, _| {
+                if hook_run.killed.get()
+                    || (!hook_run.wrote.get() && hook_catalog.take_kill_request())
+                {
+                    hook_run.killed.set(true);
+                    return raise_table(ERR_KILLED);
+                }
+                Ok(mlua::VmState::Continue)
+            },
+        )?;
         Ok(Engine {
             lua,
             generation: catalog.generation(),
@@ -466,15 +491,19 @@ impl Engine {
         self.globals.raw_set("KEYS", keys_t).map_err(lua_err)?;
         self.globals.raw_set("ARGV", argv_t).map_err(lua_err)?;
         self.run.resp3.set(false);
+        self.run.wrote.set(false);
+        self.run.killed.set(false);
+        self.catalog.script_started();
         let ctx_cell = RefCell::new(ctx);
         let run = self.run.clone();
         let (xpcall, handler, redis) = (&self.xpcall, &self.handler, &self.redis);
+        let catalog = &*self.catalog;
         let outcome = self.lua.scope(|scope| {
             let call = scope.create_function(|lua, args: MultiValue| {
-                inner_call(lua, &ctx_cell, keys, mode, run.resp3.get(), true, args)
+                inner_call(lua, &ctx_cell, keys, mode, (&run, catalog), true, args)
             })?;
             let pcall = scope.create_function(|lua, args: MultiValue| {
-                inner_call(lua, &ctx_cell, keys, mode, run.resp3.get(), false, args)
+                inner_call(lua, &ctx_cell, keys, mode, (&run, catalog), false, args)
             })?;
             redis.raw_set("call", call)?;
             redis.raw_set("pcall", pcall)?;
@@ -485,6 +514,7 @@ impl Engine {
         });
         let _ = self.globals.raw_set("KEYS", Value::Nil);
         let _ = self.globals.raw_set("ARGV", Value::Nil);
+        self.catalog.script_ended(!self.run.wrote.get());
         let out = outcome.map_err(lua_err)?;
         let mut vals = out.into_iter();
         let ok = matches!(vals.next(), Some(Value::Boolean(true)));
@@ -537,7 +567,7 @@ fn inner_call(
     ctx: &RefCell<&mut Ctx>,
     declared: &[&[u8]],
     mode: EvalMode,
-    resp3: bool,
+    (run, catalog): (&RunState, &Catalog),
     raise: bool,
     args: MultiValue,
 ) -> mlua::Result<Value> {
@@ -596,7 +626,14 @@ fn inner_call(
         }
     }
     let mut out = Vec::new();
-    let proto = if resp3 { Proto::Resp3 } else { Proto::Resp2 };
+    if spec.flags.contains(&"write") && !run.wrote.replace(true) {
+        catalog.script_wrote();
+    }
+    let proto = if run.resp3.get() {
+        Proto::Resp3
+    } else {
+        Proto::Resp2
+    };
     let mut rb = ReplyBuf::new(&mut out, proto);
     if let Err(e) = handler(&mut ctx, &refs, &mut rb) {
         out.clear();

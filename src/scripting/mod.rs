@@ -27,8 +27,8 @@
 //! - Nothing a script does can outlive its call: the `redis.call` closures borrow the `Ctx`
 //!   for the call only (an `mlua` scope) and globals cannot be written.
 //!
-//! Deliberately missing (see `docs/scripting.md`): FUNCTION/FCALL, SCRIPT KILL and
-//! `busy-reply-threshold` (a script runs to completion), the script debugger,
+//! Deliberately missing (see `docs/scripting.md`): FUNCTION/FCALL, `busy-reply-threshold`
+//! and `-BUSY` (SCRIPT KILL works only from another worker), the script debugger,
 //! calling connection/server commands (PING, INFO, ...) or whole-keyspace commands from a
 //! script, and `math.random`'s sequence is per worker (Redis has one per server).
 
@@ -41,7 +41,7 @@ pub mod structlib;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use engine::{Engine, EvalMode, Invocation};
@@ -79,6 +79,20 @@ pub struct Catalog {
     bodies: Mutex<HashMap<Sha, Arc<[u8]>>>,
     /// Bumped by every SCRIPT FLUSH; engines compare it to drop stale compiled scripts.
     generation: AtomicU64,
+    /// Scripts running now (one per worker at most), and those of them that have not
+    /// written yet (SCRIPT KILL may stop only those).
+    running: AtomicUsize,
+    killable: AtomicUsize,
+    /// SCRIPT KILL asked; the first killable script to check takes the request.
+    kill: AtomicBool,
+}
+
+/// SCRIPT KILL's answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum KillOutcome {
+    Requested,
+    NotBusy,
+    Unkillable,
 }
 
 impl Catalog {
@@ -110,6 +124,41 @@ impl Catalog {
 
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn script_started(&self) {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        self.killable.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn script_wrote(&self) {
+        self.killable.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn script_ended(&self, still_killable: bool) {
+        if still_killable {
+            self.killable.fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // A request no running script took must not stop the next one.
+            self.kill.store(false, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn take_kill_request(&self) -> bool {
+        self.kill.swap(false, Ordering::AcqRel)
+    }
+
+    /// SCRIPT KILL: asks a running script that has not written to stop.
+    pub fn request_kill(&self) -> KillOutcome {
+        if self.running.load(Ordering::Acquire) == 0 {
+            return KillOutcome::NotBusy;
+        }
+        if self.killable.load(Ordering::Acquire) == 0 {
+            return KillOutcome::Unkillable;
+        }
+        self.kill.store(true, Ordering::Release);
+        KillOutcome::Requested
     }
 
     pub fn len(&self) -> usize {
