@@ -8,28 +8,65 @@
 //! tables, `null` to `cjson.null`, numbers by `strtod` rules (hex, `inf`, `nan` accepted as
 //! lua-cjson's default allows). Errors carry lua-cjson's texts.
 //!
-//! Not provided: the configuration functions (`encode_sparse_array`, `encode_max_depth`,
+//! The configuration functions (`encode_sparse_array`, `encode_max_depth`,
 //! `decode_max_depth`, `encode_number_precision`, `encode_keep_buffer`,
-//! `encode_invalid_numbers`, `decode_invalid_numbers`) and `cjson.new`; scripts calling
-//! them get "attempt to call a nil value".
+//! `encode_invalid_numbers`, `decode_invalid_numbers`) change this Lua state's instance
+//! (per worker: a setting made by a script on one worker does not reach the others);
+//! `cjson.new()` returns an instance with default settings.
 
 use super::{fmt_g, raise_error};
 use mlua::{LightUserData, Lua, MultiValue, Table, Value};
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// lua-cjson's default nesting limit for both directions.
 pub const DEPTH_MAX: usize = 1000;
-const SPARSE_RATIO: usize = 2;
-const SPARSE_SAFE: usize = 10;
+
+/// One cjson instance's settings (changed by the `encode_*`/`decode_*` functions; they
+/// last for the Lua state, as in Redis).
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    sparse_convert: bool,
+    sparse_ratio: usize,
+    sparse_safe: usize,
+    encode_max_depth: usize,
+    decode_max_depth: usize,
+    precision: usize,
+    keep_buffer: bool,
+    /// 0 off (error), 1 on (`inf`, `nan`), 2 `null`.
+    encode_invalid: usize,
+    decode_invalid: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sparse_convert: false,
+            sparse_ratio: 2,
+            sparse_safe: 10,
+            encode_max_depth: DEPTH_MAX,
+            decode_max_depth: DEPTH_MAX,
+            precision: 14,
+            keep_buffer: true,
+            encode_invalid: 0,
+            decode_invalid: true,
+        }
+    }
+}
+
+type Shared = Rc<Cell<Config>>;
 
 fn null() -> Value {
     Value::LightUserData(LightUserData(std::ptr::null_mut()))
 }
 
 pub fn open(lua: &Lua) -> mlua::Result<Table> {
+    let cfg: Shared = Rc::new(Cell::new(Config::default()));
     let t = lua.create_table()?;
+    let c = cfg.clone();
     t.raw_set(
         "encode",
-        lua.create_function(|lua, args: MultiValue| {
+        lua.create_function(move |lua, args: MultiValue| {
             if args.len() != 1 {
                 return Err(raise_error(
                     lua,
@@ -37,13 +74,14 @@ pub fn open(lua: &Lua) -> mlua::Result<Table> {
                 ));
             }
             let mut out = Vec::new();
-            encode(&args[0], &mut out, 0).map_err(|m| raise_error(lua, m))?;
+            encode(&c.get(), &args[0], &mut out, 0).map_err(|m| raise_error(lua, m))?;
             lua.create_string(&out)
         })?,
     )?;
+    let c = cfg.clone();
     t.raw_set(
         "decode",
-        lua.create_function(|lua, args: MultiValue| {
+        lua.create_function(move |lua, args: MultiValue| {
             if args.len() != 1 {
                 return Err(raise_error(
                     lua,
@@ -63,6 +101,7 @@ pub fn open(lua: &Lua) -> mlua::Result<Table> {
             // lua-cjson reads up to the C string's terminator.
             let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
             let mut d = Decoder {
+                cfg: c.get(),
                 lua,
                 s: &bytes[..end],
                 pos: 0,
@@ -74,6 +113,8 @@ pub fn open(lua: &Lua) -> mlua::Result<Table> {
             })
         })?,
     )?;
+    settings(lua, &t, &cfg)?;
+    t.raw_set("new", lua.create_function(|lua, _: MultiValue| open(lua))?)?;
     t.raw_set("null", null())?;
     t.raw_set("_NAME", "cjson")?;
     t.raw_set("_VERSION", "2.1.0")?;
@@ -87,15 +128,15 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn encode(v: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), String> {
+fn encode(cfg: &Config, v: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), String> {
     match v {
         Value::Nil => out.extend_from_slice(b"null"),
         Value::LightUserData(p) if p.0.is_null() => out.extend_from_slice(b"null"),
         Value::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Value::Integer(i) => encode_number(*i as f64, out)?,
-        Value::Number(n) => encode_number(*n, out)?,
+        Value::Integer(i) => encode_number(cfg, *i as f64, out)?,
+        Value::Number(n) => encode_number(cfg, *n, out)?,
         Value::String(s) => encode_string(&s.as_bytes(), out),
-        Value::Table(t) => encode_table(t, out, depth + 1)?,
+        Value::Table(t) => encode_table(cfg, t, out, depth + 1)?,
         other => {
             return Err(format!(
                 "Cannot serialise {}: type not supported",
@@ -106,11 +147,18 @@ fn encode(v: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn encode_number(n: f64, out: &mut Vec<u8>) -> Result<(), String> {
+fn encode_number(cfg: &Config, n: f64, out: &mut Vec<u8>) -> Result<(), String> {
     if !n.is_finite() {
-        return Err("Cannot serialise number: must not be NaN or Inf".into());
+        match cfg.encode_invalid {
+            0 => return Err("Cannot serialise number: must not be NaN or Inf".into()),
+            2 => {
+                out.extend_from_slice(b"null");
+                return Ok(());
+            }
+            _ => {}
+        }
     }
-    out.extend_from_slice(fmt_g(n, 14).as_bytes());
+    out.extend_from_slice(fmt_g(n, cfg.precision).as_bytes());
     Ok(())
 }
 
@@ -134,7 +182,7 @@ fn encode_string(s: &[u8], out: &mut Vec<u8>) {
 }
 
 /// `Some(max index)` when every key is a positive integer (an array), `None` for an object.
-fn array_length(t: &Table) -> Result<Option<usize>, String> {
+fn array_length(cfg: &Config, t: &Table) -> Result<Option<usize>, String> {
     let (mut max, mut items) = (0usize, 0usize);
     for pair in t.pairs::<Value, Value>() {
         let (k, _) = pair.map_err(|e| e.to_string())?;
@@ -149,17 +197,20 @@ fn array_length(t: &Table) -> Result<Option<usize>, String> {
         max = max.max(n as usize);
         items += 1;
     }
-    if max > items * SPARSE_RATIO && max > SPARSE_SAFE {
-        return Err("Cannot serialise table: excessively sparse array".into());
+    if cfg.sparse_ratio > 0 && max > items * cfg.sparse_ratio && max > cfg.sparse_safe {
+        if !cfg.sparse_convert {
+            return Err("Cannot serialise table: excessively sparse array".into());
+        }
+        return Ok(None);
     }
     Ok(Some(max))
 }
 
-fn encode_table(t: &Table, out: &mut Vec<u8>, depth: usize) -> Result<(), String> {
-    if depth > DEPTH_MAX {
+fn encode_table(cfg: &Config, t: &Table, out: &mut Vec<u8>, depth: usize) -> Result<(), String> {
+    if depth > cfg.encode_max_depth {
         return Err(format!("Cannot serialise, excessive nesting ({depth})"));
     }
-    match array_length(t)? {
+    match array_length(cfg, t)? {
         Some(len) if len > 0 => {
             out.push(b'[');
             for i in 1..=len {
@@ -167,7 +218,7 @@ fn encode_table(t: &Table, out: &mut Vec<u8>, depth: usize) -> Result<(), String
                     out.push(b',');
                 }
                 let v: Value = t.raw_get(i).map_err(|e| e.to_string())?;
-                encode(&v, out, depth)?;
+                encode(cfg, &v, out, depth)?;
             }
             out.push(b']');
         }
@@ -189,7 +240,7 @@ fn encode_table(t: &Table, out: &mut Vec<u8>, depth: usize) -> Result<(), String
                             Value::Integer(i) => i as f64,
                             _ => unreachable!("matched a number"),
                         };
-                        encode_number(n, out)?;
+                        encode_number(cfg, n, out)?;
                         out.push(b'"');
                     }
                     other => {
@@ -200,7 +251,7 @@ fn encode_table(t: &Table, out: &mut Vec<u8>, depth: usize) -> Result<(), String
                     }
                 }
                 out.push(b':');
-                encode(&v, out, depth)?;
+                encode(cfg, &v, out, depth)?;
             }
             out.push(b'}');
         }
@@ -255,6 +306,7 @@ impl Token {
 }
 
 struct Decoder<'a> {
+    cfg: Config,
     lua: &'a Lua,
     s: &'a [u8],
     pos: usize,
@@ -302,7 +354,11 @@ impl Decoder<'_> {
                 return (tok, at);
             }
         }
-        if c == b'-' || c.is_ascii_digit() || is_invalid_number(rest) {
+        let invalid = is_invalid_number(rest);
+        if (c == b'-' || c.is_ascii_digit()) && invalid && !self.cfg.decode_invalid {
+            return (Token::Error("invalid number"), at);
+        }
+        if c == b'-' || c.is_ascii_digit() || (invalid && self.cfg.decode_invalid) {
             return match strtod(rest) {
                 Some((n, used)) => {
                     self.pos += used;
@@ -410,7 +466,7 @@ impl Decoder<'_> {
 
     fn descend(&mut self, at: usize) -> Result<(), DecodeError> {
         self.depth += 1;
-        if self.depth > DEPTH_MAX {
+        if self.depth > self.cfg.decode_max_depth {
             return Err(DecodeError::Parse(format!(
                 "Found too many nested data structures ({}) at character {}",
                 self.depth,
@@ -477,11 +533,217 @@ impl Decoder<'_> {
     }
 }
 
-/// lua-cjson's "invalid number" starts that its default settings still decode: `inf`,
-/// `nan`, hex and a leading `+`.
+/// lua-cjson's `json_is_invalid_number`: numbers JSON does not allow (a leading `+`, hex,
+/// leading zeros, `inf`, `nan`), which its default settings still decode.
 fn is_invalid_number(s: &[u8]) -> bool {
-    let lower: Vec<u8> = s.iter().take(3).map(|c| c.to_ascii_lowercase()).collect();
-    lower.starts_with(b"inf") || lower.starts_with(b"nan") || s.first() == Some(&b'+')
+    let mut p = s;
+    if p.first() == Some(&b'+') {
+        return true;
+    }
+    if p.first() == Some(&b'-') {
+        p = &p[1..];
+    }
+    match p.first() {
+        Some(b'0') => matches!(p.get(1), Some(c) if (c | 0x20) == b'x' || c.is_ascii_digit()),
+        Some(&c) if c <= b'9' => false,
+        _ => {
+            let lower: Vec<u8> = p.iter().take(3).map(|c| c.to_ascii_lowercase()).collect();
+            lower == b"inf" || lower == b"nan"
+        }
+    }
+}
+
+/// The configuration functions; each returns the settings in force after the call.
+fn settings(lua: &Lua, t: &Table, cfg: &Shared) -> mlua::Result<()> {
+    fn check_count(lua: &Lua, args: &MultiValue, n: usize, name: &str) -> mlua::Result<()> {
+        if args.len() > n {
+            return Err(raise_error(
+                lua,
+                format!(
+                    "bad argument #{} to '{name}' (found too many arguments)",
+                    n + 1
+                ),
+            ));
+        }
+        Ok(())
+    }
+    fn int_opt(
+        lua: &Lua,
+        args: &MultiValue,
+        i: usize,
+        name: &str,
+        (min, max): (i64, i64),
+    ) -> mlua::Result<Option<usize>> {
+        let v = args.get(i).cloned().unwrap_or(Value::Nil);
+        if v.is_nil() {
+            return Ok(None);
+        }
+        let Some(n) = lua.coerce_number(v.clone())? else {
+            return Err(raise_error(
+                lua,
+                format!(
+                    "bad argument #{} to '{name}' (number expected, got {})",
+                    i + 1,
+                    v.type_name()
+                ),
+            ));
+        };
+        let n = n as i64;
+        if n < min || n > max {
+            return Err(raise_error(
+                lua,
+                format!(
+                    "bad argument #{} to '{name}' (expected integer between {min} and {max})",
+                    i + 1
+                ),
+            ));
+        }
+        Ok(Some(n as usize))
+    }
+    /// `json_enum_option`: a boolean, or one of `options` by name; returns the index.
+    fn enum_opt(
+        lua: &Lua,
+        args: &MultiValue,
+        i: usize,
+        name: &str,
+        options: &[&str],
+    ) -> mlua::Result<Option<usize>> {
+        match args.get(i) {
+            None | Some(Value::Nil) => Ok(None),
+            Some(Value::Boolean(b)) => Ok(Some(*b as usize)),
+            Some(v) => {
+                let s = lua.coerce_string(v.clone())?.map(|s| s.to_string_lossy());
+                match s.and_then(|s| options.iter().position(|o| *o == s).map(|p| (p, s))) {
+                    Some((p, _)) => Ok(Some(p)),
+                    None => {
+                        let shown = lua
+                            .coerce_string(v.clone())?
+                            .map(|s| s.to_string_lossy())
+                            .unwrap_or_default();
+                        Err(raise_error(
+                            lua,
+                            format!(
+                                "bad argument #{} to '{name}' (invalid option '{shown}')",
+                                i + 1
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+    const ON_OFF: &[&str] = &["off", "on"];
+    const INT_RANGE: (i64, i64) = (0, i32::MAX as i64);
+    const DEPTH_RANGE: (i64, i64) = (1, i32::MAX as i64);
+
+    let c = cfg.clone();
+    t.raw_set(
+        "encode_sparse_array",
+        lua.create_function(move |lua, args: MultiValue| {
+            let name = "encode_sparse_array";
+            check_count(lua, &args, 3, name)?;
+            let mut v = c.get();
+            if let Some(x) = enum_opt(lua, &args, 0, name, ON_OFF)? {
+                v.sparse_convert = x == 1;
+            }
+            if let Some(x) = int_opt(lua, &args, 1, name, INT_RANGE)? {
+                v.sparse_ratio = x;
+            }
+            if let Some(x) = int_opt(lua, &args, 2, name, INT_RANGE)? {
+                v.sparse_safe = x;
+            }
+            c.set(v);
+            Ok((
+                v.sparse_convert,
+                v.sparse_ratio as f64,
+                v.sparse_safe as f64,
+            ))
+        })?,
+    )?;
+    for (name, decode) in [("encode_max_depth", false), ("decode_max_depth", true)] {
+        let c = cfg.clone();
+        t.raw_set(
+            name,
+            lua.create_function(move |lua, args: MultiValue| {
+                check_count(lua, &args, 1, name)?;
+                let mut v = c.get();
+                if let Some(x) = int_opt(lua, &args, 0, name, DEPTH_RANGE)? {
+                    if decode {
+                        v.decode_max_depth = x;
+                    } else {
+                        v.encode_max_depth = x;
+                    }
+                }
+                c.set(v);
+                Ok(if decode {
+                    v.decode_max_depth
+                } else {
+                    v.encode_max_depth
+                } as f64)
+            })?,
+        )?;
+    }
+    let c = cfg.clone();
+    t.raw_set(
+        "encode_number_precision",
+        lua.create_function(move |lua, args: MultiValue| {
+            let name = "encode_number_precision";
+            check_count(lua, &args, 1, name)?;
+            let mut v = c.get();
+            if let Some(x) = int_opt(lua, &args, 0, name, (1, 14))? {
+                v.precision = x;
+            }
+            c.set(v);
+            Ok(v.precision as f64)
+        })?,
+    )?;
+    let c = cfg.clone();
+    t.raw_set(
+        "encode_keep_buffer",
+        lua.create_function(move |lua, args: MultiValue| {
+            let name = "encode_keep_buffer";
+            check_count(lua, &args, 1, name)?;
+            let mut v = c.get();
+            if let Some(x) = enum_opt(lua, &args, 0, name, ON_OFF)? {
+                v.keep_buffer = x == 1;
+            }
+            c.set(v);
+            Ok(v.keep_buffer)
+        })?,
+    )?;
+    let c = cfg.clone();
+    t.raw_set(
+        "encode_invalid_numbers",
+        lua.create_function(move |lua, args: MultiValue| {
+            let name = "encode_invalid_numbers";
+            check_count(lua, &args, 1, name)?;
+            let mut v = c.get();
+            if let Some(x) = enum_opt(lua, &args, 0, name, &["off", "on", "null"])? {
+                v.encode_invalid = x;
+            }
+            c.set(v);
+            Ok(match v.encode_invalid {
+                0 => Value::Boolean(false),
+                1 => Value::Boolean(true),
+                _ => Value::String(lua.create_string("null")?),
+            })
+        })?,
+    )?;
+    let c = cfg.clone();
+    t.raw_set(
+        "decode_invalid_numbers",
+        lua.create_function(move |lua, args: MultiValue| {
+            let name = "decode_invalid_numbers";
+            check_count(lua, &args, 1, name)?;
+            let mut v = c.get();
+            if let Some(x) = enum_opt(lua, &args, 0, name, ON_OFF)? {
+                v.decode_invalid = x == 1;
+            }
+            c.set(v);
+            Ok(v.decode_invalid)
+        })?,
+    )?;
+    Ok(())
 }
 
 /// C `strtod` on the longest valid prefix: returns the value and the bytes used.
