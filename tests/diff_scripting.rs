@@ -582,7 +582,15 @@ fn script_writes_are_durable_before_the_reply() {
     use std::time::{Duration, Instant};
     let mut s = common::Server::start(
         "lua-durable",
-        &["--appendfsync", "always", "--debug-sync-delay-ms", "300"],
+        &[
+            "--appendfsync",
+            "always",
+            "--debug-sync-delay-ms",
+            "300",
+            // No background flush window that would hide a reply not waiting for its sync.
+            "--flush-max-ms",
+            "60000",
+        ],
     );
     let mut c = RespConn::connect(s.port);
     let write = "for i, k in ipairs(KEYS) do redis.call('set', k, ARGV[1]) end return #KEYS";
