@@ -270,6 +270,15 @@ impl Engine {
                 globals.raw_set(*name, proxy(real)?)?;
             }
         }
+        // Strings find their methods through their metatable: point it at the read-only
+        // `string`, and let `getmetatable('')` hand out only a read-only view of it.
+        let string_mt: Table = lua
+            .load("return getmetatable('')")
+            .set_name("=lavik")
+            .eval()?;
+        string_mt.raw_set("__index", globals.raw_get::<Value>("string")?)?;
+        let string_mt_view = proxy(Value::Table(string_mt.clone()))?;
+        string_mt.raw_set("__metatable", string_mt_view)?;
         let env = proxy(Value::Table(globals.clone()))?;
         let missing = lua.create_function(|lua, (_t, k): (Value, Value)| -> mlua::Result<()> {
             let name = lua
