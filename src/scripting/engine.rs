@@ -296,7 +296,7 @@ impl Engine {
         globals.set_metatable(Some(gmt))?;
 
         let guarded_protected = protected.clone();
-        let rawset = lua.create_function(move |lua, args: MultiValue| {
+        let rawset = lua.create_function(move |_, args: MultiValue| {
             if let Some(Value::Table(t)) = args.front() {
                 if guarded_protected
                     .raw_get::<bool>(t.clone())
@@ -307,7 +307,6 @@ impl Engine {
                     );
                 }
             }
-            let _ = lua;
             raw_rawset.call::<MultiValue>(args)
         })?;
         let run_unwrap = run.clone();
@@ -324,14 +323,8 @@ impl Engine {
                 _ => v,
             })
         })?;
-        let table_lib: Table = lua.create_table()?;
-        let concat: Function = {
-            let t: Value = globals.raw_get("table")?;
-            match t {
-                Value::Table(p) => p.get("concat")?,
-                _ => table_lib.get("concat")?,
-            }
-        };
+        let table_lib: Table = globals.raw_get("table")?;
+        let concat: Function = table_lib.get("concat")?;
         let (pcall, loadstring, load): (Function, Function, Function) =
             lua.load(WRAPPERS).set_name("=lavik").call((
                 raw_pcall,
