@@ -18,5 +18,6 @@ pub mod device;
 pub mod nvme;
 pub mod resp;
 pub mod runtime;
+pub mod scripting;
 pub mod server;
 pub mod storage;

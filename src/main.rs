@@ -282,6 +282,8 @@ fn main() {
         };
         let h = std::thread::Builder::new()
             .name(format!("lavik-w{id}"))
+            // Scripts recurse as deep as Redis allows (cjson, reply conversion).
+            .stack_size(lavik::scripting::THREAD_STACK_BYTES)
             .spawn(move || {
                 if pin && !lavik::runtime::pin_current_thread(cpu) {
                     tracing::warn!("worker {id}: could not pin to CPU {cpu}");

@@ -79,6 +79,7 @@ const CONN_SUB: &[&str] = &["slow", "connection"];
 const SLOW_SUB: &[&str] = &["slow"];
 const KEYSPACE_READ_SUB: &[&str] = &["keyspace", "read", "slow"];
 const KEYSPACE_SUB: &[&str] = &["keyspace", "slow"];
+const SCRIPTING_SUB: &[&str] = &["slow", "scripting"];
 /// A subcommand name, its arity (Redis's, counting the container and the subcommand)
 /// and its category names.
 type Subcommand = (&'static str, i32, &'static [&'static str]);
@@ -126,6 +127,17 @@ const SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
             ("help", 2, CONN_SUB),
             ("info", -2, CONN_SUB),
             ("list", -2, CONN_SUB),
+        ],
+    ),
+    (
+        "script",
+        &[
+            ("debug", 3, SCRIPTING_SUB),
+            ("exists", -3, SCRIPTING_SUB),
+            ("flush", -2, SCRIPTING_SUB),
+            ("help", 2, SCRIPTING_SUB),
+            ("kill", 2, SCRIPTING_SUB),
+            ("load", 3, SCRIPTING_SUB),
         ],
     ),
     (
@@ -224,7 +236,8 @@ fn top_categories(spec: &CommandSpec) -> u32 {
     for flag in spec.flags {
         bits |= match *flag {
             "write" => cat("write"),
-            "readonly" => cat("read"),
+            // As Redis: scripting commands are not @read although flagged readonly.
+            "readonly" if spec.group != "scripting" => cat("read"),
             "admin" => cat("admin") | cat("dangerous"),
             "fast" => cat("fast"),
             _ => 0,

@@ -17,6 +17,7 @@ pub mod glob;
 pub mod hash;
 pub mod hyperloglog;
 pub mod keyspace;
+pub mod scripting;
 pub mod set;
 pub mod string;
 pub mod table;

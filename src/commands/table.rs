@@ -2,7 +2,8 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, hash as h, hyperloglog as hl, keyspace as k, set as st, string as s, Handler,
+    bitmap as b, hash as h, hyperloglog as hl, keyspace as k, scripting as sc, set as st,
+    string as s, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +28,21 @@ pub struct CommandSpec {
     pub summary: &'static str,
     pub kind: Kind,
     pub handler: Option<Handler>,
+    /// Keys counted by an argument (Redis's `movablekeys`), instead of first/last/step.
+    pub movable: Option<Movable>,
+}
+
+/// "The argument at `numkeys_at` says how many keys follow it" (EVAL, EVALSHA, FCALL: 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Movable {
+    pub numkeys_at: usize,
+}
+
+impl CommandSpec {
+    /// Whether running this command may write (acknowledged writes wait for durability).
+    pub fn may_write(&self) -> bool {
+        self.flags.contains(&"write") || self.flags.contains(&"may_replicate")
+    }
 }
 
 const W: &[&str] = &["write", "denyoom"];
@@ -40,6 +56,23 @@ const LOADING_STALE: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
 const PFDEBUG: &[&str] = &["write", "denyoom", "admin"];
 const LOADING_STALE_SLOW: &[&str] = &["loading", "stale"];
+const EVAL: &[&str] = &[
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "may_replicate",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const EVAL_RO: &[&str] = &[
+    "readonly",
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const SCRIPT: &[&str] = &["noscript"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -55,6 +88,26 @@ macro_rules! keyed {
             summary: $sum,
             kind: Kind::Keyed,
             handler: Some($h),
+            movable: None,
+        }
+    };
+}
+/// A keyed command whose keys follow a numkeys argument at `$at` (movable keys).
+macro_rules! keyed_numkeys {
+    ($name:expr, $arity:expr, $flags:expr, $at:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: 0,
+            last_key: 0,
+            step: 0,
+            group: $group,
+            since: $since,
+            summary: $sum,
+            kind: Kind::Keyed,
+            handler: Some($h),
+            movable: Some(Movable { numkeys_at: $at }),
         }
     };
 }
@@ -72,6 +125,7 @@ macro_rules! all {
             summary: $sum,
             kind: Kind::AllShards,
             handler: Some($h),
+            movable: None,
         }
     };
 }
@@ -89,6 +143,7 @@ macro_rules! local {
             summary: $sum,
             kind: Kind::Local,
             handler: None,
+            movable: None,
         }
     };
 }
@@ -188,6 +243,13 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("expiretime", 2, RF, 1, 1, 1, "generic", "7.0.0", "Returns the expiration time of a key as a Unix timestamp.", k::expiretime),
     keyed!("pexpiretime", 2, RF, 1, 1, 1, "generic", "7.0.0", "Returns the expiration time of a key as a Unix milliseconds timestamp.", k::pexpiretime),
     keyed!("persist", 2, WDF, 1, 1, 1, "generic", "2.2.0", "Removes the expiration time of a key.", k::persist),
+    // scripting
+    keyed_numkeys!("eval", -3, EVAL, 2, "scripting", "2.6.0", "Executes a server-side Lua script.", sc::eval),
+    keyed_numkeys!("evalsha", -3, EVAL, 2, "scripting", "2.6.0", "Executes a server-side Lua script by SHA1 digest.", sc::evalsha),
+    keyed_numkeys!("eval_ro", -3, EVAL_RO, 2, "scripting", "7.0.0", "Executes a read-only server-side Lua script.", sc::eval_ro),
+    keyed_numkeys!("evalsha_ro", -3, EVAL_RO, 2, "scripting", "7.0.0", "Executes a read-only server-side Lua script by SHA1 digest.", sc::evalsha_ro),
+    // Keyless (no key positions): runs on the connection's worker; the catalog is server-wide.
+    keyed!("script", -2, SCRIPT, 0, 0, 0, "scripting", "2.6.0", "A container for Lua scripts management commands.", sc::script),
     all!("keys", 2, R, "generic", "1.0.0", "Returns all key names that match a pattern.", k::keys),
     all!("scan", -2, R, "generic", "2.8.0", "Iterates over the key names in the database.", k::scan),
     all!("randomkey", 1, R, "generic", "1.0.0", "Returns a random key name from the database.", k::randomkey),
@@ -230,8 +292,25 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
         .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
-/// Positions of the keys of a `Keyed` command in `argc` arguments.
-pub fn key_positions(spec: &CommandSpec, argc: usize) -> impl Iterator<Item = usize> {
+/// The key count of a movable-keys command, if its numkeys argument is valid (an integer
+/// from 0 to the number of arguments after it); the handler reports Redis's error otherwise.
+pub fn movable_key_count(m: Movable, args: &[&[u8]]) -> Option<usize> {
+    let n = crate::resp::parse::parse_i64(args.get(m.numkeys_at)?)?;
+    let after = args.len() - m.numkeys_at - 1;
+    (n >= 0 && n as u64 <= after as u64).then_some(n as usize)
+}
+
+/// Positions of the keys of a `Keyed` command in `args`.
+pub fn key_positions(
+    spec: &CommandSpec,
+    args: &[&[u8]],
+) -> std::iter::StepBy<std::ops::Range<usize>> {
+    if let Some(m) = spec.movable {
+        let n = movable_key_count(m, args).unwrap_or(0);
+        let first = m.numkeys_at + 1;
+        return (first..first + n).step_by(1);
+    }
+    let argc = args.len();
     let first = spec.first_key.max(0) as usize;
     let last = if spec.last_key < 0 {
         argc as i64 + spec.last_key as i64
@@ -244,7 +323,13 @@ pub fn key_positions(spec: &CommandSpec, argc: usize) -> impl Iterator<Item = us
         (last as usize).min(argc.saturating_sub(1))
     };
     let step = spec.step.max(1) as usize;
-    (first..=last).step_by(step).filter(move |_| first > 0)
+    // No keys (`first` 0): an empty range.
+    let (start, end) = if first > 0 {
+        (first, (last + 1).max(first))
+    } else {
+        (0, 0)
+    };
+    (start..end).step_by(step)
 }
 
 #[cfg(test)]
@@ -254,19 +339,45 @@ mod tests {
     // Key positions follow Redis's first/last/step for the multi-key shapes.
     #[test]
     fn positions() {
+        let args = |n: usize| vec![&b"x"[..]; n];
         let mset = lookup(b"MSET").unwrap();
-        assert_eq!(key_positions(mset, 5).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(
+            key_positions(mset, &args(5)).collect::<Vec<_>>(),
+            vec![1, 3]
+        );
         let del = lookup(b"del").unwrap();
-        assert_eq!(key_positions(del, 4).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(
+            key_positions(del, &args(4)).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
         let get = lookup(b"Get").unwrap();
-        assert_eq!(key_positions(get, 2).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(key_positions(get, &args(2)).collect::<Vec<_>>(), vec![1]);
         let copy = lookup(b"copy").unwrap();
-        assert_eq!(key_positions(copy, 5).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(
+            key_positions(copy, &args(5)).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
         let bitop = lookup(b"BITOP").unwrap();
         assert_eq!(
-            key_positions(bitop, 6).collect::<Vec<_>>(),
+            key_positions(bitop, &args(6)).collect::<Vec<_>>(),
             vec![2, 3, 4, 5]
         );
+        let ping = lookup(b"script").unwrap();
+        assert_eq!(key_positions(ping, &args(3)).count(), 0);
+    }
+
+    // EVAL's keys are the numkeys arguments after its numkeys; a bad numkeys means none.
+    #[test]
+    fn movable_positions() {
+        let eval = lookup(b"EVAL").unwrap();
+        let a: Vec<&[u8]> = vec![b"eval", b"return 1", b"2", b"k1", b"k2", b"arg"];
+        assert_eq!(key_positions(eval, &a).collect::<Vec<_>>(), vec![3, 4]);
+        let none: Vec<&[u8]> = vec![b"eval", b"return 1", b"0", b"arg"];
+        assert_eq!(key_positions(eval, &none).count(), 0);
+        for bad in [&b"3"[..], b"-1", b"x"] {
+            let a: Vec<&[u8]> = vec![b"eval", b"s", bad, b"k1"];
+            assert_eq!(key_positions(eval, &a).count(), 0, "{bad:?}");
+        }
     }
 
     // Every name is lowercase and unique, so lookup is unambiguous.

@@ -164,7 +164,7 @@ fn key_refs(spec: &CommandSpec, args: &[&[u8]]) -> Vec<KeyRef> {
     if spec.kind != Kind::Keyed {
         return Vec::new();
     }
-    key_positions(spec, args.len())
+    key_positions(spec, args)
         .enumerate()
         .map(|(ordinal, pos)| KeyRef {
             pos,

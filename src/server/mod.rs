@@ -201,6 +201,8 @@ pub struct Shared {
     /// Unix seconds when loading started, and recovery's counters for INFO.
     pub loading_start_s: AtomicU64,
     pub progress: Option<Arc<crate::storage::RecoveryProgress>>,
+    /// Every script seen by EVAL or SCRIPT LOAD, for all workers' Lua states.
+    pub scripts: Arc<crate::scripting::Catalog>,
 }
 
 impl Shared {
@@ -305,6 +307,7 @@ pub fn build_shared(
         loading: AtomicBool::new(progress.is_some()),
         loading_start_s: AtomicU64::new(now_ms() / 1000),
         progress,
+        scripts: Arc::new(crate::scripting::Catalog::default()),
     };
     Ok((Arc::new(shared), rxs))
 }

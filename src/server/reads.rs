@@ -118,7 +118,7 @@ impl Parked {
     }
 
     pub fn is_write(&self) -> bool {
-        self.spec.flags.contains(&"write")
+        self.spec.may_write()
     }
 }
 
@@ -187,7 +187,7 @@ pub fn plan(
     out: &mut Vec<(u32, RecordRead)>,
 ) {
     let mut reads = Vec::new();
-    for pos in key_positions(spec, args.len()) {
+    for pos in key_positions(spec, args) {
         let id = shards.shard_id(args[pos]);
         if !own(id) {
             continue;

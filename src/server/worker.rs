@@ -281,6 +281,7 @@ impl Worker {
     }
 
     pub fn run(mut self) {
+        crate::scripting::install_catalog(self.shared.scripts.clone());
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }
@@ -1003,7 +1004,7 @@ impl Worker {
         }
         // Timing costs two clock reads per command: only when the slow log is on.
         let started = (self.slowlog_threshold_us >= 0).then(Instant::now);
-        if spec.flags.contains(&"write") {
+        if spec.may_write() {
             self.round_writes = true;
         }
         let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
@@ -1203,7 +1204,7 @@ impl Worker {
         let mut all_held = true;
         let mut owner: Option<usize> = None;
         let mut several = false;
-        for pos in key_positions(spec, args.len()) {
+        for pos in key_positions(spec, args) {
             let shard = self.shards.shard_id(args[pos]);
             if self.shards.slots[shard as usize].is_some() {
                 continue;
@@ -1238,7 +1239,7 @@ impl Worker {
             return Outcome::Done;
         }
         // Keys partly here and partly elsewhere also need the lend path.
-        let partly_local = key_positions(spec, args.len())
+        let partly_local = key_positions(spec, args)
             .any(|pos| self.shards.slots[self.shards.shard_id(args[pos]) as usize].is_some());
         if several || partly_local {
             let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
@@ -1374,7 +1375,7 @@ impl Worker {
     ) -> Start {
         let (n, id) = (self.shared.workers.len(), self.id);
         let own = move |s: u32| s as usize % n == id;
-        if key_positions(spec, args.len()).any(|p| !own(self.shards.shard_id(args[p]))) {
+        if key_positions(spec, args).any(|p| !own(self.shards.shard_id(args[p]))) {
             return Start::Borrowed;
         }
         let mut reads = Vec::new();
@@ -1500,7 +1501,7 @@ impl Worker {
             });
             return;
         };
-        if spec.flags.contains(&"write") {
+        if spec.may_write() {
             self.round_writes = true;
         }
         let dest = ReadDest::Remote {
