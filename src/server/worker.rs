@@ -1384,7 +1384,8 @@ impl Worker {
             return Start::RunNow;
         }
         let owned = args.iter().map(|a| a.to_vec()).collect();
-        let p = Parked::new(dest, spec, owned, db, proto);
+        let mut p = Parked::new(dest, spec, owned, db, proto);
+        p.note_plan(&self.shards, &reads);
         let writes = p.is_write();
         self.shared
             .stats

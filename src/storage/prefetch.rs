@@ -38,6 +38,11 @@ pub struct Fetched {
 }
 
 impl Fetched {
+    /// A large value's root: its fragments are planned in a second round.
+    pub fn is_large_root(&self) -> bool {
+        self.rec.header.flags & FLAG_LARGE != 0
+    }
+
     /// Bytes of key and value held (for the caller's memory accounting).
     pub fn len_bytes(&self) -> usize {
         self.rec.key.len() + self.rec.value.len()
@@ -214,6 +219,14 @@ impl Shard {
             block_seq: read.block_seq,
             rec,
         })
+    }
+
+    /// Changes whenever something this shard's plans depend on may have changed: a write
+    /// (every write takes the next sequence number) or a defrag relocation. Both counters
+    /// only grow, so a sum over several shards is unchanged only if each one is.
+    pub fn change_signature(&self) -> u64 {
+        self.next_seq
+            .wrapping_add(self.counters.defrag_relocated_records)
     }
 
     /// Makes `fetched` visible to this shard's lookups until `take_prefetched`.
