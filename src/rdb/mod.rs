@@ -363,7 +363,7 @@ fn strings(r: &mut Reader, n: usize) -> Result<Vec<Vec<u8>>> {
 }
 
 /// Redis's `rdbLoadObjectType` + `rdbLoadObject` for the types lavik stores. Bytes after
-/// the object and before the footer are ignored, as Redis ignores them.
+/// the object are ignored, as Redis ignores them.
 fn parse_object(body: &[u8]) -> Result<RdbValue> {
     let mut r = Reader { b: body, at: 0 };
     let t = r.u8()?;
@@ -400,9 +400,11 @@ fn parse_object(body: &[u8]) -> Result<RdbValue> {
     }
 }
 
-/// The value in a RESTORE payload.
+/// The value in a RESTORE payload. Like Redis, which reads the object from a buffer
+/// holding the whole payload, an object may run into the footer bytes.
 pub fn restore(payload: &[u8]) -> Result<RdbValue> {
-    parse_object(verify(payload)?)
+    verify(payload)?;
+    parse_object(payload)
 }
 
 #[cfg(test)]

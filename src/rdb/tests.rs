@@ -185,10 +185,10 @@ fn malformed_objects_refused() {
         vec![0x7f],                                       // unknown type
         vec![ObjectType::String as u8, 0xc4],             // unknown string encoding
         vec![ObjectType::String as u8, 0xc3, 2, 5, 0x20, 0], // LZF reference before start
-        vec![ObjectType::String as u8, 0x05, b'a'],       // string longer than the payload
+        vec![ObjectType::String as u8, 0x20, b'a'], // string longer than the payload and footer
         vec![ObjectType::String as u8, 0x82, 0, 0, 0, 1], // bad length tag
-        vec![ObjectType::SetIntset as u8, 0x01, 0x00],    // intset too short
-        vec![],                                           // no type byte
+        vec![ObjectType::SetIntset as u8, 0x01, 0x00], // intset too short
+        vec![],                                     // no type byte
     ];
     for object in bad {
         assert!(
