@@ -330,7 +330,7 @@ fn hash_from_pairs(
 }
 
 fn hash_from_elements(e: Vec<Vec<u8>>) -> Result<RdbValue> {
-    if e.len() % 2 != 0 {
+    if !e.len().is_multiple_of(2) {
         return Err(DumpError::BadFormat("odd hash listpack"));
     }
     let n = e.len() / 2;
