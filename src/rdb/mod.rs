@@ -185,7 +185,7 @@ fn put_object(out: &mut Vec<u8>, v: &RdbValue) {
                 put_string(out, v);
             }
         }
-        RdbValue::Set(s) if s.encoding() == SetEncoding::Intset => {
+        RdbValue::Set(s) if s.encoding() == SetEncoding::Intset && intset_exact(s) => {
             out.push(ObjectType::SetIntset as u8);
             let values: Vec<i64> = s
                 .members()
@@ -202,6 +202,13 @@ fn put_object(out: &mut Vec<u8>, v: &RdbValue) {
             }
         }
     }
+}
+
+/// Whether every member of an intset-encoded set is its integer's canonical text, so the
+/// intset form gives the same members back. (lavik's intset admits "-0", which Redis's
+/// `string2ll` refuses; such a set is written as a plain SET to keep the member intact.)
+fn intset_exact(s: &SetValue) -> bool {
+    s.members().iter().all(|m| canonical_int(m).is_some())
 }
 
 /// The DUMP payload of `v`.

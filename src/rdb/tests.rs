@@ -260,3 +260,15 @@ proptest! {
         prop_assert_eq!(restore(&dump(&sv)).unwrap(), sv);
     }
 }
+
+// A "-0" member (which lavik's intset admits) survives DUMP: it is not rewritten as 0.
+#[test]
+fn negative_zero_member_kept() {
+    let mut s = SetValue::create(b"-0", 2);
+    s.add(b"-0");
+    s.add(b"5");
+    let RdbValue::Set(back) = restore(&dump(&RdbValue::Set(s))).unwrap() else {
+        panic!("not a set")
+    };
+    assert!(back.contains(b"-0") && back.contains(b"5") && back.len() == 2);
+}
