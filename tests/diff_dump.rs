@@ -248,3 +248,33 @@ fn redis_string_payloads_round_trip() {
         p.check(&["DUMP", "copy"]);
     }
 }
+
+// LZF output is Redis's byte for byte: random compressible strings DUMP identically.
+#[test]
+fn lzf_dump_bytes_as_redis() {
+    let mut p = Pair::start("diff-dump-lzf", &[]);
+    let mut rng = Rng::new(0x12f);
+    for i in 0..300 {
+        let len_max = if rng.chance(20) { 20000 } else { 600 };
+        let len = 21 + rng.below(len_max) as usize;
+        let alphabet_max = if rng.chance(50) { 4 } else { 256 };
+        let alphabet = 1 + rng.below(alphabet_max) as u32;
+        let mut v: Vec<u8> = Vec::with_capacity(len);
+        while v.len() < len {
+            if !v.is_empty() && rng.chance(30) {
+                // Repeat an earlier stretch, near or up to ~9 KiB back (beyond LZF's reach).
+                let back = 1 + rng.below(v.len().min(9000) as u64) as usize;
+                let n = (1 + rng.below(300) as usize).min(len - v.len());
+                let start = v.len() - back;
+                for j in 0..n {
+                    v.push(v[start + j % back]);
+                }
+            } else {
+                v.push(b' '.wrapping_add((rng.next_u64() % u64::from(alphabet)) as u8));
+            }
+        }
+        let key = format!("z{i}");
+        p.check_bytes(&[b"SET", key.as_bytes(), &v]);
+        p.check(&["DUMP", &key]);
+    }
+}
