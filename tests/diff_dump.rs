@@ -191,6 +191,17 @@ fn restore_errors_as_redis() {
     rr(&mut p, &[b"n", b"0"]);
     p.check(&["DUMP"]);
     p.check(&["DUMP", "missing"]);
+    // Arity, flags, key positions and ACL categories as Redis (lavik reports no command
+    // tips or key-spec flags for any command, so the comparison stops at the categories).
+    for (name, last_category) in [("dump", "+@slow\r\n"), ("restore", "+@dangerous\r\n")] {
+        p.check_with(&["COMMAND", "INFO", name], |reply| {
+            let cut = reply
+                .windows(last_category.len())
+                .position(|w| w == last_category.as_bytes())
+                .expect("categories listed");
+            reply[..cut + last_category.len()].to_vec()
+        });
+    }
     p.check(&["EXISTS", "n"]);
     // Accepted options: the value lands; IDLETIME/FREQ have no visible effect beyond that.
     rr(&mut p, &[b"n1", b"0", g, b"IDLETIME", b"100"]);
