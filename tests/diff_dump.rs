@@ -149,6 +149,13 @@ fn payloads_cross_both_ways() {
             let copy = format!("{tag}:{key}");
             p.check_bytes(&[b"RESTORE", copy.as_bytes(), b"0", pl]);
             read_back(&mut p, &copy);
+            // A restored compact value is rebuilt in payload order by both: same DUMP.
+            let enc = p.r.call(&[b"OBJECT", b"ENCODING", copy.as_bytes()]);
+            if enc == b"$8\r\nlistpack\r\n" && p.r.call(&[b"TYPE", copy.as_bytes()]) == b"+hash\r\n"
+                || enc == b"$6\r\nintset\r\n"
+            {
+                p.check(&["DUMP", &copy]);
+            }
         }
         read_back(&mut p, &key);
     }
