@@ -16,6 +16,7 @@ pub mod commands;
 pub mod config;
 pub mod device;
 pub mod nvme;
+pub mod rdb;
 pub mod resp;
 pub mod runtime;
 pub mod scripting;

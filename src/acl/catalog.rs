@@ -70,6 +70,7 @@ const EXTRA_CATEGORIES: &[(&str, &[&str])] = &[
     ("flushall", &["keyspace", "dangerous"]),
     ("info", &["dangerous"]),
     ("lastsave", &["admin", "dangerous"]),
+    ("restore", &["dangerous"]),
 ];
 
 /// Subcommands of lavik's containers, as Redis 7.2 defines them, with their categories.
@@ -352,7 +353,7 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
     const W: u8 = KEY_WRITE;
     match name {
         "get" | "mget" | "getrange" | "substr" | "lcs" | "ttl" | "pttl" | "expiretime"
-        | "pexpiretime" => R,
+        | "pexpiretime" | "dump" => R,
         "strlen" | "exists" | "touch" | "type" => 0,
         "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" => {
             R | W

@@ -13,6 +13,7 @@
 
 pub mod bitmap;
 pub mod collection;
+pub mod dump;
 pub mod glob;
 pub mod hash;
 pub mod hyperloglog;

@@ -2,8 +2,8 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, hash as h, hyperloglog as hl, keyspace as k, scripting as sc, set as st,
-    string as s, Handler,
+    bitmap as b, dump as d, hash as h, hyperloglog as hl, keyspace as k, scripting as sc,
+    set as st, string as s, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,6 +232,8 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("rename", 3, WD, 1, 2, 1, "generic", "1.0.0", "Renames a key and overwrites the destination.", k::rename),
     keyed!("renamenx", 3, WDF, 1, 2, 1, "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", k::renamenx),
     keyed!("copy", -3, W, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.", k::copy),
+    keyed!("dump", 2, R, 1, 1, 1, "generic", "2.6.0", "Returns a serialized representation of the value stored at a key.", d::dump),
+    keyed!("restore", -4, W, 1, 1, 1, "generic", "2.6.0", "Creates a key from the serialized representation of a value.", d::restore),
     // OBJECT's key is its third argument (OBJECT HELP has none).
     keyed!("object", -2, R, 2, 2, 1, "generic", "2.2.3", "A container for object introspection commands.", k::object),
     keyed!("expire", -3, WDF, 1, 1, 1, "generic", "1.0.0", "Sets the expiration time of a key in seconds.", k::expire),
