@@ -21,3 +21,4 @@ pub mod runtime;
 pub mod scripting;
 pub mod server;
 pub mod storage;
+pub mod tools;

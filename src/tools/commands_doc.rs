@@ -1,0 +1,4 @@
+//! `docs/commands.md` from the command table.
+pub fn render() -> String {
+    String::new()
+}
