@@ -77,7 +77,7 @@ fn find(hay: &[u8], needle: &[u8]) -> usize {
 #[test]
 fn clean_store() {
     let p = temp_path("clean");
-    fill(&[p.clone()], 300, 10, &[]);
+    fill(std::slice::from_ref(&p), 300, 10, &[]);
     let (code, text) = check(&[&p]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("label ok"), "{text}");
@@ -101,7 +101,12 @@ fn clean_store() {
 fn flipped_byte_is_damage() {
     let p = temp_path("flip");
     let marker = b"FLIP-ME-0123456789".to_vec();
-    fill(&[p.clone()], 50, 0, &[(b"victim", marker.clone())]);
+    fill(
+        std::slice::from_ref(&p),
+        50,
+        0,
+        &[(b"victim", marker.clone())],
+    );
     let mut bytes = std::fs::read(&p).unwrap();
     let at = find(&bytes, &marker);
     // The victim's record: 32-byte header, key "victim", value; the next record follows.
@@ -127,7 +132,7 @@ fn torn_tail_is_not_damage() {
     let p = temp_path("torn");
     let big = [b"BIG-VALUE-START".to_vec(), vec![b'b'; 9000]].concat();
     fill(
-        &[p.clone()],
+        std::slice::from_ref(&p),
         50,
         0,
         &[(b"small", b"s".to_vec()), (b"big", big.clone())],
@@ -190,7 +195,7 @@ fn foreign_missing_and_locked() {
     assert!(!missing.exists(), "the check must not create a file");
 
     let l = temp_path("locked");
-    let st = storage::open(&cfg(&[l.clone()])).unwrap();
+    let st = storage::open(&cfg(std::slice::from_ref(&l))).unwrap();
     let (code, text) = check(&[&l]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("locked"), "{text}");

@@ -274,9 +274,11 @@ fn run(paths: &[PathBuf], r: &mut CheckReport) -> Result<(), String> {
                 }
                 used = true;
                 r.chunks += 1;
-                for d in 0..DB_COUNT {
-                    let w = chunk.marker.flush_watermarks[d];
-                    watermarks[shard][d] = watermarks[shard][d].max(w);
+                for (have, &w) in watermarks[shard]
+                    .iter_mut()
+                    .zip(&chunk.marker.flush_watermarks)
+                {
+                    *have = (*have).max(w);
                 }
                 for &(off, hdr) in &chunk.records {
                     count_record(r, &mut keys[shard], bytes, off, &hdr);
