@@ -46,7 +46,7 @@ fn plan_prints_and_validates() {
     assert_eq!(code, 0, "{err}");
     // 10M x 11.31 B/key index; 5M volatile keys x 26 B; 1072-byte records.
     assert!(
-        text.contains("index (11.31 B/key)      113100000 bytes"),
+        text.contains("index (11.31 B/key, at least 2621440 per shard) 113100000 bytes"),
         "{text}"
     );
     assert!(text.contains("130000000 bytes"), "{text}");
