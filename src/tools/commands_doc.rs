@@ -257,6 +257,9 @@ pub const REDIS_COMMANDS: &[(&str, &str)] = &[
 /// checks every name is in the table).
 pub const PARTIAL: &[(&str, &str)] = &[
     ("bgsave", "flushes and syncs every shard before replying (no RDB file: the data devices are the persistent copy)"),
+    ("client", "ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH only: no CACHING, GETREDIR, PAUSE, UNPAUSE, REPLY, TRACKING, TRACKINGINFO, UNBLOCK"),
+    ("command", "COMMAND, COUNT, DOCS, INFO, LIST only: no GETKEYS, GETKEYSANDFLAGS"),
+    ("config", "GET, SET, RESETSTAT on the parameters lavik has only: no REWRITE"),
     ("debug", "only DEBUG SLEEP"),
     ("save", "flushes and syncs every shard (no RDB file: the data devices are the persistent copy)"),
     ("touch", "counts the existing keys; lavik keeps no access times (no LRU/LFU)"),
