@@ -28,6 +28,17 @@ fn cfg(paths: &[PathBuf]) -> StoreConfig {
 /// Writes `n` keys `k:i` (every 3rd with an expiry), deletes `deleted` of them, then the
 /// extra keys given (after a flush), and shuts down cleanly.
 fn fill(paths: &[PathBuf], n: u32, deleted: u32, extra: &[(&[u8], Vec<u8>)]) {
+    fill_with(paths, n, deleted, extra, false)
+}
+
+/// `fill`, with a flush after each extra key (one chunk each) if `flush_each`.
+fn fill_with(
+    paths: &[PathBuf],
+    n: u32,
+    deleted: u32,
+    extra: &[(&[u8], Vec<u8>)],
+    flush_each: bool,
+) {
     let st = storage::open(&cfg(paths)).unwrap();
     let mut shards = st.shards;
     let sh = &mut shards[0];
@@ -51,6 +62,9 @@ fn fill(paths: &[PathBuf], n: u32, deleted: u32, extra: &[(&[u8], Vec<u8>)]) {
     sh.flush().unwrap();
     for (k, v) in extra {
         sh.put(0, k, ValueKind::String, v, None, 1).unwrap();
+        if flush_each {
+            sh.flush().unwrap();
+        }
     }
     for s in shards {
         s.shutdown(false).unwrap();
@@ -122,7 +136,58 @@ fn flipped_byte_is_damage() {
         text.contains(&format!("record at block offset {off} ")),
         "{text}"
     );
+    // The victim's chunk is the last one: recovery ignores it and the rest of the block.
+    assert!(text.contains("recovery ignores it"), "{text}");
     assert!(text.ends_with("result: DAMAGED\n"), "{text}");
+    let _ = std::fs::remove_file(&p);
+}
+
+// Proves damage in a chunk followed by a committed one is named and said to lose only that chunk's records.
+#[test]
+fn damage_before_a_later_chunk() {
+    let p = temp_path("flip-mid");
+    let extra: &[(&[u8], Vec<u8>)] = &[
+        (b"victim", b"VICTIM-VALUE".to_vec()),
+        (b"after", b"later chunk".to_vec()),
+    ];
+    fill_with(std::slice::from_ref(&p), 50, 0, extra, true);
+    let mut bytes = std::fs::read(&p).unwrap();
+    let at = find(&bytes, b"VICTIM-VALUE");
+    let rec = at - 32 - b"victim".len();
+    let block = rec as u64 / BLOCK - 1;
+    let off = rec as u64 % BLOCK;
+    bytes[at] ^= 1;
+    std::fs::write(&p, &bytes).unwrap();
+    let (code, text) = check(&[&p]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains(&format!("DAMAGE: block {block} (")), "{text}");
+    assert!(
+        text.contains(&format!("record at block offset {off} ")),
+        "{text}"
+    );
+    assert!(text.contains("recovery skips this chunk"), "{text}");
+    // The 50 keys before and the key after are left to recovery; "victim" is lost.
+    assert!(text.contains("index: 51 live keys"), "{text}");
+    let _ = std::fs::remove_file(&p);
+}
+
+// Proves a flipped byte in a block's first chunk makes the whole block free, as recovery does.
+#[test]
+fn damage_in_a_first_chunk_frees_the_block() {
+    let p = temp_path("flip-first");
+    let extra: &[(&[u8], Vec<u8>)] = &[(b"after", b"later chunk".to_vec())];
+    fill(std::slice::from_ref(&p), 50, 0, extra);
+    let mut bytes = std::fs::read(&p).unwrap();
+    let at = find(&bytes, b"value-7-x");
+    bytes[at] ^= 1;
+    std::fs::write(&p, &bytes).unwrap();
+    let (code, text) = check(&[&p]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("recovery treats the whole block as free"),
+        "{text}"
+    );
+    assert!(text.contains("index: 0 live keys"), "{text}");
     let _ = std::fs::remove_file(&p);
 }
 

@@ -299,10 +299,10 @@ fn run(paths: &[PathBuf], r: &mut CheckReport) -> Result<(), String> {
                     r.damage.push(format!(
                         "{place} (block_seq {}, shard {shard}): chunk at block offset {pos}: {why}{}",
                         h.block_seq,
-                        if resync.is_some() {
+                        if pos == 0 {
+                            "; recovery treats the whole block as free"
+                        } else if resync.is_some() {
                             "; recovery skips this chunk and loses its records"
-                        } else if pos == 0 {
-                            "; recovery treats the block as free"
                         } else {
                             "; recovery ignores it and the rest of the block"
                         }
@@ -320,9 +320,11 @@ fn run(paths: &[PathBuf], r: &mut CheckReport) -> Result<(), String> {
                     }
                 }
             }
+            // As recovery: a block whose first chunk does not commit is free, whatever
+            // follows; otherwise the walk goes on at the next committed chunk.
             match resync {
-                Some(s) => pos = s,
-                None => break,
+                Some(s) if pos != 0 => pos = s,
+                _ => break,
             }
         }
         if used {
