@@ -22,3 +22,4 @@ pub mod runtime;
 pub mod scripting;
 pub mod server;
 pub mod storage;
+pub mod tools;

@@ -113,6 +113,10 @@ fn pause(period: Duration) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // Offline tools: they never start a server.
+    if let Some(code) = lavik::tools::run_tool(&args) {
+        std::process::exit(code);
+    }
     // `--version` and `--help` print to stdout and exit 0 (clap reports them as errors).
     if let Err(e) = <lavik::config::Cli as clap::Parser>::try_parse_from(&args) {
         use clap::error::ErrorKind;

@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 mod alloc;
 mod cache;
+pub mod check;
 mod checkpoint;
 pub mod collection;
 pub mod format;

@@ -67,7 +67,7 @@ pub(crate) fn parse_chunk(block: &[u8], start: usize, block_seq: u64) -> Option<
 }
 
 /// Reads and checks the BlockHeader record at the start of a block image.
-fn parse_block_header(bytes: &[u8]) -> Option<BlockHeaderPayload> {
+pub(crate) fn parse_block_header(bytes: &[u8]) -> Option<BlockHeaderPayload> {
     let hdr = RecordHeader::decode(bytes)?;
     if hdr.record_type != RecordType::BlockHeader
         || hdr.value_len as usize != BLOCK_HEADER_PAYLOAD_BYTES
