@@ -17,7 +17,7 @@ mod server;
 mod svg;
 
 use crate::engine;
-use crate::options::{BenchOptions, KeyPattern, Requests};
+use crate::options::{BenchOptions, CommandTemplate, KeyPattern, Requests};
 use config::SweepConfig;
 use server::{Probe, Reply, Server};
 use std::path::Path;
@@ -197,10 +197,22 @@ fn measure_all(
     Ok(points)
 }
 
-/// Options equivalent to `lavik-bench --test-time=... --ratio=0:1|1:0 --key-pattern=R:R ...`.
+/// Options equivalent to the point's command line (see [`point_command_line`]).
 fn point_options(cfg: &SweepConfig, port: u16, command: &str, conns: u32) -> BenchOptions {
     let threads = cfg.client_threads.min(conns);
+    let spec = cfg.command(command);
     let get = command == "get";
+    let commands = if spec.is_builtin() {
+        Vec::new()
+    } else {
+        vec![CommandTemplate {
+            args: spec.args.clone(),
+            ratio: 1,
+            key_pattern: cfg.key_pattern,
+            is_read: spec.is_read,
+            distinct_keys: spec.distinct_keys,
+        }]
+    };
     BenchOptions {
         server: "127.0.0.1".into(),
         port,
@@ -210,13 +222,14 @@ fn point_options(cfg: &SweepConfig, port: u16, command: &str, conns: u32) -> Ben
         ratio_set: u32::from(!get),
         ratio_get: u32::from(get),
         pipeline: cfg.pipeline,
-        key_pattern_set: KeyPattern::Random,
-        key_pattern_get: KeyPattern::Random,
+        key_pattern_set: cfg.key_pattern,
+        key_pattern_get: cfg.key_pattern,
         key_minimum: 1,
         key_maximum: cfg.keys,
-        key_prefix: cfg.key_prefix.clone(),
+        key_prefix: cfg.prefix_of(command),
         data_size_bytes: cfg.data_size_bytes,
         distinct_client_seed: true,
+        commands,
         print_percentiles: vec![50.0, 99.0, 99.9, 99.99],
         hide_histogram: true,
         ..BenchOptions::default()
@@ -225,6 +238,7 @@ fn point_options(cfg: &SweepConfig, port: u16, command: &str, conns: u32) -> Ben
 
 /// The memtier-style command line of a point, for the README (N = connections).
 pub fn point_command_line(cfg: &SweepConfig, command: &str) -> String {
+    let spec = cfg.command(command);
     let get = command == "get";
     let (threads, clients) = if cfg.client_threads == 1 {
         ("1".to_string(), "N".to_string())
@@ -234,16 +248,64 @@ pub fn point_command_line(cfg: &SweepConfig, command: &str) -> String {
             format!("N/min({},N)", cfg.client_threads),
         )
     };
+    let p = cfg.key_pattern.letter();
+    let what = if spec.is_builtin() {
+        format!(
+            "--ratio={}:{} --key-pattern={p}:{p}",
+            u32::from(!get),
+            u32::from(get)
+        )
+    } else {
+        format!(
+            "--command=\"{}\" --command-key-pattern={p}{}{}",
+            spec.args.join(" "),
+            if spec.is_read {
+                " --command-is-read"
+            } else {
+                ""
+            },
+            if spec.distinct_keys {
+                " --command-distinct-keys"
+            } else {
+                ""
+            }
+        )
+    };
     format!(
-        "lavik-bench -s 127.0.0.1 -p PORT -t {threads} -c {clients} --test-time={} --ratio={}:{} \\\n  \
-         --pipeline={} --key-pattern=R:R --key-minimum=1 --key-maximum={} --key-prefix={} \\\n  \
+        "lavik-bench -s 127.0.0.1 -p PORT -t {threads} -c {clients} --test-time={} {what} \\\n  \
+         --pipeline={} --key-minimum=1 --key-maximum={} --key-prefix={} \\\n  \
          -d {} --distinct-client-seed --print-percentiles=50,99,99.9,99.99 --hide-histogram",
         cfg.point_seconds,
-        u32::from(!get),
-        u32::from(get),
         cfg.pipeline,
         cfg.keys,
-        cfg.key_prefix,
+        cfg.prefix_of(command),
+        cfg.data_size_bytes
+    )
+}
+
+/// Options that set every key of an extra keyspace exactly once with its fill template.
+fn extra_fill_options(cfg: &SweepConfig, port: u16, prefix: &str, fill: &[String]) -> BenchOptions {
+    BenchOptions {
+        commands: vec![CommandTemplate {
+            args: fill.to_vec(),
+            ratio: 1,
+            key_pattern: KeyPattern::Parallel,
+            is_read: false,
+            distinct_keys: false,
+        }],
+        key_prefix: prefix.into(),
+        ..fill_options(cfg, port)
+    }
+}
+
+pub fn extra_fill_command_line(cfg: &SweepConfig, prefix: &str, fill: &[String]) -> String {
+    format!(
+        "lavik-bench -s 127.0.0.1 -p PORT -t 1 -c {} --requests=allkeys --command=\"{}\" \
+         --command-key-pattern=P --pipeline={} --key-minimum=1 --key-maximum={} --key-prefix={prefix} -d {} --hide-histogram",
+        cfg.fill_connections,
+        fill.join(" "),
+        cfg.fill_pipeline,
+        cfg.keys,
         cfg.data_size_bytes
     )
 }
@@ -346,6 +408,36 @@ fn fill_and_check(cfg: &SweepConfig, s: &Server, checks: &mut Vec<Check>) -> Res
             wrong.iter().take(3).collect::<Vec<_>>()
         ),
     );
+    for (i, (prefix, fill)) in cfg.extra_fills().iter().enumerate() {
+        let o = extra_fill_options(cfg, s.spec.port, prefix, fill);
+        let r = engine::run(&o, &format!("[{name} fill {prefix}] ")).map_err(|e| e.to_string())?;
+        let t = r.totals();
+        check(
+            checks,
+            name,
+            &format!(
+                "fill {prefix}: every `{}` answered, no errors",
+                fill.join(" ")
+            ),
+            t.count == cfg.keys && r.connection_errors == 0 && t.error_replies == 0,
+            format!(
+                "{} requests in {:.2} s, {} error replies, {} connection errors",
+                t.count,
+                r.elapsed.as_secs_f64(),
+                t.error_replies,
+                r.connection_errors
+            ),
+        );
+        let want = cfg.keys * (i as u64 + 2);
+        let dbsize = probe.call(&["DBSIZE"]).map_err(io)?;
+        check(
+            checks,
+            name,
+            &format!("DBSIZE after fill {prefix}"),
+            dbsize == Reply::Integer(want as i64),
+            format!("{dbsize:?}, want {want}"),
+        );
+    }
     Ok(())
 }
 
@@ -413,12 +505,18 @@ fn measure_point(
     let r = engine::run(&o, label).map_err(|e| e.to_string())?;
     let cpu = s.cpu_seconds(ticks)? - cpu_before;
     let client_cpu_seconds = server::own_cpu_seconds(ticks)? - client_before;
-    let name = if command == "get" { "Gets" } else { "Sets" };
-    let st = r.op(name).ok_or("missing op stats")?;
+    let builtin = cfg.command(command).is_builtin();
+    let st = if builtin {
+        r.op(if command == "get" { "Gets" } else { "Sets" })
+    } else {
+        r.ops.first()
+    }
+    .ok_or("missing op stats")?;
     let ops_per_sec = r.ops_per_sec(st);
+    // redis-benchmark -t knows only the built-in shapes.
     let rb = match &cfg.redis_benchmark {
-        Some(bin) => redis_benchmark(bin, cfg, s, command, conns, ops_per_sec, ticks)?,
-        None => RedisBenchmark::default(),
+        Some(bin) if builtin => redis_benchmark(bin, cfg, s, command, conns, ops_per_sec, ticks)?,
+        _ => RedisBenchmark::default(),
     };
     Ok(Point {
         server: s.spec.name.clone(),
@@ -607,6 +705,36 @@ mod tests {
         let fill = fill_options(&cfg, 7);
         assert_eq!(fill.requests, Requests::AllKeys);
         assert_eq!(fill.key_pattern_set, KeyPattern::Parallel);
+    }
+
+    // Proves a `command =` point runs exactly its template on its own keyspace with the
+    // sweep's key pattern, and its extra fill covers that keyspace with the fill template.
+    #[test]
+    fn template_point_options() {
+        let cfg = config::parse(
+            "keys = 1000\nkey_pattern = G\ncommands = get,incr\n\
+             command = incr | INCR __key__ | prefix=c- | fill=SET __key__ 1\n\
+             server = a | 1 | x\n",
+        )
+        .unwrap();
+        let o = point_options(&cfg, 7, "incr", 4);
+        assert_eq!(o.commands.len(), 1);
+        assert_eq!(o.commands[0].args, vec!["INCR", "__key__"]);
+        assert_eq!(o.commands[0].key_pattern, KeyPattern::Gaussian);
+        assert_eq!(o.key_prefix, "c-");
+        let get = point_options(&cfg, 7, "get", 4);
+        assert!(get.commands.is_empty());
+        assert_eq!(
+            (get.key_pattern_get, get.key_prefix.as_str()),
+            (KeyPattern::Gaussian, "memtier-")
+        );
+        let fills = cfg.extra_fills();
+        let f = extra_fill_options(&cfg, 7, &fills[0].0, &fills[0].1);
+        assert_eq!(f.requests, Requests::AllKeys);
+        assert_eq!(f.commands[0].key_pattern, KeyPattern::Parallel);
+        assert_eq!((f.key_prefix.as_str(), f.key_maximum), ("c-", 1000));
+        assert!(point_command_line(&cfg, "incr")
+            .contains("--command=\"INCR __key__\" --command-key-pattern=G"));
     }
 
     // Proves a whole sweep against two real redis-server instances passes every check and
