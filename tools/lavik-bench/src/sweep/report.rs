@@ -263,11 +263,10 @@ fn cost_table_text(cfg: &SweepConfig, rows: &[CostRow]) -> String {
     );
     let _ = writeln!(
         s,
-        "Median run of each point. \"{first} / X\" is the ratio of requests per server CPU-second.
-         \"cost vs GET\" is a server's CPU per key relative to its own GET at the same connection count:
-         GET's requests per CPU-second / (the command's x keys per request), so MGET of 10 keys counts as
-         10 key reads. Goal (issue 11): {first}'s cost vs GET at most {COST_GOAL}.
-"
+        "Median run of each point. \"{first} / X\" is the ratio of requests per server CPU-second.\n\
+         \"cost vs GET\" is a server's CPU per key relative to its own GET at the same connection\n\
+         count: GET's requests per CPU-second / (the command's x keys per request), so MGET of 10\n\
+         keys counts as 10 key reads. Goal (issue 11): {first}'s cost vs GET at most {COST_GOAL}.\n"
     );
     for &conns in &cfg.connections {
         let _ = writeln!(
