@@ -48,6 +48,9 @@ pub struct Point {
     pub error_replies: u64,
     pub connection_errors: u64,
     pub server_cpu_seconds: f64,
+    /// Seconds the server's threads were runnable but waiting for a CPU during the point
+    /// (schedstat); large values mean the machine was busy. None where not available.
+    pub server_wait_seconds: Option<f64>,
     pub ops_per_server_cpu_second: f64,
     /// CPU seconds of the load generator itself; near `point_seconds` x client threads
     /// means the client, not the server, was the limit.
@@ -500,10 +503,12 @@ fn measure_point(
     label: &str,
 ) -> Result<Point, String> {
     let o = point_options(cfg, s.spec.port, command, conns);
-    let cpu_before = s.cpu_seconds(ticks)?;
+    let (cpu_before, wait_before) = s.cpu_times(ticks)?;
     let client_before = server::own_cpu_seconds(ticks)?;
     let r = engine::run(&o, label).map_err(|e| e.to_string())?;
-    let cpu = s.cpu_seconds(ticks)? - cpu_before;
+    let (cpu_after, wait_after) = s.cpu_times(ticks)?;
+    let cpu = cpu_after - cpu_before;
+    let server_wait_seconds = wait_before.zip(wait_after).map(|(a, b)| b - a);
     let client_cpu_seconds = server::own_cpu_seconds(ticks)? - client_before;
     let builtin = cfg.command(command).is_builtin();
     let st = if builtin {
@@ -535,6 +540,7 @@ fn measure_point(
         error_replies: st.error_replies,
         connection_errors: r.connection_errors + r.unanswered,
         server_cpu_seconds: cpu,
+        server_wait_seconds,
         ops_per_server_cpu_second: if cpu > 0.0 {
             st.count as f64 / cpu
         } else {

@@ -20,7 +20,7 @@ pub struct Context<'a> {
     pub checks: &'a [Check],
 }
 
-pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second,redis_benchmark_client_us_per_request";
+pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second,redis_benchmark_client_us_per_request,server_wait_seconds";
 
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
@@ -32,7 +32,7 @@ pub fn csv(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{:.2},{},{},{},{},{},{}",
+            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.4},{:.0},{:.2},{},{},{},{},{},{},{}",
             p.server,
             p.command,
             p.connections,
@@ -57,6 +57,7 @@ pub fn csv(points: &[Point]) -> String {
             opt(p.redis_benchmark_p99_ms),
             opt(p.redis_benchmark_ops_per_server_cpu_second),
             opt(p.redis_benchmark_client_us_per_request),
+            opt(p.server_wait_seconds),
         );
     }
     s
@@ -70,6 +71,7 @@ fn point_json(p: &Point) -> serde_json::Value {
         "p50_ms": p.p50_ms, "p99_ms": p.p99_ms, "p99.9_ms": p.p999_ms, "p99.99_ms": p.p9999_ms,
         "hits": p.hits, "misses": p.misses, "error_replies": p.error_replies,
         "connection_errors": p.connection_errors, "server_cpu_seconds": p.server_cpu_seconds,
+        "server_wait_seconds": p.server_wait_seconds,
         "ops_per_server_cpu_second": p.ops_per_server_cpu_second,
         "client_cpu_seconds": p.client_cpu_seconds, "rss_kib": p.rss_kib,
         "used_memory_bytes": p.used_memory_bytes,
@@ -541,20 +543,20 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     }
     for command in &cfg.commands {
         let _ = writeln!(s, "### {}\n", command.to_uppercase());
-        s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | client CPU s | RSS MiB | used_memory MiB |");
+        s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | server waited for CPU s | ops per CPU-s | client CPU s | RSS MiB | used_memory MiB |");
         s.push_str(if rb {
             " redis-benchmark ops/s | ops/s ours / theirs | redis-benchmark ops per CPU-s | ops per CPU-s ours / theirs |\n"
         } else {
             "\n"
         });
-        s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         s.push_str(if rb { "---:|---:|---:|---:|\n" } else { "\n" });
         for p in summary.iter().filter(|p| &p.command == command) {
             let _ = write!(
                 s,
-                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} |",
+                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.0} | {:.2} | {:.1} | {:.1} |",
                 p.connections, p.server, p.ops_per_sec, p.p50_ms, p.p99_ms, p.p999_ms, p.p9999_ms,
-                p.server_cpu_seconds, p.ops_per_server_cpu_second,
+                p.server_cpu_seconds, fmt_opt(p.server_wait_seconds, 3), p.ops_per_server_cpu_second,
                 p.client_cpu_seconds, p.rss_kib as f64 / 1024.0,
                 p.used_memory_bytes as f64 / 1048576.0
             );
@@ -656,6 +658,7 @@ mod tests {
             error_replies: 0,
             connection_errors: 0,
             server_cpu_seconds: 1.0,
+            server_wait_seconds: Some(0.1),
             ops_per_server_cpu_second: 10.0,
             client_cpu_seconds: 0.5,
             rss_kib: 2048,
