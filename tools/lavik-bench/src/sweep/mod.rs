@@ -743,9 +743,9 @@ mod tests {
             .contains("--command=\"INCR __key__\" --command-key-pattern=G"));
     }
 
-    // Proves a whole sweep against two real redis-server instances passes every check and
-    // writes all four outputs. Needs redis-server and redis-benchmark on PATH; about a minute, so
-    // ignored by default: `cargo test -p lavik-bench -- --ignored`.
+    // Proves a whole sweep against two real redis-server instances, with a template command
+    // on its own filled keyspace, passes every check and writes all four outputs. Needs
+    // redis-server and redis-benchmark on PATH; about a minute, so ignored by default: `cargo test -p lavik-bench -- --ignored`.
     #[test]
     #[ignore]
     fn tiny_sweep_against_redis_server() {
@@ -753,6 +753,8 @@ mod tests {
         let text = format!(
             "out_dir = {}\nkeys = 2000\nconnections = 1,4\npoint_seconds = 1\n\
              warmup_seconds = 1\nrepeats = 2\nredis_benchmark = redis-benchmark\n\
+             commands = get,set,incr\n\
+             command = incr | INCR __key__ | prefix=counter- | fill=SET __key__ 1\n\
              server = a | 7461 | redis-server --port {{port}} --bind 127.0.0.1 --save \"\" --appendonly no\n\
              server = b | 7462 | redis-server --port {{port}} --bind 127.0.0.1 --save \"\" --appendonly no\n",
             dir.display()
@@ -760,13 +762,15 @@ mod tests {
         let cfg = config::parse(&text).unwrap();
         run(&cfg, "test.conf", &text).expect("sweep with all checks passing");
         let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
-        // 2 commands x 2 connection counts x 2 repeats x 2 servers, plus the header.
-        assert_eq!(csv.lines().count(), 1 + 16);
+        // 3 commands x 2 connection counts x 2 repeats x 2 servers, plus the header.
+        assert_eq!(csv.lines().count(), 1 + 24);
         for f in ["results.json", "charts.svg", "README.md"] {
             assert!(dir.join(f).exists(), "{f} missing");
         }
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
         assert!(!readme.contains("FAILED"));
+        assert!(readme.contains("DBSIZE after fill counter-"));
+        assert!(readme.contains("| INCR | 1 |"), "cost table lists INCR");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -211,14 +211,19 @@ pub struct CostRow {
     pub cost_vs_get: Vec<Option<f64>>,
 }
 
-/// Requests per server CPU-second and cost relative to GET, from the summary points.
-pub fn cost_table(cfg: &SweepConfig, summary: &[Point]) -> Vec<CostRow> {
+/// Requests per server CPU-second (the median over a point's repetitions, not the
+/// median-throughput run's figure: the CPU metric is what this table is about) and cost
+/// relative to GET, from every measured run.
+pub fn cost_table(cfg: &SweepConfig, points: &[Point]) -> Vec<CostRow> {
     let rate = |server: &str, command: &str, conns: u32| {
-        summary
-            .iter()
-            .find(|p| p.server == server && p.command == command && p.connections == conns)
-            .map(|p| p.ops_per_server_cpu_second)
-            .filter(|r| *r > 0.0)
+        median(
+            points
+                .iter()
+                .filter(|p| p.server == server && p.command == command && p.connections == conns)
+                .map(|p| p.ops_per_server_cpu_second)
+                .filter(|r| *r > 0.0)
+                .collect(),
+        )
     };
     let mut rows = Vec::new();
     for &conns in &cfg.connections {
@@ -265,7 +270,8 @@ fn cost_table_text(cfg: &SweepConfig, rows: &[CostRow]) -> String {
     );
     let _ = writeln!(
         s,
-        "Median run of each point. \"{first} / X\" is the ratio of requests per server CPU-second.\n\
+        "Median over each point's repetitions. \"{first} / X\" is the ratio of requests per server\n\
+         CPU-second.\n\
          \"cost vs GET\" is a server's CPU per key relative to its own GET at the same connection\n\
          count: GET's requests per CPU-second / (the command's x keys per request), so MGET of 10\n\
          keys counts as 10 key reads. Goal (issue 11): {first}'s cost vs GET at most {COST_GOAL}.\n"
@@ -531,7 +537,7 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
         s.push_str(&cross_check_text(&summarize(ctx.points)));
     }
     let summary = summarize(ctx.points);
-    s.push_str(&cost_table_text(cfg, &cost_table(cfg, &summary)));
+    s.push_str(&cost_table_text(cfg, &cost_table(cfg, ctx.points)));
     s.push_str("\n## Results\n\n");
     let rb = cfg.redis_benchmark.is_some();
     if cfg.repeats > 1 {
@@ -600,7 +606,7 @@ pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
         "checks": ctx.checks.iter().map(|c| json!({"server": c.server, "check": c.what, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
         "points": ctx.points.iter().map(point_json).collect::<Vec<_>>(),
         "summary": summarize(ctx.points).iter().map(point_json).collect::<Vec<_>>(),
-        "cost_table": cost_table(ctx.cfg, &summarize(ctx.points)).iter().map(|r| json!({
+        "cost_table": cost_table(ctx.cfg, ctx.points).iter().map(|r| json!({
             "command": r.command, "connections": r.connections,
             "keys_per_request": r.keys_per_request,
             "servers": ctx.cfg.servers.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
@@ -709,8 +715,8 @@ mod tests {
         assert_eq!(p[3].title, "SET p99.9 latency");
     }
 
-    // Proves the cost table divides by keys per request, relates each server to its own
-    // GET, and lays out many commands one row per command in the chart.
+    // Proves the cost table takes the median over repetitions, divides by keys per request,
+    // relates each server to its own GET, and lays out many commands one row per command.
     #[test]
     fn cost_table_and_layout() {
         let cfg = super::super::config::parse(
@@ -724,6 +730,8 @@ mod tests {
         for (server, command, rate) in [
             ("a", "get", 100.0),
             ("a", "mget", 40.0),
+            ("a", "mget", 10.0),
+            ("a", "mget", 45.0),
             ("a", "incr", 50.0),
             ("b", "get", 200.0),
             ("b", "mget", 50.0),
