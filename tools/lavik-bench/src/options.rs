@@ -69,6 +69,9 @@ pub struct CommandTemplate {
     pub key_pattern: KeyPattern,
     /// Count nil replies as misses and others as hits (`--command-is-read`).
     pub is_read: bool,
+    /// Each `__key__` of one request gets its own key (`--command-distinct-keys`, not a
+    /// memtier option; memtier repeats one key), e.g. MGET of 10 different keys.
+    pub distinct_keys: bool,
 }
 
 impl CommandTemplate {
@@ -248,11 +251,12 @@ impl BenchOptions {
         ];
         for c in &self.commands {
             lines.push(format!(
-                "command = {} (ratio {}, key pattern {}, read {})",
+                "command = {} (ratio {}, key pattern {}, read {}, distinct keys {})",
                 c.args.join(" "),
                 c.ratio,
                 c.key_pattern.letter(),
-                c.is_read
+                c.is_read,
+                c.distinct_keys
             ));
         }
         lines.join("\n")
@@ -310,6 +314,7 @@ const SWITCHES: &[(&str, Option<char>)] = &[
     ("hide-histogram", None),
     ("show-config", None),
     ("command-is-read", None),
+    ("command-distinct-keys", None),
     ("hide-progress", None),
     ("help", Some('h')),
 ];
@@ -455,11 +460,13 @@ fn apply(o: &mut BenchOptions, name: &str, value: Option<String>) -> Result<bool
                 ratio: 1,
                 key_pattern: KeyPattern::Random,
                 is_read: false,
+                distinct_keys: false,
             });
         }
         "command-ratio" => last_command(o, name)?.ratio = number(name, &v)?,
         "command-key-pattern" => last_command(o, name)?.key_pattern = KeyPattern::parse(&v)?,
         "command-is-read" => last_command(o, name)?.is_read = true,
+        "command-distinct-keys" => last_command(o, name)?.distinct_keys = true,
         "print-percentiles" => {
             o.print_percentiles = v
                 .split(',')
@@ -516,6 +523,8 @@ Usage: lavik-bench [options]            (memtier_benchmark-compatible)
       --command=\"CMD __key__ __data__\"   arbitrary command (repeatable)
       --command-ratio=N, --command-key-pattern=S|R|G|P, --command-is-read
                                apply to the preceding --command
+      --command-distinct-keys  (not memtier) each __key__ of the preceding --command
+                               draws its own key; __rand__ is a random number
       --print-percentiles=50,99,99.9
       --hide-histogram         no latency distribution table
       --json-out-file=FILE     memtier-style JSON results

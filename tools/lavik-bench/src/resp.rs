@@ -121,6 +121,8 @@ enum Segment {
     Bytes(Vec<u8>),
     /// The key: `$len\r\n<prefix><number>\r\n`, filled per request.
     Key,
+    /// `__rand__`: a random decimal number (no prefix), fresh for every request.
+    Rand,
 }
 
 /// A request shape compiled once, e.g. `SET __key__ __data__`.
@@ -131,7 +133,8 @@ pub struct RequestTemplate {
 }
 
 impl RequestTemplate {
-    /// `__key__` and `__data__` must be whole arguments, as in memtier.
+    /// `__key__` and `__data__` must be whole arguments, as in memtier. `__rand__` (not a
+    /// memtier placeholder) becomes a random number per request, e.g. a new PFADD element.
     pub fn compile(args: &[String], data: &[u8]) -> Self {
         let mut segments = Vec::new();
         let mut bytes = format!("*{}\r\n", args.len()).into_bytes();
@@ -142,6 +145,10 @@ impl RequestTemplate {
                     segments.push(Segment::Bytes(std::mem::take(&mut bytes)));
                     segments.push(Segment::Key);
                     uses_key = true;
+                }
+                "__rand__" => {
+                    segments.push(Segment::Bytes(std::mem::take(&mut bytes)));
+                    segments.push(Segment::Rand);
                 }
                 "__data__" => encode_bulk(&mut bytes, data),
                 literal => encode_bulk(&mut bytes, literal.as_bytes()),
@@ -157,16 +164,36 @@ impl RequestTemplate {
     }
 
     /// Append one request for key number `key` to `out`; returns the bytes appended.
+    /// Every `__key__` gets the same key (memtier's behaviour); `__rand__` gets 0.
+    #[cfg(test)]
     pub fn encode(&self, out: &mut Vec<u8>, prefix: &[u8], key: u64) -> usize {
+        self.encode_with(out, prefix, || key, || 0)
+    }
+
+    /// Append one request, taking each `__key__`'s number from `next_key` (called once per
+    /// placeholder, in argument order) and each `__rand__` from `next_rand`.
+    pub fn encode_with(
+        &self,
+        out: &mut Vec<u8>,
+        prefix: &[u8],
+        mut next_key: impl FnMut() -> u64,
+        mut next_rand: impl FnMut() -> u64,
+    ) -> usize {
         let before = out.len();
         for s in &self.segments {
+            let mut digits = [0u8; 20];
             match s {
                 Segment::Bytes(b) => out.extend_from_slice(b),
                 Segment::Key => {
-                    let mut digits = [0u8; 20];
-                    let number = format_u64(key, &mut digits);
+                    let number = format_u64(next_key(), &mut digits);
                     write_len(out, b'$', prefix.len() + number.len());
                     out.extend_from_slice(prefix);
+                    out.extend_from_slice(number);
+                    out.extend_from_slice(b"\r\n");
+                }
+                Segment::Rand => {
+                    let number = format_u64(next_rand(), &mut digits);
+                    write_len(out, b'$', number.len());
                     out.extend_from_slice(number);
                     out.extend_from_slice(b"\r\n");
                 }
@@ -220,6 +247,34 @@ mod tests {
         assert_eq!(out, want);
         assert_eq!(n, want.len());
         assert!(t.uses_key());
+    }
+
+    // Proves encode_with draws one key per __key__ in order and a number per __rand__,
+    // while encode repeats the one key as memtier does.
+    #[test]
+    fn encodes_distinct_keys_and_rand() {
+        let t =
+            RequestTemplate::compile(&strings(&["MGET", "__key__", "__key__", "__rand__"]), b"");
+        let mut out = Vec::new();
+        let mut next = 6;
+        let n = t.encode_with(
+            &mut out,
+            b"k",
+            || {
+                next += 1;
+                next
+            },
+            || 99,
+        );
+        let want = b"*4\r\n$4\r\nMGET\r\n$2\r\nk7\r\n$2\r\nk8\r\n$2\r\n99\r\n";
+        assert_eq!(out, want);
+        assert_eq!(n, want.len());
+        out.clear();
+        t.encode(&mut out, b"k", 5);
+        assert_eq!(
+            out,
+            b"*4\r\n$4\r\nMGET\r\n$2\r\nk5\r\n$2\r\nk5\r\n$1\r\n0\r\n"
+        );
     }
 
     // Proves key 0 and u64::MAX are formatted correctly.

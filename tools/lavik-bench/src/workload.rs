@@ -3,7 +3,7 @@
 //! Weights are applied as a fixed cycle (for `--ratio=1:10`: one SET, then ten GETs), so a
 //! client's sequence is deterministic for a given seed.
 
-use crate::keys::{client_seed, parallel_slice, KeyGen, KeySpace};
+use crate::keys::{client_seed, parallel_slice, KeyGen, KeySpace, Rng};
 use crate::options::{BenchOptions, KeyPattern, Requests};
 use crate::resp::RequestTemplate;
 
@@ -17,6 +17,8 @@ pub struct OpSpec {
     pub weight: u32,
     /// Nil replies count as misses, other values as hits.
     pub is_read: bool,
+    /// Each `__key__` of a request draws its own key (otherwise all share one).
+    pub distinct_keys: bool,
 }
 
 /// Everything shared by all clients of a run.
@@ -51,6 +53,7 @@ impl Workload {
                     pattern: o.key_pattern_set,
                     weight: o.ratio_set,
                     is_read: false,
+                    distinct_keys: false,
                 },
                 OpSpec {
                     name: "Gets".into(),
@@ -58,6 +61,7 @@ impl Workload {
                     pattern: o.key_pattern_get,
                     weight: o.ratio_get,
                     is_read: true,
+                    distinct_keys: false,
                 },
             ]
         } else {
@@ -69,6 +73,7 @@ impl Workload {
                     pattern: c.key_pattern,
                     weight: c.ratio,
                     is_read: c.is_read,
+                    distinct_keys: c.distinct_keys,
                 })
                 .collect()
         };
@@ -122,6 +127,8 @@ impl Workload {
 #[derive(Clone, Debug)]
 pub struct ClientGen {
     keygens: Vec<KeyGen>,
+    /// Source of `__rand__` numbers.
+    rand: Rng,
     /// Cumulative weights; op `i` owns cycle positions `cum[i-1]..cum[i]`.
     cumulative: Vec<u64>,
     position: u64,
@@ -152,6 +159,7 @@ impl ClientGen {
         );
         Self {
             keygens,
+            rand: Rng::new(seed ^ 0x5241_4E44),
             cumulative,
             position: 0,
             remaining: w.requests_for(index),
@@ -175,12 +183,21 @@ impl ClientGen {
             .expect("position is below the total weight");
         self.position = (self.position + 1) % total;
         let spec = &w.ops[op];
-        let key = if spec.template.uses_key() {
-            self.keygens[op].next_key()
+        let keygen = &mut self.keygens[op];
+        let rand = &mut self.rand;
+        let next_rand = || rand.below(1 << 32);
+        let bytes = if spec.distinct_keys {
+            spec.template
+                .encode_with(out, &w.key_prefix, || keygen.next_key(), next_rand)
         } else {
-            0
+            let key = if spec.template.uses_key() {
+                keygen.next_key()
+            } else {
+                0
+            };
+            spec.template
+                .encode_with(out, &w.key_prefix, || key, next_rand)
         };
-        let bytes = spec.template.encode(out, &w.key_prefix, key);
         Some((op, bytes))
     }
 }
@@ -243,6 +260,38 @@ mod tests {
         }
         keys.sort_unstable();
         assert_eq!(keys, (1..=50).collect::<Vec<_>>());
+    }
+
+    // Proves --command-distinct-keys gives each __key__ of one MGET its own sequential key,
+    // while without it all placeholders repeat one key.
+    #[test]
+    fn distinct_keys_per_placeholder() {
+        let base = [
+            "--command=MGET __key__ __key__ __key__",
+            "--command-key-pattern=S",
+            "--key-minimum=1",
+            "--key-maximum=100",
+            "--key-prefix=k",
+            "-n",
+            "1",
+            "-t",
+            "1",
+            "-c",
+            "1",
+        ];
+        let encode = |extra: Option<&str>| {
+            let mut args = base.to_vec();
+            args.extend(extra);
+            let w = workload(&args);
+            let mut g = ClientGen::new(&w, 0);
+            let mut out = Vec::new();
+            g.next_request(&w, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let want = "*4\r\n$4\r\nMGET\r\n$2\r\nk1\r\n$2\r\nk2\r\n$2\r\nk3\r\n";
+        assert_eq!(encode(Some("--command-distinct-keys")), want);
+        let same = "*4\r\n$4\r\nMGET\r\n$2\r\nk1\r\n$2\r\nk1\r\n$2\r\nk1\r\n";
+        assert_eq!(encode(None), same);
     }
 
     // Proves a timed run has no request limit.

@@ -1,6 +1,25 @@
 //! The sweep configuration file: `key = value` lines, `#` comments, one `server =` line per
 //! server under test (`name | port | command line`, `{port}` substituted). See
 //! `tools/sweep/*.conf` for complete examples.
+//!
+//! `commands =` names what each point runs: the built-ins `get` and `set` (memtier's
+//! `--ratio=0:1` / `1:0`), or a name defined by a `command =` line:
+//!
+//! ```text
+//! command = NAME | TEMPLATE [| OPTION]...
+//! ```
+//!
+//! TEMPLATE is a memtier `--command` (`__key__`, `__data__`, plus `__rand__`: a random
+//! number per request). OPTIONs: `read` (a nil reply is a miss, and misses fail the
+//! check), `distinct_keys` (each `__key__` draws its own key: MGET of 10 different keys),
+//! `prefix=STR` (the command works on its own keyspace `STR1..STRkeys` instead of
+//! `key_prefix`), `fill=TEMPLATE` (how that keyspace is filled before the sweep, once per
+//! prefix, every key exactly once, e.g. `fill=SET __key__ 1` so INCR finds integers).
+//! `server_args = NAME | ARGS` appends ARGS to that server's command line;
+//! `key_pattern = R` (uniform) or `G` (Gaussian around the middle key, memtier's G:G)
+//! chooses the keys of every point and of the warm-up.
+
+use crate::options::KeyPattern;
 
 /// One server under test.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -9,6 +28,48 @@ pub struct ServerSpec {
     pub port: u16,
     /// Shell command line that starts the server in the foreground.
     pub command: String,
+}
+
+/// One named request shape a sweep can measure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// Lower-case name used in `commands =` and in the reports.
+    pub name: String,
+    /// memtier-style template; empty for the built-in `get` / `set` (run with `--ratio`).
+    pub args: Vec<String>,
+    pub is_read: bool,
+    pub distinct_keys: bool,
+    /// Own keyspace prefix (None: the sweep's `key_prefix`).
+    pub prefix: Option<String>,
+    /// Template that fills the own keyspace (None: it starts empty).
+    pub fill: Option<Vec<String>>,
+}
+
+impl CommandSpec {
+    fn builtin(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            args: Vec::new(),
+            is_read: name == "get",
+            distinct_keys: false,
+            prefix: None,
+            fill: None,
+        }
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        self.args.is_empty()
+    }
+
+    /// Different keys one request reads or writes: the divisor of "cost per key".
+    pub fn keys_per_request(&self) -> u32 {
+        let placeholders = self.args.iter().filter(|a| *a == "__key__").count() as u32;
+        if self.distinct_keys {
+            placeholders.max(1)
+        } else {
+            1
+        }
+    }
 }
 
 /// Everything a sweep needs to know.
@@ -23,8 +84,12 @@ pub struct SweepConfig {
     pub data_size_bytes: usize,
     pub key_prefix: String,
     pub connections: Vec<u32>,
-    /// "get" and/or "set", in sweep order.
+    /// Names of `get`, `set` or `command =` definitions, in sweep order.
     pub commands: Vec<String>,
+    /// `command =` definitions (only those named in `commands` are run).
+    pub command_specs: Vec<CommandSpec>,
+    /// Key pattern of the measured points and the warm-up: Random or Gaussian.
+    pub key_pattern: KeyPattern,
     pub point_seconds: u64,
     /// Each point is measured this many times per server (A B A B ...); reports show the
     /// run with the median throughput, the CSV and JSON every run.
@@ -52,6 +117,8 @@ impl Default for SweepConfig {
             key_prefix: "memtier-".into(),
             connections: vec![1, 2, 4, 8, 16, 32, 64],
             commands: vec!["get".into(), "set".into()],
+            command_specs: Vec::new(),
+            key_pattern: KeyPattern::Random,
             point_seconds: 3,
             repeats: 1,
             warmup_seconds: 2,
@@ -64,6 +131,78 @@ impl Default for SweepConfig {
             servers: Vec::new(),
         }
     }
+}
+
+impl SweepConfig {
+    /// The definition of a command named in `commands` (validation guarantees it exists).
+    pub fn command(&self, name: &str) -> CommandSpec {
+        self.command_specs
+            .iter()
+            .find(|c| c.name == name)
+            .cloned()
+            .unwrap_or_else(|| CommandSpec::builtin(name))
+    }
+
+    /// The key prefix a command works on.
+    pub fn prefix_of(&self, name: &str) -> String {
+        self.command(name)
+            .prefix
+            .unwrap_or_else(|| self.key_prefix.clone())
+    }
+
+    /// Keyspaces to fill besides the main one: (prefix, fill template), first use order.
+    pub fn extra_fills(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for name in &self.commands {
+            let c = self.command(name);
+            if let (Some(prefix), Some(fill)) = (c.prefix, c.fill) {
+                if prefix != self.key_prefix && !out.iter().any(|(p, _)| *p == prefix) {
+                    out.push((prefix, fill));
+                }
+            }
+        }
+        out
+    }
+}
+
+fn command_line(v: &str) -> Result<CommandSpec, String> {
+    let mut parts = v.split('|').map(str::trim);
+    let name = parts.next().unwrap_or("").to_lowercase();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+    {
+        return Err(format!(
+            "command name '{name}' must be non-empty [A-Za-z0-9_-]"
+        ));
+    }
+    let words = |t: &str| t.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let args = words(parts.next().unwrap_or(""));
+    if !args.iter().any(|a| a == "__key__") {
+        return Err(format!("command {name}: the template needs a __key__"));
+    }
+    let mut c = CommandSpec {
+        name: name.clone(),
+        args,
+        is_read: false,
+        distinct_keys: false,
+        prefix: None,
+        fill: None,
+    };
+    for option in parts {
+        match option.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            None if option == "read" => c.is_read = true,
+            None if option == "distinct_keys" => c.distinct_keys = true,
+            Some(("prefix", p)) if !p.is_empty() => c.prefix = Some(p.into()),
+            Some(("fill", t)) if words(t).iter().any(|a| a == "__key__") => c.fill = Some(words(t)),
+            _ => return Err(format!("command {name}: bad option '{option}'")),
+        }
+    }
+    if c.fill.is_some() && c.prefix.is_none() {
+        return Err(format!("command {name}: fill= needs its own prefix="));
+    }
+    Ok(c)
 }
 
 fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
@@ -137,6 +276,26 @@ pub fn parse(text: &str) -> Result<SweepConfig, String> {
             "strlen_samples" => c.strlen_samples = num(key, value)?,
             "redis_benchmark" => c.redis_benchmark = (!value.is_empty()).then(|| value.into()),
             "server" => c.servers.push(server_line(value)?),
+            "command" => c.command_specs.push(command_line(value)?),
+            "key_pattern" => {
+                c.key_pattern = match value {
+                    "R" | "R:R" => KeyPattern::Random,
+                    "G" | "G:G" => KeyPattern::Gaussian,
+                    _ => return Err(format!("key_pattern: '{value}' is not R or G")),
+                }
+            }
+            "server_args" => {
+                let (name, args) = value
+                    .split_once('|')
+                    .map(|(n, a)| (n.trim(), a.trim()))
+                    .ok_or_else(|| format!("line {}: server_args = NAME | ARGS", n + 1))?;
+                let server = c
+                    .servers
+                    .iter_mut()
+                    .find(|s| s.name == name)
+                    .ok_or_else(|| format!("line {}: server_args before server '{name}'", n + 1))?;
+                server.command = format!("{} {args}", server.command);
+            }
             other => return Err(format!("line {}: unknown key '{other}'", n + 1)),
         }
     }
@@ -154,12 +313,34 @@ fn validate(c: &SweepConfig) -> Result<(), String> {
     if names.len() != c.servers.len() {
         return Err("server names must be unique".into());
     }
+    let mut defined: Vec<&str> = c.command_specs.iter().map(|s| s.name.as_str()).collect();
+    defined.sort_unstable();
+    let count = defined.len();
+    defined.dedup();
+    if defined.len() != count {
+        return Err("command names must be unique".into());
+    }
     if let Some(bad) = c
         .commands
         .iter()
-        .find(|m| !matches!(m.as_str(), "get" | "set"))
+        .find(|m| !matches!(m.as_str(), "get" | "set") && !defined.contains(&m.as_str()))
     {
-        return Err(format!("commands: '{bad}' is not get or set"));
+        return Err(format!(
+            "commands: '{bad}' is neither get, set nor defined by a command = line"
+        ));
+    }
+    let mut fills: Vec<(String, Option<Vec<String>>)> = Vec::new();
+    for name in &c.commands {
+        let spec = c.command(name);
+        if let Some(prefix) = spec.prefix {
+            match fills.iter().find(|(p, _)| *p == prefix) {
+                Some((_, fill)) if *fill != spec.fill => {
+                    return Err(format!("prefix {prefix}: commands disagree on its fill"))
+                }
+                Some(_) => {}
+                None => fills.push((prefix, spec.fill)),
+            }
+        }
     }
     if c.commands.is_empty() || c.connections.is_empty() {
         return Err("commands and connections must not be empty".into());
@@ -191,6 +372,94 @@ fn validate(c: &SweepConfig) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves command templates, their options, key_pattern and server_args parse, and that
+    // builtins and own keyspaces resolve as documented.
+    #[test]
+    fn parses_command_templates() {
+        let c = parse(
+            "commands = get, incr, mget, pfadd
+key_pattern = G:G
+             command = incr | INCR __key__ | prefix=counter- | fill=SET __key__ 1
+             command = MGET | MGET __key__ __key__ __key__ | read | distinct_keys
+             command = pfadd | PFADD __key__ __rand__ | prefix=hll- | fill=PFADD __key__ __rand__
+             server = lavik | 7002 | /x/lavik --port {port}
+             server_args = lavik | --cache-size 0
+",
+        )
+        .unwrap();
+        assert_eq!(c.key_pattern, KeyPattern::Gaussian);
+        assert_eq!(c.servers[0].command, "/x/lavik --port 7002 --cache-size 0");
+        let get = c.command("get");
+        assert!(get.is_builtin() && get.is_read);
+        assert_eq!(get.keys_per_request(), 1);
+        let incr = c.command("incr");
+        assert_eq!(incr.args, vec!["INCR", "__key__"]);
+        assert_eq!(c.prefix_of("incr"), "counter-");
+        assert_eq!(c.prefix_of("get"), "memtier-");
+        let mget = c.command("mget");
+        assert!(mget.is_read && mget.distinct_keys);
+        assert_eq!(mget.keys_per_request(), 3);
+        assert_eq!(
+            c.extra_fills(),
+            vec![
+                (
+                    "counter-".to_string(),
+                    vec!["SET".to_string(), "__key__".into(), "1".into()]
+                ),
+                (
+                    "hll-".to_string(),
+                    vec!["PFADD".to_string(), "__key__".into(), "__rand__".into()]
+                ),
+            ]
+        );
+    }
+
+    // Proves malformed command definitions and uses are rejected.
+    #[test]
+    fn rejects_bad_commands() {
+        let server = "server = a | 1 | x
+";
+        for bad in [
+            format!(
+                "{server}commands = incr
+command = incr | INCR k
+"
+            ),
+            format!(
+                "{server}commands = incr
+command = incr | INCR __key__ | bogus
+"
+            ),
+            format!(
+                "{server}commands = incr
+command = incr | INCR __key__ | fill=SET __key__ 1
+"
+            ),
+            format!(
+                "{server}commands = x
+command = x | GET __key__
+command = X | GET __key__
+"
+            ),
+            format!(
+                "{server}commands = a,b
+command = a | INCR __key__ | prefix=c- | fill=SET __key__ 1
+                 command = b | DECR __key__ | prefix=c- | fill=SET __key__ 2
+"
+            ),
+            format!(
+                "{server}key_pattern = S
+"
+            ),
+            format!(
+                "server_args = a | --x
+{server}"
+            ),
+        ] {
+            assert!(parse(&bad).is_err(), "accepted: {bad}");
+        }
+    }
 
     // Proves a complete file parses, {port} is substituted and unspecified keys keep defaults.
     #[test]

@@ -17,7 +17,7 @@ mod server;
 mod svg;
 
 use crate::engine;
-use crate::options::{BenchOptions, KeyPattern, Requests};
+use crate::options::{BenchOptions, CommandTemplate, KeyPattern, Requests};
 use config::SweepConfig;
 use server::{Probe, Reply, Server};
 use std::path::Path;
@@ -48,6 +48,9 @@ pub struct Point {
     pub error_replies: u64,
     pub connection_errors: u64,
     pub server_cpu_seconds: f64,
+    /// Seconds the server's threads were runnable but waiting for a CPU during the point
+    /// (schedstat); large values mean the machine was busy. None where not available.
+    pub server_wait_seconds: Option<f64>,
     pub ops_per_server_cpu_second: f64,
     /// CPU seconds of the load generator itself; near `point_seconds` x client threads
     /// means the client, not the server, was the limit.
@@ -197,10 +200,22 @@ fn measure_all(
     Ok(points)
 }
 
-/// Options equivalent to `lavik-bench --test-time=... --ratio=0:1|1:0 --key-pattern=R:R ...`.
+/// Options equivalent to the point's command line (see [`point_command_line`]).
 fn point_options(cfg: &SweepConfig, port: u16, command: &str, conns: u32) -> BenchOptions {
     let threads = cfg.client_threads.min(conns);
+    let spec = cfg.command(command);
     let get = command == "get";
+    let commands = if spec.is_builtin() {
+        Vec::new()
+    } else {
+        vec![CommandTemplate {
+            args: spec.args.clone(),
+            ratio: 1,
+            key_pattern: cfg.key_pattern,
+            is_read: spec.is_read,
+            distinct_keys: spec.distinct_keys,
+        }]
+    };
     BenchOptions {
         server: "127.0.0.1".into(),
         port,
@@ -210,13 +225,14 @@ fn point_options(cfg: &SweepConfig, port: u16, command: &str, conns: u32) -> Ben
         ratio_set: u32::from(!get),
         ratio_get: u32::from(get),
         pipeline: cfg.pipeline,
-        key_pattern_set: KeyPattern::Random,
-        key_pattern_get: KeyPattern::Random,
+        key_pattern_set: cfg.key_pattern,
+        key_pattern_get: cfg.key_pattern,
         key_minimum: 1,
         key_maximum: cfg.keys,
-        key_prefix: cfg.key_prefix.clone(),
+        key_prefix: cfg.prefix_of(command),
         data_size_bytes: cfg.data_size_bytes,
         distinct_client_seed: true,
+        commands,
         print_percentiles: vec![50.0, 99.0, 99.9, 99.99],
         hide_histogram: true,
         ..BenchOptions::default()
@@ -225,6 +241,7 @@ fn point_options(cfg: &SweepConfig, port: u16, command: &str, conns: u32) -> Ben
 
 /// The memtier-style command line of a point, for the README (N = connections).
 pub fn point_command_line(cfg: &SweepConfig, command: &str) -> String {
+    let spec = cfg.command(command);
     let get = command == "get";
     let (threads, clients) = if cfg.client_threads == 1 {
         ("1".to_string(), "N".to_string())
@@ -234,16 +251,64 @@ pub fn point_command_line(cfg: &SweepConfig, command: &str) -> String {
             format!("N/min({},N)", cfg.client_threads),
         )
     };
+    let p = cfg.key_pattern.letter();
+    let what = if spec.is_builtin() {
+        format!(
+            "--ratio={}:{} --key-pattern={p}:{p}",
+            u32::from(!get),
+            u32::from(get)
+        )
+    } else {
+        format!(
+            "--command=\"{}\" --command-key-pattern={p}{}{}",
+            spec.args.join(" "),
+            if spec.is_read {
+                " --command-is-read"
+            } else {
+                ""
+            },
+            if spec.distinct_keys {
+                " --command-distinct-keys"
+            } else {
+                ""
+            }
+        )
+    };
     format!(
-        "lavik-bench -s 127.0.0.1 -p PORT -t {threads} -c {clients} --test-time={} --ratio={}:{} \\\n  \
-         --pipeline={} --key-pattern=R:R --key-minimum=1 --key-maximum={} --key-prefix={} \\\n  \
+        "lavik-bench -s 127.0.0.1 -p PORT -t {threads} -c {clients} --test-time={} {what} \\\n  \
+         --pipeline={} --key-minimum=1 --key-maximum={} --key-prefix={} \\\n  \
          -d {} --distinct-client-seed --print-percentiles=50,99,99.9,99.99 --hide-histogram",
         cfg.point_seconds,
-        u32::from(!get),
-        u32::from(get),
         cfg.pipeline,
         cfg.keys,
-        cfg.key_prefix,
+        cfg.prefix_of(command),
+        cfg.data_size_bytes
+    )
+}
+
+/// Options that set every key of an extra keyspace exactly once with its fill template.
+fn extra_fill_options(cfg: &SweepConfig, port: u16, prefix: &str, fill: &[String]) -> BenchOptions {
+    BenchOptions {
+        commands: vec![CommandTemplate {
+            args: fill.to_vec(),
+            ratio: 1,
+            key_pattern: KeyPattern::Parallel,
+            is_read: false,
+            distinct_keys: false,
+        }],
+        key_prefix: prefix.into(),
+        ..fill_options(cfg, port)
+    }
+}
+
+pub fn extra_fill_command_line(cfg: &SweepConfig, prefix: &str, fill: &[String]) -> String {
+    format!(
+        "lavik-bench -s 127.0.0.1 -p PORT -t 1 -c {} --requests=allkeys --command=\"{}\" \
+         --command-key-pattern=P --pipeline={} --key-minimum=1 --key-maximum={} --key-prefix={prefix} -d {} --hide-histogram",
+        cfg.fill_connections,
+        fill.join(" "),
+        cfg.fill_pipeline,
+        cfg.keys,
         cfg.data_size_bytes
     )
 }
@@ -346,6 +411,36 @@ fn fill_and_check(cfg: &SweepConfig, s: &Server, checks: &mut Vec<Check>) -> Res
             wrong.iter().take(3).collect::<Vec<_>>()
         ),
     );
+    for (i, (prefix, fill)) in cfg.extra_fills().iter().enumerate() {
+        let o = extra_fill_options(cfg, s.spec.port, prefix, fill);
+        let r = engine::run(&o, &format!("[{name} fill {prefix}] ")).map_err(|e| e.to_string())?;
+        let t = r.totals();
+        check(
+            checks,
+            name,
+            &format!(
+                "fill {prefix}: every `{}` answered, no errors",
+                fill.join(" ")
+            ),
+            t.count == cfg.keys && r.connection_errors == 0 && t.error_replies == 0,
+            format!(
+                "{} requests in {:.2} s, {} error replies, {} connection errors",
+                t.count,
+                r.elapsed.as_secs_f64(),
+                t.error_replies,
+                r.connection_errors
+            ),
+        );
+        let want = cfg.keys * (i as u64 + 2);
+        let dbsize = probe.call(&["DBSIZE"]).map_err(io)?;
+        check(
+            checks,
+            name,
+            &format!("DBSIZE after fill {prefix}"),
+            dbsize == Reply::Integer(want as i64),
+            format!("{dbsize:?}, want {want}"),
+        );
+    }
     Ok(())
 }
 
@@ -408,17 +503,25 @@ fn measure_point(
     label: &str,
 ) -> Result<Point, String> {
     let o = point_options(cfg, s.spec.port, command, conns);
-    let cpu_before = s.cpu_seconds(ticks)?;
+    let (cpu_before, wait_before) = s.cpu_times(ticks)?;
     let client_before = server::own_cpu_seconds(ticks)?;
     let r = engine::run(&o, label).map_err(|e| e.to_string())?;
-    let cpu = s.cpu_seconds(ticks)? - cpu_before;
+    let (cpu_after, wait_after) = s.cpu_times(ticks)?;
+    let cpu = cpu_after - cpu_before;
+    let server_wait_seconds = wait_before.zip(wait_after).map(|(a, b)| b - a);
     let client_cpu_seconds = server::own_cpu_seconds(ticks)? - client_before;
-    let name = if command == "get" { "Gets" } else { "Sets" };
-    let st = r.op(name).ok_or("missing op stats")?;
+    let builtin = cfg.command(command).is_builtin();
+    let st = if builtin {
+        r.op(if command == "get" { "Gets" } else { "Sets" })
+    } else {
+        r.ops.first()
+    }
+    .ok_or("missing op stats")?;
     let ops_per_sec = r.ops_per_sec(st);
+    // redis-benchmark -t knows only the built-in shapes.
     let rb = match &cfg.redis_benchmark {
-        Some(bin) => redis_benchmark(bin, cfg, s, command, conns, ops_per_sec, ticks)?,
-        None => RedisBenchmark::default(),
+        Some(bin) if builtin => redis_benchmark(bin, cfg, s, command, conns, ops_per_sec, ticks)?,
+        _ => RedisBenchmark::default(),
     };
     Ok(Point {
         server: s.spec.name.clone(),
@@ -437,6 +540,7 @@ fn measure_point(
         error_replies: st.error_replies,
         connection_errors: r.connection_errors + r.unanswered,
         server_cpu_seconds: cpu,
+        server_wait_seconds,
         ops_per_server_cpu_second: if cpu > 0.0 {
             st.count as f64 / cpu
         } else {
@@ -609,9 +713,39 @@ mod tests {
         assert_eq!(fill.key_pattern_set, KeyPattern::Parallel);
     }
 
-    // Proves a whole sweep against two real redis-server instances passes every check and
-    // writes all four outputs. Needs redis-server and redis-benchmark on PATH; about a minute, so
-    // ignored by default: `cargo test -p lavik-bench -- --ignored`.
+    // Proves a `command =` point runs exactly its template on its own keyspace with the
+    // sweep's key pattern, and its extra fill covers that keyspace with the fill template.
+    #[test]
+    fn template_point_options() {
+        let cfg = config::parse(
+            "keys = 1000\nkey_pattern = G\ncommands = get,incr\n\
+             command = incr | INCR __key__ | prefix=c- | fill=SET __key__ 1\n\
+             server = a | 1 | x\n",
+        )
+        .unwrap();
+        let o = point_options(&cfg, 7, "incr", 4);
+        assert_eq!(o.commands.len(), 1);
+        assert_eq!(o.commands[0].args, vec!["INCR", "__key__"]);
+        assert_eq!(o.commands[0].key_pattern, KeyPattern::Gaussian);
+        assert_eq!(o.key_prefix, "c-");
+        let get = point_options(&cfg, 7, "get", 4);
+        assert!(get.commands.is_empty());
+        assert_eq!(
+            (get.key_pattern_get, get.key_prefix.as_str()),
+            (KeyPattern::Gaussian, "memtier-")
+        );
+        let fills = cfg.extra_fills();
+        let f = extra_fill_options(&cfg, 7, &fills[0].0, &fills[0].1);
+        assert_eq!(f.requests, Requests::AllKeys);
+        assert_eq!(f.commands[0].key_pattern, KeyPattern::Parallel);
+        assert_eq!((f.key_prefix.as_str(), f.key_maximum), ("c-", 1000));
+        assert!(point_command_line(&cfg, "incr")
+            .contains("--command=\"INCR __key__\" --command-key-pattern=G"));
+    }
+
+    // Proves a whole sweep against two real redis-server instances, with a template command
+    // on its own filled keyspace, passes every check and writes all four outputs. Needs
+    // redis-server and redis-benchmark on PATH; about a minute, so ignored by default: `cargo test -p lavik-bench -- --ignored`.
     #[test]
     #[ignore]
     fn tiny_sweep_against_redis_server() {
@@ -619,6 +753,8 @@ mod tests {
         let text = format!(
             "out_dir = {}\nkeys = 2000\nconnections = 1,4\npoint_seconds = 1\n\
              warmup_seconds = 1\nrepeats = 2\nredis_benchmark = redis-benchmark\n\
+             commands = get,set,incr\n\
+             command = incr | INCR __key__ | prefix=counter- | fill=SET __key__ 1\n\
              server = a | 7461 | redis-server --port {{port}} --bind 127.0.0.1 --save \"\" --appendonly no\n\
              server = b | 7462 | redis-server --port {{port}} --bind 127.0.0.1 --save \"\" --appendonly no\n",
             dir.display()
@@ -626,13 +762,15 @@ mod tests {
         let cfg = config::parse(&text).unwrap();
         run(&cfg, "test.conf", &text).expect("sweep with all checks passing");
         let csv = std::fs::read_to_string(dir.join("results.csv")).unwrap();
-        // 2 commands x 2 connection counts x 2 repeats x 2 servers, plus the header.
-        assert_eq!(csv.lines().count(), 1 + 16);
+        // 3 commands x 2 connection counts x 2 repeats x 2 servers, plus the header.
+        assert_eq!(csv.lines().count(), 1 + 24);
         for f in ["results.json", "charts.svg", "README.md"] {
             assert!(dir.join(f).exists(), "{f} missing");
         }
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
         assert!(!readme.contains("FAILED"));
+        assert!(readme.contains("DBSIZE after fill counter-"));
+        assert!(readme.contains("| INCR | 1 |"), "cost table lists INCR");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

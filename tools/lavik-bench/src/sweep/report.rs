@@ -20,7 +20,7 @@ pub struct Context<'a> {
     pub checks: &'a [Check],
 }
 
-pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second,redis_benchmark_client_us_per_request";
+pub const CSV_HEADER: &str = "server,command,connections,repeat,ops,ops_per_sec,avg_ms,p50_ms,p99_ms,p99_9_ms,p99_99_ms,hits,misses,error_replies,connection_errors,server_cpu_seconds,ops_per_server_cpu_second,client_cpu_seconds,rss_kib,used_memory_bytes,redis_benchmark_rps,redis_benchmark_p99_ms,redis_benchmark_ops_per_server_cpu_second,redis_benchmark_client_us_per_request,server_wait_seconds";
 
 fn opt(v: Option<f64>) -> String {
     v.map_or(String::new(), |x| format!("{x:.3}"))
@@ -32,7 +32,7 @@ pub fn csv(points: &[Point]) -> String {
     for p in points {
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.2},{:.0},{:.2},{},{},{},{},{},{}",
+            "{},{},{},{},{},{:.1},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{},{},{:.4},{:.0},{:.2},{},{},{},{},{},{},{}",
             p.server,
             p.command,
             p.connections,
@@ -57,6 +57,7 @@ pub fn csv(points: &[Point]) -> String {
             opt(p.redis_benchmark_p99_ms),
             opt(p.redis_benchmark_ops_per_server_cpu_second),
             opt(p.redis_benchmark_client_us_per_request),
+            opt(p.server_wait_seconds),
         );
     }
     s
@@ -70,6 +71,7 @@ fn point_json(p: &Point) -> serde_json::Value {
         "p50_ms": p.p50_ms, "p99_ms": p.p99_ms, "p99.9_ms": p.p999_ms, "p99.99_ms": p.p9999_ms,
         "hits": p.hits, "misses": p.misses, "error_replies": p.error_replies,
         "connection_errors": p.connection_errors, "server_cpu_seconds": p.server_cpu_seconds,
+        "server_wait_seconds": p.server_wait_seconds,
         "ops_per_server_cpu_second": p.ops_per_server_cpu_second,
         "client_cpu_seconds": p.client_cpu_seconds, "rss_kib": p.rss_kib,
         "used_memory_bytes": p.used_memory_bytes,
@@ -173,7 +175,157 @@ pub fn panels(cfg: &SweepConfig, points: &[Point]) -> Vec<Panel> {
             });
         }
     }
+    if cfg.commands.len() > MAX_METRIC_MAJOR_COMMANDS {
+        // Many commands: one row per command (its three metrics side by side).
+        let n = cfg.commands.len();
+        let mut slots: Vec<Option<Panel>> = out.into_iter().map(Some).collect();
+        out = (0..n)
+            .flat_map(|c| (0..metrics.len()).map(move |m| m * n + c))
+            .filter_map(|i| slots[i].take())
+            .collect();
+    }
     out
+}
+
+/// Up to this many commands the chart has one row per metric, beyond it one per command.
+const MAX_METRIC_MAJOR_COMMANDS: usize = 4;
+
+fn chart_columns(cfg: &SweepConfig) -> usize {
+    if cfg.commands.len() > MAX_METRIC_MAJOR_COMMANDS {
+        3
+    } else {
+        cfg.commands.len()
+    }
+}
+
+/// One row of the cost table: a command at one connection count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CostRow {
+    pub command: String,
+    pub connections: u32,
+    pub keys_per_request: u32,
+    /// Requests per server CPU-second, one per configured server (None: not measured).
+    pub per_cpu_second: Vec<Option<f64>>,
+    /// Each server's cost per key relative to its own GET at the same connections:
+    /// GET rate / (this rate x keys per request). None without a GET point.
+    pub cost_vs_get: Vec<Option<f64>>,
+}
+
+/// Requests per server CPU-second (the median over a point's repetitions, not the
+/// median-throughput run's figure: the CPU metric is what this table is about) and cost
+/// relative to GET, from every measured run.
+pub fn cost_table(cfg: &SweepConfig, points: &[Point]) -> Vec<CostRow> {
+    let rate = |server: &str, command: &str, conns: u32| {
+        median(
+            points
+                .iter()
+                .filter(|p| p.server == server && p.command == command && p.connections == conns)
+                .map(|p| p.ops_per_server_cpu_second)
+                .filter(|r| *r > 0.0)
+                .collect(),
+        )
+    };
+    let mut rows = Vec::new();
+    for &conns in &cfg.connections {
+        for command in &cfg.commands {
+            let k = cfg.command(command).keys_per_request();
+            let per: Vec<Option<f64>> = cfg
+                .servers
+                .iter()
+                .map(|s| rate(&s.name, command, conns))
+                .collect();
+            let cost = cfg
+                .servers
+                .iter()
+                .zip(&per)
+                .map(|(s, r)| Some(rate(&s.name, "get", conns)? / (r.as_ref()? * f64::from(k))))
+                .collect();
+            rows.push(CostRow {
+                command: command.clone(),
+                connections: conns,
+                keys_per_request: k,
+                per_cpu_second: per,
+                cost_vs_get: cost,
+            });
+        }
+    }
+    rows
+}
+
+/// The issue-11 goal: no command costs more than this many GETs per key it reads.
+pub const COST_GOAL: f64 = 1.3;
+
+fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("n/a".into(), |x| format!("{x:.decimals$}"))
+}
+
+fn cost_table_text(cfg: &SweepConfig, rows: &[CostRow]) -> String {
+    let names: Vec<&str> = cfg.servers.iter().map(|s| s.name.as_str()).collect();
+    let first = names[0];
+    let mut s = String::from(
+        "
+## Requests per server CPU-second
+
+",
+    );
+    let _ = writeln!(
+        s,
+        "Median over each point's repetitions. \"{first} / X\" is the ratio of requests per server\n\
+         CPU-second.\n\
+         \"cost vs GET\" is a server's CPU per key relative to its own GET at the same connection\n\
+         count: GET's requests per CPU-second / (the command's x keys per request), so MGET of 10\n\
+         keys counts as 10 key reads. Goal (issue 11): {first}'s cost vs GET at most {COST_GOAL}.\n"
+    );
+    for &conns in &cfg.connections {
+        let _ = writeln!(
+            s,
+            "### {conns} connections
+"
+        );
+        s.push_str("| command | keys/request |");
+        for n in &names {
+            let _ = write!(s, " {n} ops per CPU-s |");
+        }
+        for n in &names[1..] {
+            let _ = write!(s, " {first} / {n} |");
+        }
+        for n in &names {
+            let _ = write!(s, " {n} cost vs GET |");
+        }
+        let _ = writeln!(s, " {first} ≤ {COST_GOAL}x GET |");
+        s.push_str("|---|---:|");
+        s.push_str(&"---:|".repeat(names.len() * 3 - 1));
+        s.push_str(
+            "---|
+",
+        );
+        for r in rows.iter().filter(|r| r.connections == conns) {
+            let _ = write!(
+                s,
+                "| {} | {} |",
+                r.command.to_uppercase(),
+                r.keys_per_request
+            );
+            for v in &r.per_cpu_second {
+                let _ = write!(s, " {} |", fmt_opt(*v, 0));
+            }
+            for v in &r.per_cpu_second[1..] {
+                let ratio = r.per_cpu_second[0].zip(*v).map(|(a, b)| a / b);
+                let _ = write!(s, " {} |", fmt_opt(ratio, 2));
+            }
+            for v in &r.cost_vs_get {
+                let _ = write!(s, " {} |", fmt_opt(*v, 2));
+            }
+            let verdict = match r.cost_vs_get[0] {
+                Some(c) if c <= COST_GOAL => "yes",
+                Some(_) => "**no**",
+                None => "n/a",
+            };
+            let _ = writeln!(s, " {verdict} |");
+        }
+        s.push('\n');
+    }
+    s
 }
 
 fn tool_line(cmd: &str, args: &[&str]) -> String {
@@ -351,6 +503,14 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
         let _ = writeln!(s, "# {name}\n{cmd}");
     }
     let _ = write!(s, "```\n\nClient pinned with `taskset -c {}`. Per server: `FLUSHALL`, then the fill\n\n```sh\n{}\n```\n\n", if cfg.client_cpus.is_empty() { "(none)" } else { &cfg.client_cpus }, super::fill_command_line(cfg));
+    let extra = cfg.extra_fills();
+    if !extra.is_empty() {
+        s.push_str("then DBSIZE and sampled STRLEN checks; then each command's own keyspace is filled (DBSIZE checked after each):\n\n```sh\n");
+        for (prefix, fill) in &extra {
+            let _ = writeln!(s, "{}", super::extra_fill_command_line(cfg, prefix, fill));
+        }
+        s.push_str("```\n\n");
+    }
     let _ = write!(s, "then DBSIZE and {} sampled STRLEN checks, {} s of GET warm-up, then per point (N = connections):\n\n```sh\n", cfg.strlen_samples, cfg.warmup_seconds);
     for command in &cfg.commands {
         let _ = writeln!(s, "{}", super::point_command_line(cfg, command));
@@ -376,9 +536,10 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     if cfg.redis_benchmark.is_some() {
         s.push_str(&cross_check_text(&summarize(ctx.points)));
     }
+    let summary = summarize(ctx.points);
+    s.push_str(&cost_table_text(cfg, &cost_table(cfg, ctx.points)));
     s.push_str("\n## Results\n\n");
     let rb = cfg.redis_benchmark.is_some();
-    let summary = summarize(ctx.points);
     if cfg.repeats > 1 {
         let _ = writeln!(
             s,
@@ -388,20 +549,20 @@ fn readme(ctx: &Context, env: &[(String, String)]) -> String {
     }
     for command in &cfg.commands {
         let _ = writeln!(s, "### {}\n", command.to_uppercase());
-        s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | ops per CPU-s | client CPU s | RSS MiB | used_memory MiB |");
+        s.push_str("| conns | server | ops/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | server CPU s | server waited for CPU s | ops per CPU-s | client CPU s | RSS MiB | used_memory MiB |");
         s.push_str(if rb {
             " redis-benchmark ops/s | ops/s ours / theirs | redis-benchmark ops per CPU-s | ops per CPU-s ours / theirs |\n"
         } else {
             "\n"
         });
-        s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         s.push_str(if rb { "---:|---:|---:|---:|\n" } else { "\n" });
         for p in summary.iter().filter(|p| &p.command == command) {
             let _ = write!(
                 s,
-                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} |",
+                "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.0} | {:.2} | {:.1} | {:.1} |",
                 p.connections, p.server, p.ops_per_sec, p.p50_ms, p.p99_ms, p.p999_ms, p.p9999_ms,
-                p.server_cpu_seconds, p.ops_per_server_cpu_second,
+                p.server_cpu_seconds, fmt_opt(p.server_wait_seconds, 3), p.ops_per_server_cpu_second,
                 p.client_cpu_seconds, p.rss_kib as f64 / 1024.0,
                 p.used_memory_bytes as f64 / 1048576.0
             );
@@ -445,6 +606,13 @@ pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
         "checks": ctx.checks.iter().map(|c| json!({"server": c.server, "check": c.what, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
         "points": ctx.points.iter().map(point_json).collect::<Vec<_>>(),
         "summary": summarize(ctx.points).iter().map(point_json).collect::<Vec<_>>(),
+        "cost_table": cost_table(ctx.cfg, ctx.points).iter().map(|r| json!({
+            "command": r.command, "connections": r.connections,
+            "keys_per_request": r.keys_per_request,
+            "servers": ctx.cfg.servers.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+            "ops_per_server_cpu_second": r.per_cpu_second,
+            "cost_vs_get": r.cost_vs_get,
+        })).collect::<Vec<_>>(),
     });
     write(
         "results.json",
@@ -459,7 +627,7 @@ pub fn write_all(ctx: &Context, out: &Path) -> Result<(), String> {
         ctx.cfg.server_cpus,
         ctx.cfg.client_cpus
     );
-    let columns = ctx.cfg.commands.len();
+    let columns = chart_columns(ctx.cfg);
     let summary = summarize(ctx.points);
     write(
         "charts.svg",
@@ -496,6 +664,7 @@ mod tests {
             error_replies: 0,
             connection_errors: 0,
             server_cpu_seconds: 1.0,
+            server_wait_seconds: Some(0.1),
             ops_per_server_cpu_second: 10.0,
             client_cpu_seconds: 0.5,
             rss_kib: 2048,
@@ -544,6 +713,61 @@ mod tests {
         assert!(p[0].series[1].points.is_empty());
         assert_eq!(p[1].series[1].points, vec![(2.0, 3.0)]);
         assert_eq!(p[3].title, "SET p99.9 latency");
+    }
+
+    // Proves the cost table takes the median over repetitions, divides by keys per request,
+    // relates each server to its own GET, and lays out many commands one row per command.
+    #[test]
+    fn cost_table_and_layout() {
+        let cfg = super::super::config::parse(
+            "commands = get,mget,incr,set,strlen\nconnections = 1\n\
+             command = mget | MGET __key__ __key__ | distinct_keys\n\
+             command = incr | INCR __key__\ncommand = strlen | STRLEN __key__\n\
+             server = a | 1 | x\nserver = b | 2 | y\n",
+        )
+        .unwrap();
+        let mut pts = Vec::new();
+        for (server, command, rate) in [
+            ("a", "get", 100.0),
+            ("a", "mget", 40.0),
+            ("a", "mget", 10.0),
+            ("a", "mget", 45.0),
+            ("a", "incr", 50.0),
+            ("b", "get", 200.0),
+            ("b", "mget", 50.0),
+        ] {
+            let mut p = point(server, command, 1, 1.0);
+            p.ops_per_server_cpu_second = rate;
+            pts.push(p);
+        }
+        let rows = cost_table(&cfg, &pts);
+        assert_eq!(rows.len(), 5);
+        assert_eq!(rows[1].keys_per_request, 2);
+        assert_eq!(rows[1].per_cpu_second, vec![Some(40.0), Some(50.0)]);
+        // a: 100 / (40 x 2) = 1.25; b: 200 / (50 x 2) = 2.
+        assert_eq!(rows[1].cost_vs_get, vec![Some(1.25), Some(2.0)]);
+        assert_eq!(rows[2].cost_vs_get, vec![Some(2.0), None]);
+        let text = cost_table_text(&cfg, &rows);
+        assert!(
+            text.contains("| MGET | 2 | 40 | 50 | 0.80 | 1.25 | 2.00 | yes |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| INCR | 1 | 50 | n/a | n/a | 2.00 | n/a | **no** |"),
+            "{text}"
+        );
+        let p = panels(&cfg, &pts);
+        assert_eq!(chart_columns(&cfg), 3);
+        let titles: Vec<&str> = p.iter().take(4).map(|p| p.title.as_str()).collect();
+        assert_eq!(
+            titles,
+            [
+                "GET throughput",
+                "GET p99.9 latency",
+                "GET requests per server CPU-second",
+                "MGET throughput"
+            ]
+        );
     }
 
     // Proves the summary keeps one median run per point and takes redis-benchmark medians.
