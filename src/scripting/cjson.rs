@@ -2,7 +2,7 @@
 //! `cjson.encode`, `cjson.decode` and `cjson.null`.
 //!
 //! Encoding: numbers with `%.14g`, strings with `/` escaped as `\/` and control bytes as
-//! `\uXXXX`, tables whose keys are all positive integers as arrays (holes become `null`;
+//! `\u` escapes of four hex digits, tables whose keys are all positive integers as arrays (holes become `null`;
 //! "excessively sparse" arrays, max index > 2 × count and > 10, are refused), other tables
 //! as objects in Lua's `next` order, an empty table as `{}`. Decoding: objects and arrays to
 //! tables, `null` to `cjson.null`, numbers by `strtod` rules (hex, `inf`, `nan` accepted as

@@ -93,18 +93,7 @@ impl Shard {
             return;
         }
         let h = self.hash(db, key);
-        let mut small = [Address(0); 4];
-        let mut n = 0;
-        let mut more: Vec<Address> = Vec::new();
-        for a in self.indexes[db as usize].candidates(h) {
-            if n < small.len() {
-                small[n] = a;
-                n += 1;
-            } else {
-                more.push(a);
-            }
-        }
-        for addr in small[..n].iter().copied().chain(more) {
+        for addr in self.candidate_addresses(db, h) {
             match self.in_memory(addr, have, |hdr, k, v| {
                 let ours = hdr.db == db && k == key;
                 let large = ours && hdr.flags & FLAG_LARGE != 0;

@@ -888,15 +888,9 @@ impl Shard {
         self.rng
     }
 
-    /// The current record of (db, key), verified by reading it: never another key's record.
-    pub(crate) fn find(
-        &mut self,
-        db: Db,
-        key: &[u8],
-        h: u64,
-    ) -> Result<Option<Found>, StorageError> {
-        // Candidates are copied out first (reading needs `&mut self`); usually 0 or 1 of them,
-        // so a small array avoids a heap allocation per lookup.
+    /// The index candidates of hash `h` in `db`, copied out (reading them needs `&mut
+    /// self`); usually 0 or 1 of them, so a small array avoids a heap allocation per lookup.
+    pub(crate) fn candidate_addresses(&self, db: Db, h: u64) -> impl Iterator<Item = Address> {
         let mut small = [Address(0); 4];
         let mut n = 0;
         let mut more: Vec<Address> = Vec::new();
@@ -908,7 +902,17 @@ impl Shard {
                 more.push(a);
             }
         }
-        for addr in small[..n].iter().copied().chain(more) {
+        small.into_iter().take(n).chain(more)
+    }
+
+    /// The current record of (db, key), verified by reading it: never another key's record.
+    pub(crate) fn find(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        h: u64,
+    ) -> Result<Option<Found>, StorageError> {
+        for addr in self.candidate_addresses(db, h) {
             let rec = self.read_record(addr)?;
             if rec.header.db == db && rec.key == key {
                 return Ok(Some(Found { addr, rec }));
