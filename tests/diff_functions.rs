@@ -190,7 +190,12 @@ fn canonical(reply: &[u8]) -> Vec<u8> {
 }
 
 fn bulk_body(reply: &[u8]) -> Vec<u8> {
-    assert_eq!(reply[0], b'$', "not a bulk: {:?}", String::from_utf8_lossy(reply));
+    assert_eq!(
+        reply[0],
+        b'$',
+        "not a bulk: {:?}",
+        String::from_utf8_lossy(reply)
+    );
     let nl = reply.windows(2).position(|w| w == b"\r\n").unwrap();
     reply[nl + 2..reply.len() - 2].to_vec()
 }
@@ -264,7 +269,12 @@ fn dump_restore_cross() {
             let c = |p: &mut Pair, args: &[&[u8]]| {
                 let (l, r) = p.both(args);
                 let mask = |b: &[u8]| String::from_utf8_lossy(b).replace(['1', '2'], "?");
-                assert_eq!(mask(&l), mask(&r), "{label} payload: {:?}", String::from_utf8_lossy(args[2]));
+                assert_eq!(
+                    mask(&l),
+                    mask(&r),
+                    "{label} payload: {:?}",
+                    String::from_utf8_lossy(args[2])
+                );
             };
             c(&mut p, &[b"FUNCTION", b"RESTORE", payload]);
             c(&mut p, &[b"FUNCTION", b"RESTORE", payload, b"APPEND"]);
@@ -284,7 +294,12 @@ fn dump_restore_cross() {
         p.check(&["FUNCTION", "FLUSH"]);
         p.check_bytes(&[b"FUNCTION", b"RESTORE", &one]);
         p.check(&["FUNCTION", "DUMP"]);
-        p.check_bytes(&[b"FUNCTION", b"RESTORE", bulk_body(&empty).as_slice(), b"FLUSH"]);
+        p.check_bytes(&[
+            b"FUNCTION",
+            b"RESTORE",
+            bulk_body(&empty).as_slice(),
+            b"FLUSH",
+        ]);
         p.check(&["FUNCTION", "LIST"]);
         // Payloads that pass the checksum but hold no function, or a truncated one.
         let mut not_function = vec![0u8, 1, b'x'];
@@ -417,7 +432,13 @@ fn unkillable_after_write() {
         let mut seen = false;
         for c in others.iter_mut() {
             if let Some(rep) = try_call(c, &[b"SCRIPT", b"KILL"], Duration::from_millis(300)) {
-                assert!(rep.starts_with(b"-UNKILLABLE Sorry the script already executed write commands"), "{port}: {}", String::from_utf8_lossy(&rep));
+                assert!(
+                    rep.starts_with(
+                        b"-UNKILLABLE Sorry the script already executed write commands"
+                    ),
+                    "{port}: {}",
+                    String::from_utf8_lossy(&rep)
+                );
                 seen = true;
                 break;
             }

@@ -215,15 +215,14 @@ pub fn function(_ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             r.bulk(name.as_bytes());
         }
         "delete" => {
-            catalog
-                .functions
-                .delete(&String::from_utf8_lossy(a[2]))?;
+            catalog.functions.delete(&String::from_utf8_lossy(a[2]))?;
             r.ok();
         }
         "list" => function_list(a, r)?,
         "dump" => {
             let libs = catalog.functions.snapshot();
-            let payload = scripting::functions::dump_payload(libs.iter().map(|l| l.code.as_slice()));
+            let payload =
+                scripting::functions::dump_payload(libs.iter().map(|l| l.code.as_slice()));
             r.bulk(&payload);
         }
         "restore" => {

@@ -1016,7 +1016,9 @@ fn register_function(lua: &Lua, run: &RunState, args: MultiValue) -> mlua::Resul
                 } else if key.eq_ignore_ascii_case(b"callback") {
                     match v {
                         Value::Function(f) => function = Some(f),
-                        _ => return fail("callback argument given to redis.register_function must be a function"),
+                        _ => return fail(
+                            "callback argument given to redis.register_function must be a function",
+                        ),
                     }
                 } else if key.eq_ignore_ascii_case(b"flags") {
                     let Value::Table(ft) = v else {

@@ -199,8 +199,11 @@ impl Libraries {
     /// Makes `next` the catalog: persisted first, then visible.
     fn commit(&self, st: &mut State, next: LibMap) -> Result<(), String> {
         if let Some(path) = &st.path {
-            write_durably(path, &dump_payload(next.values().map(|l| l.code.as_slice())))
-                .map_err(|e| format!("ERR cannot persist the function catalog: {e}"))?;
+            write_durably(
+                path,
+                &dump_payload(next.values().map(|l| l.code.as_slice())),
+            )
+            .map_err(|e| format!("ERR cannot persist the function catalog: {e}"))?;
         }
         st.libs = next;
         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -385,7 +388,12 @@ mod tests {
         let mut bad = p.clone();
         bad[3] ^= 1;
         assert!(parse_payload(&bad).is_err());
-        assert_eq!(parse_payload(&dump_payload(std::iter::empty())).unwrap().len(), 0);
+        assert_eq!(
+            parse_payload(&dump_payload(std::iter::empty()))
+                .unwrap()
+                .len(),
+            0
+        );
     }
 
     // Function names collide without regard to case; REPLACE may reuse its own names.

@@ -134,7 +134,9 @@ pub enum KillOutcome {
     NotBusy,
     Unkillable,
     /// SCRIPT KILL found a function running (`true`), or FUNCTION KILL a script (`false`).
-    WrongKind { function_running: bool },
+    WrongKind {
+        function_running: bool,
+    },
 }
 
 pub const ERR_BUSY_EVAL: &str =
@@ -282,7 +284,10 @@ impl Catalog {
 
 /// Commands Redis runs while a script is busy (`allow_busy`); the rest get -BUSY.
 pub fn allowed_while_busy(name: &str, args: &[&[u8]]) -> bool {
-    let sub = |s: &str| args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()));
+    let sub = |s: &str| {
+        args.get(1)
+            .is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()))
+    };
     match name {
         "auth" | "hello" | "quit" | "reset" | "multi" | "exec" | "discard" | "watch"
         | "unwatch" | "shutdown" | "replconf" => true,
@@ -294,7 +299,10 @@ pub fn allowed_while_busy(name: &str, args: &[&[u8]]) -> bool {
 
 /// Startup: opens the function catalog's durable file at `path` and loads the libraries
 /// it holds (evaluated in a temporary Lua state, for their functions' metadata).
-pub fn open_function_file(catalog: &Arc<Catalog>, path: std::path::PathBuf) -> Result<usize, String> {
+pub fn open_function_file(
+    catalog: &Arc<Catalog>,
+    path: std::path::PathBuf,
+) -> Result<usize, String> {
     let codes = catalog
         .functions
         .open(path)
