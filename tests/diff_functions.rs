@@ -21,7 +21,7 @@ const LIBRARIES: &[&str] = &[
     "#!lua name=lib2\nredis.register_function{function_name='f2', callback=function(keys, args) return redis.call('get', keys[1]) end, flags={'no-writes'}, description='reads a key'}",
     "#!lua name=lib3\nredis.register_function('setter', function(keys, args) return redis.call('set', keys[1], args[1]) end)\nredis.register_function{function_name='ro_setter', callback=function(keys, args) return redis.call('set', keys[1], 'x') end, flags={'no-writes'}}",
     "#!lua name=lib4\nredis.register_function{function_name='allflags', callback=function() return 'ok' end, flags={'no-writes', 'ALLOW-OOM', 'allow-stale', 'no-cluster', 'allow-cross-slot-keys'}, description=42}",
-    "#!lua name=lib5\nlocal function helper(x) return x * 2 end\nredis.register_function('boom', function(keys, args) error('boom') end)\nredis.register_function('errt', function(keys, args) return redis.error_reply('MY custom') end)\nredis.register_function('double', function(keys, args) return helper(tonumber(args[1])) end)\nredis.register_function('pc', function(keys, args) return redis.pcall('incr', keys[1]) end)\nredis.register_function('rf', function() return redis.register_function('x', function() end) end)\nredis.register_function('glob', function() return string.rep('ab', 3) .. tostring(redis.REDIS_VERSION ~= nil) end)\nredis.register_function('setg', function() x = 1 end)\nredis.register_function('resp3', function(keys) redis.setresp(3) redis.call('hset', keys[1], 'f', 'v') return redis.call('hgetall', keys[1]) end)\nredis.register_function('tbl', function(keys, args) return {keys[1], args[1], {1, 2}, {ok='fine'}} end)",
+    "#!lua name=lib5\nlocal function helper(x) return x * 2 end\nredis.register_function('boom', function(keys, args) error('boom') end)\nredis.register_function('errt', function(keys, args) return redis.error_reply('MY custom') end)\nredis.register_function('double', function(keys, args) return helper(tonumber(args[1])) end)\nredis.register_function('pc', function(keys, args) return redis.pcall('incr', keys[1]) end)\nredis.register_function('rf', function() return redis.register_function('x', function() end) end)\nredis.register_function('glob', function() return string.rep('ab', 3) .. tostring(redis.REDIS_VERSION ~= nil) end)\nredis.register_function('setg', function() x = 1 end)\nredis.register_function('resp3', function(keys) redis.setresp(3) redis.call('hset', keys[1], 'f', 'v') return redis.call('hgetall', keys[1]) end)\nredis.register_function('tbl', function(keys, args) return {keys[1], args[1], {1, 2}, {ok='fine'}} end)\nredis.register_function('two', function(keys, args) redis.call('set', keys[1], args[1]) redis.call('set', keys[2], args[2]) return redis.call('mget', keys[1], keys[2], keys[3]) end)",
     "#!LUA name=Mixed_Case_9\nredis.register_function('MiXeD', function() return 'mixed' end)",
     "#!lua   name=spaced  \nredis.register_function('spaced', function() return 1 end)",
     "#!lua name=withlog\nredis.log(redis.LOG_WARNING, 'loading withlog')\nredis.register_function('logged', function() return redis.LOG_NOTICE end)",
@@ -44,6 +44,9 @@ const LIBRARIES: &[&str] = &[
     "#!lua name=fresh\nlocal s = string.len('x')",
     "#!lua name=fresh\nglobalvar = 1",
     "#!lua name=fresh\nerror('raised')",
+    "#!lua name=fresh\nlocal x = nil + 1",
+    "#!lua name=fresh\nredis.register_function('f', function() end) return redis.setresp",
+    "#!lua name=fresh\nlocal i = 0 while true do i = i + 1 end",
     // Load errors: register_function's arguments.
     "#!lua name=fresh\nredis.register_function()",
     "#!lua name=fresh\nredis.register_function('a')",
@@ -91,6 +94,10 @@ const CALLS: &[&[&str]] = &[
     &["FCALL", "resp3", "1", "hk"],
     &["FCALL", "tbl", "1", "kk", "aa"],
     &["FCALL", "logged", "0"],
+    // Keys on both of lavik's workers (no hash tags): the shards are gathered as for EVAL.
+    &["FCALL", "two", "3", "k1", "k2", "k3", "v1", "v2"],
+    &["FCALL", "two", "3", "user:1", "user:2", "other", "x", "y"],
+    &["MGET", "k1", "k2", "user:1", "user:2"],
     &["FCALL", "spaced", "0"],
     &["GET", "ka"],
 ];

@@ -1,10 +1,12 @@
-//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT (Redis 7 semantics; the engine is in
-//! `crate::scripting`).
+//! EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT, FCALL, FCALL_RO and FUNCTION (Redis 7
+//! semantics; the engine is in `crate::scripting`, the library catalog in
+//! `crate::scripting::functions`).
 //!
 //! EVAL and friends are keyed commands with movable keys (`numkeys`): the router gathers
 //! the shards of the declared keys, so a script is atomic and runs where its keys live; a
 //! script without keys runs on the connection's worker. SCRIPT has no keys: it works on the
-//! server-wide catalog from whichever worker the connection is on.
+//! server-wide catalog from whichever worker the connection is on. FCALL and FCALL_RO are
+//! routed like EVAL (numkeys at position 2); FUNCTION, like SCRIPT, has no keys.
 
 use super::{eq_ic, parse_int, wrong_args, CmdResult, Ctx};
 use crate::resp::ReplyBuf;

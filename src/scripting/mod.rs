@@ -27,8 +27,13 @@
 //! - Nothing a script does can outlive its call: the `redis.call` closures borrow the `Ctx`
 //!   for the call only (an `mlua` scope) and globals cannot be written.
 //!
-//! Deliberately missing (see `docs/scripting.md`): FUNCTION/FCALL, `busy-reply-threshold`
-//! and `-BUSY` (SCRIPT KILL works only from another worker), the script debugger,
+//! - **Functions** (`functions`): the library catalog in `Catalog::functions`, durable in a
+//!   file beside the data file; each engine compiles the libraries itself.
+//! - **Running scripts** (`Catalog::script_started`): what SCRIPT KILL, FUNCTION KILL,
+//!   FUNCTION STATS and the workers' `-BUSY` check (`busy-reply-threshold`) look at.
+//!
+//! Deliberately missing (see `docs/scripting.md`): `-BUSY` from the worker running the
+//! script (the engine does not yield to the worker's loop), the script debugger,
 //! calling connection/server commands (PING, INFO, ...) or whole-keyspace commands from a
 //! script, and `math.random`'s sequence is per worker (Redis has one per server).
 
