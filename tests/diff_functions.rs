@@ -221,6 +221,7 @@ fn run_corpus(p: &mut Pair) {
     for cmd in ADMIN {
         p.check(cmd);
     }
+    p.check_with(&["ACL", "CAT", "scripting"], canonical);
     p.check_with(&["FUNCTION", "LIST"], canonical);
     p.check_with(&["FUNCTION", "LIST", "WITHCODE"], canonical);
     p.check_with(&["FUNCTION", "LIST", "LIBRARYNAME", "LIB*"], canonical);
