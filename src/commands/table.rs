@@ -73,7 +73,9 @@ const EVAL_RO: &[&str] = &[
     "movablekeys",
 ];
 const SCRIPT: &[&str] = &["noscript"];
-/// FCALL has `may_replicate` in Redis 7.2 (7.0 lacks it): its writes wait for durability.
+/// FCALL: Redis 7.0's flags plus `may_replicate`, which lavik's group commit reads (a
+/// function's writes, like EVAL's, wait for durability before the reply). COMMAND INFO
+/// FCALL therefore shows one flag more than Redis 7.0.15 does.
 const FCALL: &[&str] = &[
     "noscript",
     "stale",
