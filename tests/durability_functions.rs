@@ -31,7 +31,8 @@ fn observe(s: &Server) -> (Vec<u8>, Vec<Vec<u8>>) {
 }
 
 // Libraries loaded, replaced, deleted and restored are all back after a clean restart and
-// after SIGKILL, FLUSHALL keeps them, and FUNCTION FLUSH's emptiness is durable too.
+// after SIGKILL, FLUSHALL keeps them, FUNCTION FLUSH's emptiness is durable too, and
+// FCALL's acknowledged writes survive SIGKILL with appendfsync always.
 #[test]
 fn catalog_survives_restart_and_sigkill() {
     let mut s = Server::start("dur-func", &["--threads", "2", "--appendfsync", "always"]);
@@ -74,6 +75,8 @@ fn catalog_survives_restart_and_sigkill() {
         b"-ERR Function not found\r\n"
     );
     assert_eq!(call(&mut c2, &["FCALL", "fc", "0"]), b":3\r\n");
+    // The writes FCALL acknowledged (two INCRs through `fb`) are durable too.
+    assert_eq!(call(&mut c2, &["GET", "counter"]), b"$1\r\n2\r\n");
     let dumped: Vec<u8> =
         dump[dump.iter().position(|&b| b == b'\n').unwrap() + 1..dump.len() - 2].to_vec();
     assert_eq!(
