@@ -247,6 +247,16 @@ fn main() {
             std::process::exit(1);
         }
     };
+    // The function catalog lives beside the first data file (not for SPDK namespaces).
+    if let Some(data) = shared.settings.data_files.first() {
+        if !data.to_string_lossy().starts_with("spdk://") {
+            let path = lavik::scripting::functions::file_beside(data);
+            if let Err(e) = lavik::scripting::open_function_file(&shared.scripts, path) {
+                eprintln!("lavik: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let metrics_port = shared.settings.cli.metrics_port;
     if metrics_port != 0 {
         let addr = shared

@@ -81,6 +81,7 @@ const SLOW_SUB: &[&str] = &["slow"];
 const KEYSPACE_READ_SUB: &[&str] = &["keyspace", "read", "slow"];
 const KEYSPACE_SUB: &[&str] = &["keyspace", "slow"];
 const SCRIPTING_SUB: &[&str] = &["slow", "scripting"];
+const SCRIPTING_WRITE_SUB: &[&str] = &["write", "slow", "scripting"];
 /// A subcommand name, its arity (Redis's, counting the container and the subcommand)
 /// and its category names.
 type Subcommand = (&'static str, i32, &'static [&'static str]);
@@ -139,6 +140,20 @@ const SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
             ("help", 2, SCRIPTING_SUB),
             ("kill", 2, SCRIPTING_SUB),
             ("load", 3, SCRIPTING_SUB),
+        ],
+    ),
+    (
+        "function",
+        &[
+            ("delete", 3, SCRIPTING_WRITE_SUB),
+            ("dump", 2, SCRIPTING_SUB),
+            ("flush", -2, SCRIPTING_WRITE_SUB),
+            ("help", 2, SCRIPTING_SUB),
+            ("kill", 2, SCRIPTING_SUB),
+            ("list", -2, SCRIPTING_SUB),
+            ("load", -3, SCRIPTING_WRITE_SUB),
+            ("restore", -3, SCRIPTING_WRITE_SUB),
+            ("stats", 2, SCRIPTING_SUB),
         ],
     ),
     (

@@ -73,6 +73,18 @@ const EVAL_RO: &[&str] = &[
     "movablekeys",
 ];
 const SCRIPT: &[&str] = &["noscript"];
+/// FCALL: Redis 7.0's flags plus `may_replicate`, which lavik's group commit reads (a
+/// function's writes, like EVAL's, wait for durability before the reply). COMMAND INFO
+/// FCALL therefore shows one flag more than Redis 7.0.15 does.
+const FCALL: &[&str] = &[
+    "noscript",
+    "stale",
+    "skip_monitor",
+    "may_replicate",
+    "no_mandatory_keys",
+    "movablekeys",
+];
+const FUNCTION: &[&str] = &[];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -252,6 +264,9 @@ pub static TABLE: &[CommandSpec] = &[
     keyed_numkeys!("evalsha_ro", -3, EVAL_RO, 2, "scripting", "7.0.0", "Executes a read-only server-side Lua script by SHA1 digest.", sc::evalsha_ro),
     // Keyless (no key positions): runs on the connection's worker; the catalog is server-wide.
     keyed!("script", -2, SCRIPT, 0, 0, 0, "scripting", "2.6.0", "A container for Lua scripts management commands.", sc::script),
+    keyed_numkeys!("fcall", -3, FCALL, 2, "scripting", "7.0.0", "Invokes a function.", sc::fcall),
+    keyed_numkeys!("fcall_ro", -3, EVAL_RO, 2, "scripting", "7.0.0", "Invokes a read-only function.", sc::fcall_ro),
+    keyed!("function", -2, FUNCTION, 0, 0, 0, "scripting", "7.0.0", "A container for function commands.", sc::function),
     all!("keys", 2, R, "generic", "1.0.0", "Returns all key names that match a pattern.", k::keys),
     all!("scan", -2, R, "generic", "2.8.0", "Iterates over the key names in the database.", k::scan),
     all!("randomkey", 1, R, "generic", "1.0.0", "Returns a random key name from the database.", k::randomkey),

@@ -215,10 +215,27 @@ fn intset_exact(s: &SetValue) -> bool {
 pub fn dump(v: &RdbValue) -> Vec<u8> {
     let mut out = Vec::new();
     put_object(&mut out, v);
-    out.extend_from_slice(&RDB_VERSION_EMITTED.to_le_bytes());
-    let crc = crc64::crc64(0, &out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    append_footer(&mut out);
     out
+}
+
+/// Appends the RDB version and the CRC-64 of everything before it (a payload's footer).
+pub fn append_footer(out: &mut Vec<u8>) {
+    out.extend_from_slice(&RDB_VERSION_EMITTED.to_le_bytes());
+    let crc = crc64::crc64(0, out);
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
+/// One RDB string as Redis writes it (FUNCTION DUMP writes library code this way).
+pub fn put_rdb_string(out: &mut Vec<u8>, s: &[u8]) {
+    put_string(out, s);
+}
+
+/// One RDB string at the start of `b`, and the bytes it took.
+pub fn read_rdb_string(b: &[u8]) -> Result<(Vec<u8>, usize)> {
+    let mut r = Reader { b, at: 0 };
+    let s = r.string()?;
+    Ok((s, r.at))
 }
 
 // ---- parse ------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 //! One worker's Lua state: the sandbox, the `redis` API, compiled scripts, and running one.
 
 use super::convert::{error_table_text, lua_to_reply, push_error, reply_to_lua};
+use super::functions::{flag_bit, parse_metadata, valid_name, FunctionInfo, Library};
+use super::functions::{ERR_BAD_NAME, FLAG_NO_WRITES};
 use super::{caller_position, fmt_g17, raise_message, raise_table, Catalog, Raised, Sha};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CmdResult, Ctx, Kind};
@@ -10,6 +12,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub const ERR_NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 /// The chunk name Redis gives every EVAL body (errors read `user_script:LINE:`).
@@ -133,9 +136,21 @@ fn parse_shebang(body: &[u8]) -> Result<Shebang, String> {
     })
 }
 
+/// A function a library registered while it loaded.
+struct Registered {
+    info: FunctionInfo,
+    function: Function,
+}
+
 /// State of the script being run, read by the `redis` API functions.
 #[derive(Default)]
 struct RunState {
+    /// The catalog's id of the run (`Catalog::script_started`).
+    run_id: Cell<u64>,
+    /// A library is loading: `redis.register_function` adds to this.
+    loading: RefCell<Option<Vec<Registered>>>,
+    /// FUNCTION LOAD's time limit (Redis's 500 ms), checked by the instruction hook.
+    load_deadline: Cell<Option<Instant>>,
     /// `redis.setresp(3)` was called: inner replies are RESP3 and booleans return as RESP3.
     resp3: Cell<bool>,
     /// The script ran a write command (SCRIPT KILL can no longer stop it).
@@ -145,6 +160,11 @@ struct RunState {
 }
 
 const ERR_KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+/// The chunk name Redis gives library code (errors read `user_function:LINE:`).
+const FUNCTION_CHUNK_NAME: &str = "@user_function";
+/// How long a library's load may run (Redis's `LOAD_TIMEOUT_MS`).
+const LOAD_TIMEOUT: Duration = Duration::from_millis(500);
+const ERR_RO_WRITE_FLAG: &str = "ERR Can not execute a script with write flag using *_ro command.";
 /// Instructions between two checks for SCRIPT KILL.
 const KILL_CHECK_INSTRUCTIONS: u32 = 100_000;
 
@@ -160,6 +180,18 @@ pub struct Engine {
     xpcall: Function,
     handler: Function,
     run: Rc<RunState>,
+    /// Library code's environment: reads go to `load_api` while a library loads, to the
+    /// script globals otherwise (the `__index` of `fenv_mt` switches, as Redis switches
+    /// its globals' metatable).
+    fenv: Table,
+    fenv_mt: Table,
+    load_api: Table,
+    /// `bind(f, keys, args)`: a closure calling `f(keys, args)`, for `xpcall`.
+    bind: Function,
+    /// Functions compiled from the catalog's libraries, by lowercased name, as of
+    /// `fn_generation`.
+    fn_compiled: HashMap<String, Function>,
+    fn_generation: Option<u64>,
 }
 
 /// Wraps pcall/loadstring/load for the sandbox (run once, with the real globals).
@@ -280,16 +312,7 @@ impl Engine {
         let string_mt_view = proxy(Value::Table(string_mt.clone()))?;
         string_mt.raw_set("__metatable", string_mt_view)?;
         let env = proxy(Value::Table(globals.clone()))?;
-        let missing = lua.create_function(|lua, (_t, k): (Value, Value)| -> mlua::Result<()> {
-            let name = lua
-                .coerce_string(k)?
-                .map(|s| s.to_string_lossy())
-                .unwrap_or_default();
-            raise_message(format!(
-                "{}Script attempted to access nonexistent global variable '{name}'",
-                caller_position(lua)
-            ))
-        })?;
+        let missing = missing_global(&lua)?;
         let gmt = lua.create_table()?;
         gmt.raw_set("__index", missing)?;
         gmt.raw_set("__newindex", readonly.clone())?;
@@ -373,8 +396,15 @@ impl Engine {
         lua.set_hook(
             mlua::HookTriggers::new().every_nth_instruction(KILL_CHECK_INSTRUCTIONS),
             move |_, _| {
+                if let Some(deadline) = hook_run.load_deadline.get() {
+                    if Instant::now() > deadline {
+                        return raise_table("ERR FUNCTION LOAD timeout");
+                    }
+                    return Ok(mlua::VmState::Continue);
+                }
                 if hook_run.killed.get()
-                    || (!hook_run.wrote.get() && hook_catalog.take_kill_request())
+                    || (!hook_run.wrote.get()
+                        && hook_catalog.take_kill_request(hook_run.run_id.get()))
                 {
                     hook_run.killed.set(true);
                     return raise_table(ERR_KILLED);
@@ -382,7 +412,18 @@ impl Engine {
                 Ok(mlua::VmState::Continue)
             },
         )?;
+        let (fenv, fenv_mt, load_api) = function_env(&lua, &globals, &redis, &run, &readonly)?;
+        let bind: Function = lua
+            .load("return function(f, k, a) return function() return f(k, a) end end")
+            .set_name("=lavik")
+            .eval()?;
         Ok(Engine {
+            fenv,
+            fenv_mt,
+            load_api,
+            bind,
+            fn_compiled: HashMap::new(),
+            fn_generation: None,
             lua,
             generation: catalog.generation(),
             catalog,
@@ -480,22 +521,45 @@ impl Engine {
         } = self.function(sha, body)?;
         let mode = if no_writes { EvalMode::ReadOnly } else { mode };
         let lua_err = |e: mlua::Error| format!("ERR Error running script: {e}");
-        let keys_t = self.lua.create_table().map_err(lua_err)?;
-        for (i, k) in keys.iter().enumerate() {
-            let s = self.lua.create_string(k).map_err(lua_err)?;
-            keys_t.raw_set(i + 1, s).map_err(lua_err)?;
-        }
-        let argv_t = self.lua.create_table().map_err(lua_err)?;
-        for (i, a) in argv.iter().enumerate() {
-            let s = self.lua.create_string(a).map_err(lua_err)?;
-            argv_t.raw_set(i + 1, s).map_err(lua_err)?;
-        }
+        let (keys_t, argv_t) = self.arg_tables(keys, argv).map_err(lua_err)?;
         self.globals.raw_set("KEYS", keys_t).map_err(lua_err)?;
         self.globals.raw_set("ARGV", argv_t).map_err(lua_err)?;
+        let out = self.run_protected(ctx, f, keys, mode, (&sha, None, Vec::new()), r);
+        let _ = self.globals.raw_set("KEYS", Value::Nil);
+        let _ = self.globals.raw_set("ARGV", Value::Nil);
+        out
+    }
+
+    fn arg_tables(&self, keys: &[&[u8]], argv: &[&[u8]]) -> mlua::Result<(Table, Table)> {
+        let keys_t = self.lua.create_table()?;
+        for (i, k) in keys.iter().enumerate() {
+            keys_t.raw_set(i + 1, self.lua.create_string(k)?)?;
+        }
+        let argv_t = self.lua.create_table()?;
+        for (i, a) in argv.iter().enumerate() {
+            argv_t.raw_set(i + 1, self.lua.create_string(a)?)?;
+        }
+        Ok((keys_t, argv_t))
+    }
+
+    /// Runs `f` (no arguments) as a script on `ctx`: `label` names it in error replies (the
+    /// SHA, or the function name), `function` and `command` are what the catalog shows.
+    fn run_protected(
+        &mut self,
+        ctx: &mut Ctx,
+        f: Function,
+        keys: &[&[u8]],
+        mode: EvalMode,
+        (label, function, command): (&[u8], Option<String>, Vec<Vec<u8>>),
+        r: &mut ReplyBuf,
+    ) -> CmdResult {
+        let lua_err = |e: mlua::Error| format!("ERR Error running script: {e}");
         self.run.resp3.set(false);
         self.run.wrote.set(false);
         self.run.killed.set(false);
-        self.catalog.script_started();
+        self.run
+            .run_id
+            .set(self.catalog.script_started(function, command));
         let ctx_cell = RefCell::new(ctx);
         let run = self.run.clone();
         let (xpcall, handler, redis) = (&self.xpcall, &self.handler, &self.redis);
@@ -514,9 +578,7 @@ impl Engine {
             redis.raw_set("pcall", Value::Nil)?;
             out
         });
-        let _ = self.globals.raw_set("KEYS", Value::Nil);
-        let _ = self.globals.raw_set("ARGV", Value::Nil);
-        self.catalog.script_ended(!self.run.wrote.get());
+        self.catalog.script_ended(self.run.run_id.get());
         let out = outcome.map_err(lua_err)?;
         let mut vals = out.into_iter();
         let ok = matches!(vals.next(), Some(Value::Boolean(true)));
@@ -524,13 +586,187 @@ impl Engine {
         if ok {
             lua_to_reply(&v, r, self.run.resp3.get());
         } else {
-            self.write_error(&v, &sha, r);
+            self.write_error(&v, label, r);
         }
         Ok(())
     }
 
+    /// FCALL / FCALL_RO of function `name` (`command` is the whole call, for FUNCTION
+    /// STATS). Redis's checks in Redis's order: the function, numkeys, the `_ro` rule.
+    pub fn fcall(
+        &mut self,
+        ctx: &mut Ctx,
+        command: &[&[u8]],
+        read_only: bool,
+        r: &mut ReplyBuf,
+    ) -> CmdResult {
+        let (lib, idx) = self
+            .catalog
+            .functions
+            .find_function(command[1])
+            .ok_or_else(|| "ERR Function not found".to_string())?;
+        let info = lib.functions[idx].clone();
+        let numkeys = crate::resp::parse::parse_i64(command[2])
+            .ok_or_else(|| "ERR Bad number of keys provided".to_string())?;
+        if numkeys > (command.len() - 3) as i64 {
+            return Err("ERR Number of keys can't be greater than number of args".into());
+        }
+        if numkeys < 0 {
+            return Err("ERR Number of keys can't be negative".into());
+        }
+        let no_writes = info.flags & FLAG_NO_WRITES != 0;
+        if read_only && !no_writes {
+            return Err(ERR_RO_WRITE_FLAG.into());
+        }
+        let (keys, argv) = command[3..].split_at(numkeys as usize);
+        let key = info.name.to_ascii_lowercase();
+        self.sync_functions();
+        let f = match self.fn_compiled.get(&key) {
+            Some(f) => f.clone(),
+            None => return Err("ERR Function not found".into()),
+        };
+        let lua_err = |e: mlua::Error| format!("ERR Error running script: {e}");
+        let (keys_t, argv_t) = self.arg_tables(keys, argv).map_err(lua_err)?;
+        let bound: Function = self.bind.call((f, keys_t, argv_t)).map_err(lua_err)?;
+        let mode = if no_writes || read_only {
+            EvalMode::ReadOnly
+        } else {
+            EvalMode::ReadWrite
+        };
+        let cmd: Vec<Vec<u8>> = command.iter().map(|a| a.to_vec()).collect();
+        let label = info.name.clone();
+        self.run_protected(
+            ctx,
+            bound,
+            keys,
+            mode,
+            (label.as_bytes(), Some(info.name), cmd),
+            r,
+        )
+    }
+
+    /// Recompiles every library of the catalog when it changed since the last look.
+    fn sync_functions(&mut self) {
+        let generation = self.catalog.functions.generation();
+        if self.fn_generation == Some(generation) {
+            return;
+        }
+        self.fn_compiled.clear();
+        for lib in self.catalog.functions.snapshot() {
+            let Ok(meta) = parse_metadata(&lib.code) else {
+                continue;
+            };
+            match self.run_library(&lib.code[meta.body_at..]) {
+                Ok(regs) => {
+                    for reg in regs {
+                        self.fn_compiled
+                            .insert(reg.info.name.to_ascii_lowercase(), reg.function);
+                    }
+                }
+                Err(e) => tracing::warn!("library {} does not load here: {e}", lib.name),
+            }
+        }
+        self.fn_generation = Some(generation);
+    }
+
+    /// Compiles and runs library code in the load sandbox; returns what it registered, or
+    /// Redis's error reply text.
+    fn run_library(&mut self, body: &[u8]) -> Result<Vec<Registered>, String> {
+        let f = self
+            .lua
+            .load(body)
+            .set_name(FUNCTION_CHUNK_NAME)
+            .set_mode(mlua::chunk::ChunkMode::Text)
+            .set_environment(self.fenv.clone())
+            .into_function()
+            .map_err(|e| {
+                let msg = match &e {
+                    mlua::Error::SyntaxError { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                format!("ERR Error compiling function: {msg}")
+            })?;
+        let lua_err = |e: mlua::Error| format!("ERR Error registering functions: {e}");
+        self.fenv_mt
+            .raw_set("__index", self.load_api.clone())
+            .map_err(lua_err)?;
+        *self.run.loading.borrow_mut() = Some(Vec::new());
+        self.run
+            .load_deadline
+            .set(Some(Instant::now() + LOAD_TIMEOUT));
+        let out = self.xpcall.call::<MultiValue>((f, self.handler.clone()));
+        self.run.load_deadline.set(None);
+        let regs = self.run.loading.borrow_mut().take().unwrap_or_default();
+        self.fenv_mt
+            .raw_set("__index", self.globals.clone())
+            .map_err(lua_err)?;
+        let mut vals = out.map_err(lua_err)?.into_iter();
+        if matches!(vals.next(), Some(Value::Boolean(true))) {
+            return Ok(regs);
+        }
+        let msg = match vals.next() {
+            Some(Value::Table(t)) => match t.raw_get::<Value>("err") {
+                Ok(Value::String(s)) => s.to_string_lossy(),
+                _ => "ERR unknown error".into(),
+            },
+            _ => "ERR unknown error".into(),
+        };
+        Err(format!("ERR Error registering functions: {msg}"))
+    }
+
+    /// Evaluates one library's code: its metadata and functions (not installed).
+    fn evaluate_library(&mut self, code: &[u8]) -> Result<Library, String> {
+        let meta = parse_metadata(code)?;
+        let regs = self.run_library(&code[meta.body_at..])?;
+        if regs.is_empty() {
+            return Err("ERR No functions registered".into());
+        }
+        Ok(Library {
+            name: meta.name,
+            code: code.to_vec(),
+            functions: regs.into_iter().map(|r| r.info).collect(),
+        })
+    }
+
+    /// FUNCTION LOAD: evaluates `code` and installs the library; returns its name.
+    pub fn load_library(&mut self, code: &[u8], replace: bool) -> Result<String, String> {
+        let meta = parse_metadata(code)?;
+        if !replace && self.catalog.functions.exists(&meta.name) {
+            return Err(format!("ERR Library '{}' already exists", meta.name));
+        }
+        let lib = self.evaluate_library(code)?;
+        let name = lib.name.clone();
+        self.catalog.functions.install(lib, replace)?;
+        Ok(name)
+    }
+
+    /// Evaluates the libraries of a FUNCTION RESTORE payload (or of the durable file),
+    /// checking them against each other as Redis loads them into one fresh context.
+    pub fn evaluate_libraries(&mut self, codes: &[Vec<u8>]) -> Result<Vec<Library>, String> {
+        let mut libs: Vec<Library> = Vec::new();
+        for code in codes {
+            let meta = parse_metadata(code)?;
+            if libs.iter().any(|l| l.name == meta.name) {
+                return Err(format!("ERR Library '{}' already exists", meta.name));
+            }
+            let lib = self.evaluate_library(code)?;
+            for f in &lib.functions {
+                let clash = libs.iter().any(|l| {
+                    l.functions
+                        .iter()
+                        .any(|g| g.name.eq_ignore_ascii_case(&f.name))
+                });
+                if clash {
+                    return Err(format!("ERR Function {} already exists", f.name));
+                }
+            }
+            libs.push(lib);
+        }
+        Ok(libs)
+    }
+
     /// The reply for a script that raised `err` (the table the error handler built).
-    fn write_error(&self, err: &Value, sha: &Sha, r: &mut ReplyBuf) {
+    fn write_error(&self, err: &Value, label: &[u8], r: &mut ReplyBuf) {
         let mut line = b"-".to_vec();
         let Value::Table(t) = err else {
             line.extend_from_slice(b"ERR Error running script, execution failure");
@@ -552,7 +788,7 @@ impl Engine {
         let at = text(t.get("line").unwrap_or(Value::Nil));
         if let (Some(source), Some(at)) = (source, at) {
             line.extend_from_slice(b" script: ");
-            line.extend_from_slice(sha);
+            line.extend_from_slice(label);
             line.extend_from_slice(b", on ");
             line.extend_from_slice(&source);
             line.push(b':');
@@ -629,7 +865,7 @@ fn inner_call(
     }
     let mut out = Vec::new();
     if spec.flags.contains(&"write") && !run.wrote.replace(true) {
-        catalog.script_wrote();
+        catalog.script_wrote(run.run_id.get());
     }
     let proto = if run.resp3.get() {
         Proto::Resp3
@@ -658,6 +894,176 @@ fn err_table(lua: &Lua, text: &str) -> mlua::Result<Value> {
     let t = lua.create_table()?;
     t.raw_set("err", lua.create_string(error_table_text(text.as_bytes()))?)?;
     Ok(Value::Table(t))
+}
+
+/// Raises Redis's "nonexistent global variable" error (`__index` of guarded tables).
+fn missing_global(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(|lua, (_t, k): (Value, Value)| -> mlua::Result<()> {
+        let name = lua
+            .coerce_string(k)?
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default();
+        raise_message(format!(
+            "{}Script attempted to access nonexistent global variable '{name}'",
+            caller_position(lua)
+        ))
+    })
+}
+
+/// The environment library code runs in, its switchable metatable, and what it sees while
+/// loading: only a `redis` table with `register_function`, `log`, the log levels and the
+/// version (Redis's load-time library API); any other name raises.
+fn function_env(
+    lua: &Lua,
+    globals: &Table,
+    redis: &Table,
+    run: &Rc<RunState>,
+    readonly: &Function,
+) -> mlua::Result<(Table, Table, Table)> {
+    let guarded = |t: &Table| -> mlua::Result<Table> {
+        let p = lua.create_table()?;
+        let mt = lua.create_table()?;
+        mt.raw_set("__index", t.clone())?;
+        mt.raw_set("__newindex", readonly.clone())?;
+        mt.raw_set("__metatable", false)?;
+        p.set_metatable(Some(mt))?;
+        Ok(p)
+    };
+    let load_redis = lua.create_table()?;
+    for name in [
+        "log",
+        "LOG_DEBUG",
+        "LOG_VERBOSE",
+        "LOG_NOTICE",
+        "LOG_WARNING",
+        "REDIS_VERSION",
+        "REDIS_VERSION_NUM",
+    ] {
+        load_redis.raw_set(name, redis.raw_get::<Value>(name)?)?;
+    }
+    let run_reg = run.clone();
+    load_redis.raw_set(
+        "register_function",
+        lua.create_function(move |lua, args: MultiValue| register_function(lua, &run_reg, args))?,
+    )?;
+    let strict = lua.create_table()?;
+    strict.raw_set("__index", missing_global(lua)?)?;
+    load_redis.set_metatable(Some(strict.clone()))?;
+    let load_globals = lua.create_table()?;
+    load_globals.raw_set("redis", guarded(&load_redis)?)?;
+    load_globals.set_metatable(Some(strict))?;
+    let fenv = lua.create_table()?;
+    let fenv_mt = lua.create_table()?;
+    fenv_mt.raw_set("__index", globals.clone())?;
+    fenv_mt.raw_set("__newindex", readonly.clone())?;
+    fenv_mt.raw_set("__metatable", false)?;
+    fenv.set_metatable(Some(fenv_mt.clone()))?;
+    Ok((fenv, fenv_mt, load_globals))
+}
+
+/// A Lua string or number as bytes (Redis's `luaGetStringSds`: `lua_isstring`).
+fn string_like(lua: &Lua, v: &Value) -> Option<Vec<u8>> {
+    match v {
+        Value::String(_) | Value::Integer(_) | Value::Number(_) => lua
+            .coerce_string(v.clone())
+            .ok()
+            .flatten()
+            .map(|s| s.as_bytes().to_vec()),
+        _ => None,
+    }
+}
+
+/// `redis.register_function(name, callback)` or `redis.register_function{...}`.
+fn register_function(lua: &Lua, run: &RunState, args: MultiValue) -> mlua::Result<()> {
+    if run.loading.borrow().is_none() {
+        return raise_table(
+            "ERR redis.register_function can only be called on FUNCTION LOAD command",
+        );
+    }
+    let fail = |m: &str| raise_table::<()>(format!("ERR {m}"));
+    let (name, desc, flags, function) = match args.len() {
+        2 => {
+            let Some(name) = string_like(lua, &args[0]) else {
+                return fail("first argument to redis.register_function must be a string");
+            };
+            let Value::Function(f) = &args[1] else {
+                return fail("second argument to redis.register_function must be a function");
+            };
+            (name, None, 0u8, f.clone())
+        }
+        1 => {
+            let Value::Table(t) = &args[0] else {
+                return fail("calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).");
+            };
+            let (mut name, mut desc, mut flags, mut function) = (None, None, 0u8, None);
+            for pair in t.clone().pairs::<Value, Value>() {
+                let (k, v) = pair?;
+                let Some(key) = string_like(lua, &k) else {
+                    return fail(
+                        "named argument key given to redis.register_function is not a string",
+                    );
+                };
+                if key.eq_ignore_ascii_case(b"function_name") {
+                    match string_like(lua, &v) {
+                        Some(n) => name = Some(n),
+                        None => return fail("function_name argument given to redis.register_function must be a string"),
+                    }
+                } else if key.eq_ignore_ascii_case(b"description") {
+                    match string_like(lua, &v) {
+                        Some(d) => desc = Some(d),
+                        None => return fail("description argument given to redis.register_function must be a string"),
+                    }
+                } else if key.eq_ignore_ascii_case(b"callback") {
+                    match v {
+                        Value::Function(f) => function = Some(f),
+                        _ => return fail(
+                            "callback argument given to redis.register_function must be a function",
+                        ),
+                    }
+                } else if key.eq_ignore_ascii_case(b"flags") {
+                    let Value::Table(ft) = v else {
+                        return fail("flags argument to redis.register_function must be a table representing function flags");
+                    };
+                    let mut i = 1;
+                    loop {
+                        let fv: Value = ft.raw_get(i)?;
+                        if fv.is_nil() {
+                            break;
+                        }
+                        match string_like(lua, &fv).and_then(|f| flag_bit(&f)) {
+                            Some(bit) => flags |= bit,
+                            None => return fail("unknown flag given"),
+                        }
+                        i += 1;
+                    }
+                } else {
+                    return fail("unknown argument given to redis.register_function");
+                }
+            }
+            let Some(name) = name else {
+                return fail("redis.register_function must get a function name argument");
+            };
+            let Some(function) = function else {
+                return fail("redis.register_function must get a callback argument");
+            };
+            (name, desc, flags, function)
+        }
+        _ => return fail("wrong number of arguments to redis.register_function"),
+    };
+    if !valid_name(&name) {
+        return fail(ERR_BAD_NAME);
+    }
+    let name = String::from_utf8_lossy(&name).into_owned();
+    let mut loading = run.loading.borrow_mut();
+    let regs = loading.as_mut().expect("checked above");
+    if regs.iter().any(|r| r.info.name == name) {
+        return fail("Function already exists in the library");
+    }
+    regs.push(Registered {
+        info: FunctionInfo { name, desc, flags },
+        function,
+    });
+    Ok(())
 }
 
 /// The `redis` table (without `call`/`pcall`, which exist only while a script runs).

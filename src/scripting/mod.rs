@@ -27,8 +27,13 @@
 //! - Nothing a script does can outlive its call: the `redis.call` closures borrow the `Ctx`
 //!   for the call only (an `mlua` scope) and globals cannot be written.
 //!
-//! Deliberately missing (see `docs/scripting.md`): FUNCTION/FCALL, `busy-reply-threshold`
-//! and `-BUSY` (SCRIPT KILL works only from another worker), the script debugger,
+//! - **Functions** (`functions`): the library catalog in `Catalog::functions`, durable in a
+//!   file beside the data file; each engine compiles the libraries itself.
+//! - **Running scripts** (`Catalog::script_started`): what SCRIPT KILL, FUNCTION KILL,
+//!   FUNCTION STATS and the workers' `-BUSY` check (`busy-reply-threshold`) look at.
+//!
+//! Deliberately missing (see `docs/scripting.md`): `-BUSY` from the worker running the
+//! script (the engine does not yield to the worker's loop), the script debugger,
 //! calling connection/server commands (PING, INFO, ...) or whole-keyspace commands from a
 //! script, and `math.random`'s sequence is per worker (Redis has one per server).
 
@@ -37,12 +42,14 @@ pub mod cjson;
 pub mod cmsgpack;
 pub mod convert;
 mod engine;
+pub mod functions;
 pub mod structlib;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub use engine::{Engine, EvalMode, Invocation};
 
@@ -74,26 +81,73 @@ pub fn parse_sha(arg: &[u8]) -> Option<Sha> {
 }
 
 /// The server-wide script catalog (in `server::Shared`).
-#[derive(Default)]
 pub struct Catalog {
     bodies: Mutex<HashMap<Sha, Arc<[u8]>>>,
     /// Bumped by every SCRIPT FLUSH; engines compare it to drop stale compiled scripts.
     generation: AtomicU64,
-    /// Scripts running now (one per worker at most), and those of them that have not
-    /// written yet (SCRIPT KILL may stop only those).
+    /// Scripts and functions running now (one per worker at most); `running` counts them
+    /// so the per-command busy check is one atomic load while nothing runs.
+    runs: Mutex<Vec<Run>>,
     running: AtomicUsize,
-    killable: AtomicUsize,
-    /// SCRIPT KILL asked; the first killable script to check takes the request.
-    kill: AtomicBool,
+    next_run: AtomicU64,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), in milliseconds.
+    busy_threshold_ms: AtomicU64,
+    /// The function libraries (FUNCTION LOAD ...), durable.
+    pub functions: functions::Libraries,
 }
 
-/// SCRIPT KILL's answer.
+/// `busy-reply-threshold`'s default (Redis's `lua-time-limit` default).
+pub const BUSY_THRESHOLD_DEFAULT_MS: u64 = 5000;
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Catalog {
+            bodies: Mutex::default(),
+            generation: AtomicU64::new(0),
+            runs: Mutex::default(),
+            running: AtomicUsize::new(0),
+            next_run: AtomicU64::new(1),
+            busy_threshold_ms: AtomicU64::new(BUSY_THRESHOLD_DEFAULT_MS),
+            functions: functions::Libraries::default(),
+        }
+    }
+}
+
+/// One running script or function.
+struct Run {
+    id: u64,
+    started: Instant,
+    /// The function's name (FCALL); `None` for EVAL and friends.
+    function: Option<String>,
+    /// The calling command (FUNCTION STATS shows it).
+    command: Vec<Vec<u8>>,
+    wrote: bool,
+    kill: bool,
+}
+
+/// What FUNCTION STATS shows about a running function.
+pub struct RunningFunction {
+    pub name: String,
+    pub command: Vec<Vec<u8>>,
+    pub duration_ms: u64,
+}
+
+/// SCRIPT KILL's / FUNCTION KILL's answer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum KillOutcome {
     Requested,
     NotBusy,
     Unkillable,
+    /// SCRIPT KILL found a function running (`true`), or FUNCTION KILL a script (`false`).
+    WrongKind {
+        function_running: bool,
+    },
 }
+
+pub const ERR_BUSY_EVAL: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+pub const ERR_BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 
 impl Catalog {
     pub fn insert(&self, sha: Sha, body: &[u8]) {
@@ -126,39 +180,102 @@ impl Catalog {
         self.generation.load(Ordering::Acquire)
     }
 
-    pub(crate) fn script_started(&self) {
+    fn runs(&self) -> std::sync::MutexGuard<'_, Vec<Run>> {
+        self.runs.lock().expect("script runs lock")
+    }
+
+    /// Registers a run; the id goes to `script_wrote`, `take_kill_request`, `script_ended`.
+    pub(crate) fn script_started(&self, function: Option<String>, command: Vec<Vec<u8>>) -> u64 {
+        let id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        self.runs().push(Run {
+            id,
+            started: Instant::now(),
+            function,
+            command,
+            wrote: false,
+            kill: false,
+        });
         self.running.fetch_add(1, Ordering::AcqRel);
-        self.killable.fetch_add(1, Ordering::AcqRel);
+        id
     }
 
-    pub(crate) fn script_wrote(&self) {
-        self.killable.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn script_ended(&self, still_killable: bool) {
-        if still_killable {
-            self.killable.fetch_sub(1, Ordering::AcqRel);
-        }
-        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // A request no running script took must not stop the next one.
-            self.kill.store(false, Ordering::Release);
+    pub(crate) fn script_wrote(&self, id: u64) {
+        if let Some(r) = self.runs().iter_mut().find(|r| r.id == id) {
+            r.wrote = true;
         }
     }
 
-    pub(crate) fn take_kill_request(&self) -> bool {
-        self.kill.swap(false, Ordering::AcqRel)
+    pub(crate) fn script_ended(&self, id: u64) {
+        self.runs().retain(|r| r.id != id);
+        self.running.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// SCRIPT KILL: asks a running script that has not written to stop.
-    pub fn request_kill(&self) -> KillOutcome {
-        if self.running.load(Ordering::Acquire) == 0 {
+    /// Whether a kill was asked for run `id` (checked by the engine's instruction hook).
+    pub(crate) fn take_kill_request(&self, id: u64) -> bool {
+        self.running.load(Ordering::Acquire) > 0
+            && self.runs().iter().any(|r| r.id == id && r.kill && !r.wrote)
+    }
+
+    /// SCRIPT KILL (`function == false`) or FUNCTION KILL: asks the oldest running script
+    /// to stop, with Redis's checks in Redis's order.
+    pub fn request_kill(&self, function: bool) -> KillOutcome {
+        let mut runs = self.runs();
+        let Some(r) = runs.first_mut() else {
             return KillOutcome::NotBusy;
-        }
-        if self.killable.load(Ordering::Acquire) == 0 {
+        };
+        if r.wrote {
             return KillOutcome::Unkillable;
         }
-        self.kill.store(true, Ordering::Release);
+        if r.function.is_some() != function {
+            return KillOutcome::WrongKind {
+                function_running: r.function.is_some(),
+            };
+        }
+        r.kill = true;
         KillOutcome::Requested
+    }
+
+    pub fn busy_threshold_ms(&self) -> u64 {
+        self.busy_threshold_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn set_busy_threshold_ms(&self, ms: u64) {
+        self.busy_threshold_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The -BUSY error other commands get while a script has run longer than
+    /// `busy-reply-threshold` (`None` when none has).
+    pub fn busy_error(&self) -> Option<&'static str> {
+        if self.running.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let threshold = Duration::from_millis(self.busy_threshold_ms());
+        let runs = self.runs();
+        let r = runs.iter().find(|r| r.started.elapsed() >= threshold)?;
+        Some(if r.function.is_some() {
+            ERR_BUSY_FUNCTION
+        } else {
+            ERR_BUSY_EVAL
+        })
+    }
+
+    /// Whether an EVAL-family script (not a function) is running now.
+    pub fn eval_running(&self) -> bool {
+        self.running.load(Ordering::Acquire) > 0 && self.runs().iter().any(|r| r.function.is_none())
+    }
+
+    /// The running function, for FUNCTION STATS.
+    pub fn running_function(&self) -> Option<RunningFunction> {
+        if self.running.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.runs().iter().find_map(|r| {
+            r.function.as_ref().map(|name| RunningFunction {
+                name: name.clone(),
+                command: r.command.clone(),
+                duration_ms: r.started.elapsed().as_millis() as u64,
+            })
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -168,6 +285,43 @@ impl Catalog {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Commands Redis runs while a script is busy (`allow_busy`); the rest get -BUSY.
+pub fn allowed_while_busy(name: &str, args: &[&[u8]]) -> bool {
+    let sub = |s: &str| {
+        args.get(1)
+            .is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()))
+    };
+    match name {
+        "auth" | "hello" | "quit" | "reset" | "multi" | "exec" | "discard" | "watch"
+        | "unwatch" | "shutdown" | "replconf" => true,
+        "script" => sub("kill"),
+        "function" => sub("kill") || sub("stats"),
+        _ => false,
+    }
+}
+
+/// Startup: opens the function catalog's durable file at `path` and loads the libraries
+/// it holds (evaluated in a temporary Lua state, for their functions' metadata).
+pub fn open_function_file(
+    catalog: &Arc<Catalog>,
+    path: std::path::PathBuf,
+) -> Result<usize, String> {
+    let codes = catalog
+        .functions
+        .open(path)
+        .map_err(|e| format!("function catalog: {e}"))?;
+    if codes.is_empty() {
+        return Ok(0);
+    }
+    let mut engine = Engine::new(catalog.clone()).map_err(|e| format!("Lua init: {e}"))?;
+    let libs = engine
+        .evaluate_libraries(&codes)
+        .map_err(|e| format!("function catalog: {e}"))?;
+    let n = libs.len();
+    catalog.functions.recovered(libs);
+    Ok(n)
 }
 
 /// Stack a thread running scripts needs: the nesting limits Redis sets (cjson and reply

@@ -688,6 +688,14 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
             rt.slowlog_log_slower_than_us.to_string(),
         ),
         ("slowlog-max-len".into(), rt.slowlog_max_len.to_string()),
+        (
+            "busy-reply-threshold".into(),
+            w.shared.scripts.busy_threshold_ms().to_string(),
+        ),
+        (
+            "lua-time-limit".into(),
+            w.shared.scripts.busy_threshold_ms().to_string(),
+        ),
         ("threads".into(), s.threads.to_string()),
         (
             "data-file".into(),
@@ -747,6 +755,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
+        let mut new_busy: Option<u64> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -772,6 +781,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 },
                 "slowlog-max-len" => match val.parse::<usize>() {
                     Ok(n) => rt.slowlog_max_len = n,
+                    Err(_) => return err(conn, &bad()),
+                },
+                "busy-reply-threshold" | "lua-time-limit" => match val.parse::<u64>() {
+                    Ok(n) => new_busy = Some(n),
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
@@ -829,6 +842,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             }
         }
         *w.shared.runtime.write().expect("runtime lock") = rt;
+        if let Some(ms) = new_busy {
+            w.shared.scripts.set_busy_threshold_ms(ms);
+        }
         if let Some(p) = new_requirepass {
             super::acl_cmd::set_requirepass(w, p.as_deref());
         }

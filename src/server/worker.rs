@@ -994,6 +994,14 @@ impl Worker {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
             return Outcome::Done;
         }
+        // A script running past `busy-reply-threshold` on some worker: Redis answers -BUSY
+        // to everything but the `allow_busy` commands (one atomic load while none runs).
+        if let Some(busy) = self.shared.scripts.busy_error() {
+            if !crate::scripting::allowed_while_busy(spec.name, args) {
+                conn.reply(|r| r.error(busy));
+                return Outcome::Done;
+            }
+        }
         // A connection's order: nothing keyed overtakes a parked write, and no write
         // overtakes a parked read (see `Conn::parked`).
         if conn.parked > 0

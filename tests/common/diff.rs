@@ -132,6 +132,34 @@ impl RespConn {
         }
     }
 
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.s.set_read_timeout(Some(t)).unwrap();
+    }
+
+    /// The next whole reply, or `None` if the read timeout passes first (bytes read so far
+    /// stay buffered for the next call).
+    pub fn try_reply(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(n) = frame_len(&self.buf) {
+                return Some(self.buf.drain(..n).collect());
+            }
+            let mut tmp = [0u8; 65536];
+            match self.s.read(&mut tmp) {
+                Ok(0) => panic!("connection closed"),
+                Ok(got) => self.buf.extend_from_slice(&tmp[..got]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return None
+                }
+                Err(e) => panic!("read reply: {e}"),
+            }
+        }
+    }
+
     /// Reads the next whole reply (one RESP frame, nested aggregates included).
     pub fn reply(&mut self) -> Vec<u8> {
         loop {
