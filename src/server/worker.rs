@@ -443,6 +443,11 @@ impl Worker {
     }
 
     fn on_accept(&mut self, listener: usize, res: i32, flags: u32, now: u64) {
+        if res == -libc::EINVAL || res == -libc::EBADF {
+            // The listener was shut down (the worker is stopping): re-arming would fail
+            // the same way at once, in a loop, until the worker exits.
+            return;
+        }
         if !cqueue::more(flags) {
             self.arm_accept(listener);
         }
