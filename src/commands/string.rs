@@ -40,6 +40,27 @@ pub fn write_string(
 }
 
 pub fn get(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    // The value is copied once, from where it lies (staging, a prefetched record, the
+    // cache) into the reply; `read_string` is the general path.
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let fast = ctx
+        .shards
+        .for_key(a[1])
+        .get_in_place(db, a[1], now, |kind, v| {
+            if kind != ValueKind::String {
+                return Err(ERR_WRONGTYPE.to_string());
+            }
+            r.bulk(v);
+            Ok(())
+        });
+    match fast {
+        Some(Some(done)) => return done,
+        Some(None) => {
+            r.null();
+            return Ok(());
+        }
+        None => {}
+    }
     match read_string(ctx, a[1])? {
         Some(v) => r.bulk(&v.bytes),
         None => r.null(),

@@ -1455,7 +1455,10 @@ impl Worker {
         if writes {
             self.round_writes = true;
         }
-        let mut bytes = Vec::new();
+        // Room for the reply up front: a value read for GET goes in with one copy and
+        // no regrowth.
+        let hint = p.fetched.iter().map(|f| f.len_bytes()).sum::<usize>() + 64;
+        let mut bytes = Vec::with_capacity(hint);
         if let Some(e) = p.error.take() {
             ReplyBuf::new(&mut bytes, p.proto).error(&e);
         } else {

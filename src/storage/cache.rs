@@ -99,7 +99,6 @@ impl RecordCache {
     }
 
     /// True when `addr` is cached for `block_seq`, without counting or touching it.
-    #[cfg(test)]
     pub fn contains(&self, addr: Address, block_seq: u64) -> bool {
         self.peek(addr, block_seq).is_some()
     }

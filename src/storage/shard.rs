@@ -5,9 +5,9 @@ use super::alloc::{BlockId, BlockIdHashing, StoreShared};
 use super::cache::RecordCache;
 use super::format::{
     decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
-    RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES,
-    DB_COUNT, FLAG_LARGE, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES, RECORD_HEADER_BYTES,
-    VALUE_LEN_MAX_BYTES,
+    RecordRef, RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG,
+    CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES,
+    RECORD_HEADER_BYTES, VALUE_LEN_MAX_BYTES,
 };
 use super::hash::key_hash;
 use super::index::{Address, Index};
@@ -462,6 +462,65 @@ impl Shard {
             bytes,
             expire_at_ms: (header.expire_at_ms != 0).then_some(header.expire_at_ms),
         }))
+    }
+
+    /// `get` without copies, for the hot path: when the record of (db, key) and every
+    /// index candidate tried before it are in memory (staging, lent prefetched records, the
+    /// record cache), runs `f` on the value's kind and bytes where they lie. `Some(None)`:
+    /// the key does not exist. `None`: the caller must use `get` (a candidate only on the
+    /// device, an expired key to delete, a large value, a record that does not verify).
+    pub fn get_in_place<R>(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        now_ms: u64,
+        f: impl FnOnce(ValueKind, &[u8]) -> R,
+    ) -> Option<Option<R>> {
+        if (db as usize) >= self.indexes.len() {
+            return None;
+        }
+        self.last_now_ms = now_ms;
+        let h = self.hash(db, key);
+        for addr in self.candidate_addresses(db, h) {
+            let (block, off) = self.shared.layout.split(addr);
+            let staged = self
+                .open
+                .as_ref()
+                .filter(|ob| ob.block == block && off < ob.write_pos)
+                .map(|ob| (ob.write_pos, ob.block_seq));
+            let rec = if let Some((end, seq)) = staged {
+                decode_record(&self.staging.as_slice()[off..end], seq)?
+            } else {
+                let block_seq = self.blocks.get(&block)?.block_seq;
+                let rec = match self
+                    .prefetched
+                    .iter()
+                    .find(|x| x.addr == addr && x.block_seq == block_seq)
+                {
+                    Some(x) => &x.rec,
+                    None => {
+                        if !self.cache.contains(addr, block_seq) {
+                            return None;
+                        }
+                        self.cache.get(addr, block_seq)?
+                    }
+                };
+                RecordRef {
+                    header: rec.header,
+                    key: &rec.key,
+                    value: &rec.value,
+                }
+            };
+            if rec.header.db != db || rec.key != key {
+                continue;
+            }
+            if is_expired(&rec.header, now_ms) || rec.header.flags & FLAG_LARGE != 0 {
+                return None;
+            }
+            let kind = ValueKind::from_u8(rec.header.value_kind)?;
+            return Some(Some(f(kind, rec.value)));
+        }
+        Some(None)
     }
 
     pub fn exists(&mut self, db: Db, key: &[u8], now_ms: u64) -> Result<bool, StorageError> {
