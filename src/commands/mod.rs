@@ -22,6 +22,7 @@ pub mod scripting;
 pub mod set;
 pub mod string;
 pub mod table;
+pub mod zset;
 
 use crate::resp::ReplyBuf;
 use crate::storage::{key_slot, shard_of_slot, Db, Shard, StorageError};
