@@ -39,16 +39,15 @@ const LEX_ENDS: &[&str] = &[
 ];
 
 fn pk<'a>(rng: &mut Rng, v: &[&'a str]) -> &'a str {
-    *rng.pick(v)
+    let picked: &&str = rng.pick(v);
+    picked
 }
 
 fn score(rng: &mut Rng) -> String {
     // Mostly valid scores; the invalid ones exercise the error paths.
     let s = *rng.pick(SCORES);
-    if s == "x" || s == "(1" {
-        if rng.chance(70) {
-            return "1".into();
-        }
+    if (s == "x" || s == "(1") && rng.chance(70) {
+        return "1".into();
     }
     s.to_string()
 }

@@ -29,6 +29,9 @@ pub use crate::storage::zset::format_score;
 use crate::storage::zset::{ZSetEncoding, ZSetValue};
 use crate::storage::{StorageError, ValueKind};
 
+/// A (score, member) pair as popped or selected.
+pub type ScorePair = (f64, Vec<u8>);
+
 const ERR_NOT_FLOAT: &str = "ERR value is not a valid float";
 const ERR_MINMAX_FLOAT: &str = "ERR min or max is not a float";
 const ERR_MINMAX_LEX: &str = "ERR min or max not valid string range item";
@@ -444,14 +447,14 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
         }
     }
     let elements = a.len() - i;
-    if elements % 2 != 0 || elements == 0 {
+    if !elements.is_multiple_of(2) || elements == 0 {
         return Err(ERR_SYNTAX.into());
     }
     let elements = elements / 2;
     if f.nx && f.xx {
         return Err("ERR XX and NX options at the same time are not compatible".into());
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
         return Err("ERR GT, LT, and/or NX options at the same time are not compatible".into());
     }
     if f.incr && elements > 1 {
@@ -830,7 +833,7 @@ pub fn pop_from_key(
     key: &[u8],
     max: bool,
     count: usize,
-) -> Result<Option<Vec<(f64, Vec<u8>)>>, String> {
+) -> Result<Option<Vec<ScorePair>>, String> {
     let Some(mut z) = load_zset(ctx, key)? else {
         return Ok(None);
     };
