@@ -305,7 +305,18 @@ fn lzf_dump_bytes_as_redis() {
 fn zset_payloads_as_redis() {
     let mut p = Pair::start("diff-dump-zset", &[]);
     let mut rng = Rng::new(0x25e7);
-    let scores = ["0", "1", "-3", "2.5", "-0.5", "inf", "-inf", "100000", "70000", "4294967296"];
+    let scores = [
+        "0",
+        "1",
+        "-3",
+        "2.5",
+        "-0.5",
+        "inf",
+        "-inf",
+        "100000",
+        "70000",
+        "4294967296",
+    ];
     for (round, size) in [1usize, 2, 5, 60, 128, 129, 300].into_iter().enumerate() {
         let key = format!("z{round}");
         let mut args: Vec<Vec<u8>> = vec![b"ZADD".to_vec(), key.clone().into_bytes()];
