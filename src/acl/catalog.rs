@@ -362,7 +362,7 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
         | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" | "zrevrange"
         | "zrandmember" | "zunion" | "zinter" | "zdiff" | "zintercard" | "zscan" => R,
         "zincrby" | "zpopmin" | "zpopmax" | "zmpop" => R | W,
-        "zrangestore" | "zunionstore" | "zinterstore" | "zdiffstore" => {
+        "zrangestore" | "zunionstore" | "zinterstore" | "zdiffstore" | "geosearchstore" => {
             if ordinal == 0 {
                 W
             } else {

@@ -14,6 +14,7 @@
 pub mod bitmap;
 pub mod collection;
 pub mod dump;
+pub mod geo;
 pub mod glob;
 pub mod hash;
 pub mod hyperloglog;

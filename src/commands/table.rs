@@ -2,7 +2,7 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, dump as d, hash as h, hyperloglog as hl, keyspace as k, scripting as sc,
+    bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, scripting as sc,
     set as st, string as s, zset as z, Handler,
 };
 
@@ -313,6 +313,17 @@ pub static TABLE: &[CommandSpec] = &[
     keyed_dest_numkeys!("zdiffstore", -4, ZWD_MOVABLE, "sorted-set", "6.2.0", "Stores the difference of multiple sorted sets in a key.", z::zdiffstore),
     keyed_numkeys!("zintercard", -3, ZR_MOVABLE, 1, "sorted-set", "7.0.0", "Returns the number of members of the intersect of multiple sorted sets.", z::zintercard),
     keyed!("zscan", -3, R, 1, 1, 1, "sorted-set", "2.8.0", "Iterates over members and scores of a sorted set.", z::zscan),
+    // geo (GEORADIUS's STORE key is found by keyword: refused, see geo.rs)
+    keyed!("geoadd", -5, W, 1, 1, 1, "geo", "3.2.0", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", g::geoadd),
+    keyed!("geodist", -4, R, 1, 1, 1, "geo", "3.2.0", "Returns the distance between two members of a geospatial index.", g::geodist),
+    keyed!("geohash", -2, R, 1, 1, 1, "geo", "3.2.0", "Returns members from a geospatial index as geohash strings.", g::geohash),
+    keyed!("geopos", -2, R, 1, 1, 1, "geo", "3.2.0", "Returns the longitude and latitude of members from a geospatial index.", g::geopos),
+    keyed!("georadius", -6, W, 1, 1, 1, "geo", "3.2.0", "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.", g::georadius),
+    keyed!("georadius_ro", -6, R, 1, 1, 1, "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a coordinate.", g::georadius_ro),
+    keyed!("georadiusbymember", -5, W, 1, 1, 1, "geo", "3.2.0", "Queries a geospatial index for members within a distance from a member, optionally stores the result.", g::georadiusbymember),
+    keyed!("georadiusbymember_ro", -5, R, 1, 1, 1, "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a member.", g::georadiusbymember_ro),
+    keyed!("geosearch", -7, R, 1, 1, 1, "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle.", g::geosearch),
+    keyed!("geosearchstore", -8, W, 1, 2, 1, "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.", g::geosearchstore),
     // Keyless (no key positions): runs on the connection's worker; the catalog is server-wide.
     keyed!("script", -2, SCRIPT, 0, 0, 0, "scripting", "2.6.0", "A container for Lua scripts management commands.", sc::script),
     all!("keys", 2, R, "generic", "1.0.0", "Returns all key names that match a pattern.", k::keys),
@@ -347,9 +358,12 @@ pub static TABLE: &[CommandSpec] = &[
     local!("tombraider", -2, ADMIN, "server", "0.1.0", "lavik: switches, paces or reports the tombstone sweep."),
 ];
 
+/// The longest command name ("georadiusbymember_ro").
+const COMMAND_NAME_MAX_BYTES: usize = 20;
+
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    if name.len() > 16 {
+    if name.len() > COMMAND_NAME_MAX_BYTES {
         return None;
     }
     TABLE
