@@ -29,7 +29,9 @@ fn member(rng: &mut Rng) -> String {
 }
 
 fn unit(rng: &mut Rng) -> &'static str {
-    *rng.pick(&["m", "km", "mi", "ft", "KM"])
+    const UNITS: &[&str] = &["m", "km", "mi", "ft", "KM"];
+    let u: &&str = rng.pick(UNITS);
+    u
 }
 
 fn search_options(rng: &mut Rng, c: &mut Vec<String>, with: bool) -> bool {

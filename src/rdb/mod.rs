@@ -5,9 +5,9 @@
 //! What it owns: the object encodings of the types lavik has — strings (verbatim,
 //! integer-encoded in 8/16/32 bits, LZF-compressed), hashes (`HASH`, `HASH_LISTPACK`, and
 //! on input `HASH_ZIPLIST`, `HASH_ZIPMAP`), sets (`SET`, `SET_INTSET`, and on input
-//! `SET_LISTPACK`) — and the compact blobs inside them (`blob`), LZF (`lzf`) and the
-//! checksum (`crc64`). Lists and sorted sets slot in as new `RdbValue` arms with their
-//! type bytes (`ObjectType` already names them) once lavik stores them.
+//! `SET_LISTPACK`), sorted sets (`ZSET_LISTPACK`, `ZSET_2`, and on input `ZSET`,
+//! `ZSET_ZIPLIST`) — and the compact blobs inside them (`blob`), LZF (`lzf`) and the
+//! checksum (`crc64`). Lists slot in as a new `RdbValue` arm once lavik stores them.
 //!
 //! Version: lavik reports Redis 7.2, whose payloads say RDB 11, but Redis 7.0 (Debian's
 //! 7.0.15, and many deployments migrating with DUMP/RESTORE) refuses any version above 10.
@@ -16,8 +16,9 @@
 //! written as a plain `SET`, as 7.0 would hold those members in a hashtable). RESTORE
 //! accepts versions up to 11 (so 7.2's `SET_LISTPACK` payloads load too).
 //!
-//! Emission is byte-identical to Redis for strings, listpack hashes and intset sets (the
-//! layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
+//! Emission is byte-identical to Redis for strings, listpack hashes, intset sets and
+//! sorted sets in both encodings (the layouts are deterministic; a score written as text
+//! uses 7.2's `d2string`, which 7.0 matches for integers and short binary fractions); for hashtable hashes and listpack/hashtable sets the body is
 //! the same type but the element order is lavik's (Redis's follows its dict's buckets).
 
 pub mod blob;
