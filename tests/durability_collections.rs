@@ -1,6 +1,6 @@
-//! Hashes and sets through restarts of the real server: a clean restart (with and without
-//! the shutdown checkpoint) and SIGKILL under HSET/SADD/HDEL/SREM load with
-//! `--appendfsync always`.
+//! Hashes, sets and sorted sets through restarts of the real server: a clean restart (with
+//! and without the shutdown checkpoint) and SIGKILL under HSET/SADD/ZADD/HDEL/SREM/ZREM load
+//! with `--appendfsync always`.
 mod common;
 use common::diff::Rng;
 use common::Server;
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 type Hashes = BTreeMap<String, BTreeMap<String, String>>;
 type Sets = BTreeMap<String, BTreeSet<String>>;
+type ZSets = BTreeMap<String, BTreeMap<String, i64>>;
 
 /// What one load thread believes: the effect of every acknowledged command, and the one
 /// command it sent last without an answer (it may or may not have been applied).
@@ -18,6 +19,7 @@ type Sets = BTreeMap<String, BTreeSet<String>>;
 struct Model {
     hashes: Hashes,
     sets: Sets,
+    zsets: ZSets,
     pending: Option<Vec<String>>,
 }
 
@@ -52,6 +54,20 @@ impl Model {
                     }
                 }
             }
+            "ZADD" => {
+                self.zsets
+                    .entry(c[1].clone())
+                    .or_default()
+                    .insert(c[3].clone(), c[2].parse().unwrap());
+            }
+            "ZREM" => {
+                if let Some(z) = self.zsets.get_mut(&c[1]) {
+                    z.remove(&c[2]);
+                    if z.is_empty() {
+                        self.zsets.remove(&c[1]);
+                    }
+                }
+            }
             other => panic!("model has no {other}"),
         }
     }
@@ -62,11 +78,23 @@ fn random_op(rng: &mut Rng, t: u64, n: u64) -> Vec<String> {
     let f = rng.below(12);
     // Values long enough that some hashes leave the listpack encoding.
     let v = format!("{n}-{}", "v".repeat(rng.below(80) as usize));
-    match rng.below(4) {
+    match rng.below(6) {
         0 => vec!["HSET".into(), format!("c{t}:h{j}"), format!("f{f}"), v],
         1 => vec!["HDEL".into(), format!("c{t}:h{j}"), format!("f{f}")],
         2 => vec!["SADD".into(), format!("c{t}:s{j}"), format!("m{f}")],
-        _ => vec!["SREM".into(), format!("c{t}:s{j}"), format!("m{f}")],
+        3 => vec!["SREM".into(), format!("c{t}:s{j}"), format!("m{f}")],
+        4 => vec![
+            "ZADD".into(),
+            format!("c{t}:z{j}"),
+            (rng.below(2000) as i64 - 1000).to_string(),
+            // Members past 64 bytes (f = 11) turn some sets into skiplists.
+            format!("m{f}-{}", "z".repeat(f as usize * 6)),
+        ],
+        _ => vec![
+            "ZREM".into(),
+            format!("c{t}:z{j}"),
+            format!("m{f}-{}", "z".repeat(f as usize * 6)),
+        ],
     }
 }
 
@@ -116,6 +144,24 @@ fn read_set(con: &mut redis::Connection, key: &str) -> BTreeSet<String> {
     redis::cmd("SMEMBERS").arg(key).query(con).unwrap()
 }
 
+/// A sorted set as member -> score, checking on the way that ZRANGE lists it in
+/// (score, member) order.
+fn read_zset(con: &mut redis::Connection, key: &str) -> BTreeMap<String, i64> {
+    let flat: Vec<String> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)
+        .unwrap();
+    let pairs: Vec<(i64, String)> = flat
+        .chunks(2)
+        .map(|c| (c[1].parse().unwrap(), c[0].clone()))
+        .collect();
+    assert!(pairs.windows(2).all(|w| w[0] < w[1]), "{key} out of order");
+    pairs.into_iter().map(|(s, m)| (m, s)).collect()
+}
+
 /// Every key of thread `t` holds the model's contents, or (for the one key the pending
 /// command touched) the contents with that command applied.
 fn verify(con: &mut redis::Connection, t: u64, m: &Model) {
@@ -140,10 +186,18 @@ fn verify(con: &mut redis::Connection, t: u64, m: &Model) {
             got == a || got == b,
             "{sk}: got {got:?}, acknowledged {a:?}"
         );
+        let zk = format!("c{t}:z{j}");
+        let got = read_zset(con, &zk);
+        let a = m.zsets.get(&zk).cloned().unwrap_or_default();
+        let b = with_pending.zsets.get(&zk).cloned().unwrap_or_default();
+        assert!(
+            got == a || got == b,
+            "{zk}: got {got:?}, acknowledged {a:?}"
+        );
     }
 }
 
-// With appendfsync always, every acknowledged HSET/HDEL/SADD/SREM survives SIGKILL and no
+// With appendfsync always, every acknowledged HSET/HDEL/SADD/SREM/ZADD/ZREM survives SIGKILL and no
 // collection shows a state between two commands, over several kill/restart cycles.
 #[test]
 fn sigkill_collections_always_loses_nothing_acknowledged() {
@@ -160,7 +214,7 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
         let mut acked_total = 0;
         for (t, m) in models.iter().enumerate() {
             let m = m.lock().unwrap().clone();
-            acked_total += m.hashes.len() + m.sets.len();
+            acked_total += m.hashes.len() + m.sets.len() + m.zsets.len();
             verify(&mut con, t as u64, &m);
         }
         assert!(
@@ -172,7 +226,7 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
     }
 }
 
-fn fill(con: &mut redis::Connection) -> (Hashes, Sets) {
+fn fill(con: &mut redis::Connection) -> Model {
     let mut rng = Rng::new(77);
     let mut m = Model::default();
     for n in 0..3000 {
@@ -202,15 +256,33 @@ fn fill(con: &mut redis::Connection) -> (Hashes, Sets) {
         let _: i64 = h.query(con).unwrap();
         let _: i64 = s.query(con).unwrap();
     }
+    // And a sorted set of the same size.
+    for batch in 0..12 {
+        let mut z = redis::cmd("ZADD");
+        z.arg("big:z");
+        for i in batch * 1000..(batch + 1) * 1000 {
+            let member = format!("big{i}-{}", "p".repeat(90));
+            let score = (i * 7919) % 5003;
+            z.arg(score).arg(&member);
+            m.apply(&["ZADD".into(), "big:z".into(), score.to_string(), member]);
+        }
+        let _: i64 = z.query(con).unwrap();
+    }
     let _: i64 = redis::cmd("EXPIRE")
         .arg("c0:h0")
         .arg(5000)
         .query(con)
         .unwrap();
-    (m.hashes, m.sets)
+    m
 }
 
-fn check_all(con: &mut redis::Connection, hashes: &Hashes, sets: &Sets) {
+fn check_all(con: &mut redis::Connection, m: &Model) {
+    let (hashes, sets) = (&m.hashes, &m.sets);
+    for (k, z) in &m.zsets {
+        assert_eq!(&read_zset(con, k), z, "{k}");
+        let t: String = redis::cmd("TYPE").arg(k).query(con).unwrap();
+        assert_eq!(t, "zset");
+    }
     for (k, h) in hashes {
         assert_eq!(&read_hash(con, k), h, "{k}");
         let t: String = redis::cmd("TYPE").arg(k).query(con).unwrap();
@@ -227,27 +299,27 @@ fn check_all(con: &mut redis::Connection, hashes: &Hashes, sets: &Sets) {
         "TTL after restart: {ttl}"
     );
     let n: usize = redis::cmd("DBSIZE").query(con).unwrap();
-    assert_eq!(n, hashes.len() + sets.len());
+    assert_eq!(n, hashes.len() + sets.len() + m.zsets.len());
 }
 
-// Hashes and sets (small, and large enough to be stored as fragments), their types and
+// Hashes, sets and sorted sets (small, and large enough to be stored as fragments), their types and
 // TTLs, are the same after a clean restart (recovery scan) and after restarts from the
 // shutdown checkpoint (defrag relocation of collection records: tests/storage_model.rs).
 #[test]
 fn clean_restart_keeps_collections() {
     let mut s = Server::start("coll-restart", &[]);
     let mut con = s.client();
-    let (hashes, sets) = fill(&mut con);
-    check_all(&mut con, &hashes, &sets);
+    let m = fill(&mut con);
+    check_all(&mut con, &m);
     drop(con);
     s.restart();
-    check_all(&mut s.client(), &hashes, &sets);
+    check_all(&mut s.client(), &m);
     s.args.push("--shutdown-checkpoint".into());
     s.restart();
     s.restart();
     let mut con = s.client();
-    check_all(&mut con, &hashes, &sets);
+    check_all(&mut con, &m);
     drop(con);
     s.restart();
-    check_all(&mut s.client(), &hashes, &sets);
+    check_all(&mut s.client(), &m);
 }

@@ -12,6 +12,7 @@
 //! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
 use lavik::storage::collection::{HashValue, SetValue};
+use lavik::storage::zset::ZSetValue;
 use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -116,12 +117,13 @@ fn value_bytes(k: u8, len: usize, fill: u8) -> Vec<u8> {
     v
 }
 
-/// Key `k`'s value kind: strings, hashes and sets in turn.
+/// Key `k`'s value kind: strings, hashes, sets and sorted sets in turn.
 fn kind_of(k: u8) -> ValueKind {
-    match k % 3 {
+    match k % 4 {
         0 => ValueKind::String,
         1 => ValueKind::Hash,
-        _ => ValueKind::Set,
+        2 => ValueKind::Set,
+        _ => ValueKind::ZSet,
     }
 }
 
@@ -130,6 +132,7 @@ fn kind_tag(kind: ValueKind) -> u8 {
         ValueKind::String => b's',
         ValueKind::Hash => b'h',
         ValueKind::Set => b'S',
+        ValueKind::ZSet => b'z',
     }
 }
 
@@ -155,6 +158,14 @@ fn record_value(k: u8, len: usize, fill: u8) -> Vec<u8> {
             }
             s.encode()
         }
+        ValueKind::ZSet => {
+            let mut z = ZSetValue::new();
+            z.insert(b"k", f64::from(k));
+            for (i, chunk) in raw.chunks(1024).enumerate() {
+                z.insert(chunk, i as f64 / 4.0);
+            }
+            z.encode()
+        }
     }
 }
 
@@ -163,6 +174,7 @@ fn tagged(v: Value) -> Vec<u8> {
     match v.kind {
         ValueKind::Hash => assert!(HashValue::decode(&v.bytes).is_ok(), "hash record decodes"),
         ValueKind::Set => assert!(SetValue::decode(&v.bytes).is_ok(), "set record decodes"),
+        ValueKind::ZSet => assert!(ZSetValue::decode(&v.bytes).is_ok(), "zset record decodes"),
         ValueKind::String => {}
     }
     [&[kind_tag(v.kind)][..], &v.bytes].concat()

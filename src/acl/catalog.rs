@@ -238,7 +238,7 @@ fn top_categories(spec: &CommandSpec) -> u32 {
         "hyperloglog" => cat("hyperloglog"),
         "scripting" => cat("scripting"),
         "list" => cat("list"),
-        "sorted_set" => cat("sortedset"),
+        "sorted_set" | "sorted-set" => cat("sortedset"),
         "geo" => cat("geo"),
         "stream" => cat("stream"),
         "pubsub" => cat("pubsub"),
@@ -369,7 +369,21 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
     match name {
         "get" | "mget" | "getrange" | "substr" | "lcs" | "ttl" | "pttl" | "expiretime"
         | "pexpiretime" | "dump" => R,
-        "strlen" | "exists" | "touch" | "type" => 0,
+        "strlen" | "exists" | "touch" | "type" | "zcard" => 0,
+        // Sorted sets (Redis 7.2 key specs): reads are RO ACCESS; ZADD/ZREM/ZREMRANGEBY*
+        // only update; the pops and ZINCRBY read what they change; a *STORE's destination
+        // (the first key) is written, its sources read.
+        "zscore" | "zmscore" | "zrank" | "zrevrank" | "zcount" | "zlexcount" | "zrange"
+        | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" | "zrevrange"
+        | "zrandmember" | "zunion" | "zinter" | "zdiff" | "zintercard" | "zscan" => R,
+        "zincrby" | "zpopmin" | "zpopmax" | "zmpop" => R | W,
+        "zrangestore" | "zunionstore" | "zinterstore" | "zdiffstore" | "geosearchstore" => {
+            if ordinal == 0 {
+                W
+            } else {
+                R
+            }
+        }
         "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" => {
             R | W
         }

@@ -12,6 +12,7 @@
 use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashValue, SetValue};
+use crate::storage::zset::ZSetValue;
 use crate::storage::{StorageError, ValueKind};
 use std::cell::Cell;
 
@@ -111,6 +112,34 @@ pub fn store_set(
 ) -> Result<(), String> {
     let bytes = (!s.is_empty()).then(|| s.encode());
     store_raw(ctx, key, ValueKind::Set, bytes, expire_at_ms)
+}
+
+/// Loads a sorted set (`None` for a missing or expired key; WRONGTYPE for another kind).
+pub fn load_zset(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ZSetValue>>, String> {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::ZSet)?
+    else {
+        return Ok(None);
+    };
+    let value = ZSetValue::decode(&bytes)
+        .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?;
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms,
+    }))
+}
+
+/// Writes `z` under `key` (deleting the key when `z` is empty).
+pub fn store_zset(
+    ctx: &mut Ctx,
+    key: &[u8],
+    z: &ZSetValue,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let bytes = (!z.is_empty()).then(|| z.encode());
+    store_raw(ctx, key, ValueKind::ZSet, bytes, expire_at_ms)
 }
 
 // ---- randomness -------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 pub mod bitmap;
 pub mod collection;
 pub mod dump;
+pub mod geo;
 pub mod glob;
 pub mod hash;
 pub mod hyperloglog;
@@ -22,6 +23,7 @@ pub mod scripting;
 pub mod set;
 pub mod string;
 pub mod table;
+pub mod zset;
 
 use crate::resp::ReplyBuf;
 use crate::storage::{key_slot, shard_of_slot, Db, Shard, StorageError};

@@ -2,8 +2,8 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, dump as d, hash as h, hyperloglog as hl, keyspace as k, scripting as sc,
-    set as st, string as s, Handler,
+    bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, scripting as sc,
+    set as st, string as s, zset as z, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,10 +32,12 @@ pub struct CommandSpec {
     pub movable: Option<Movable>,
 }
 
-/// "The argument at `numkeys_at` says how many keys follow it" (EVAL, EVALSHA, FCALL: 2).
+/// "The argument at `numkeys_at` says how many keys follow it" (EVAL, EVALSHA, FCALL: 2),
+/// plus a fixed key before it for the commands that store (ZUNIONSTORE: `dest_at` 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Movable {
     pub numkeys_at: usize,
+    pub dest_at: Option<usize>,
 }
 
 impl CommandSpec {
@@ -85,6 +87,9 @@ const FCALL: &[&str] = &[
     "movablekeys",
 ];
 const FUNCTION: &[&str] = &[];
+const ZR_MOVABLE: &[&str] = &["readonly", "movablekeys"];
+const ZW_MOVABLE: &[&str] = &["write", "movablekeys"];
+const ZWD_MOVABLE: &[&str] = &["write", "denyoom", "movablekeys"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -119,7 +124,32 @@ macro_rules! keyed_numkeys {
             summary: $sum,
             kind: Kind::Keyed,
             handler: Some($h),
-            movable: Some(Movable { numkeys_at: $at }),
+            movable: Some(Movable {
+                numkeys_at: $at,
+                dest_at: None,
+            }),
+        }
+    };
+}
+/// Movable keys with a destination key at 1 and numkeys at 2 (ZUNIONSTORE and friends).
+macro_rules! keyed_dest_numkeys {
+    ($name:expr, $arity:expr, $flags:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            first_key: 0,
+            last_key: 0,
+            step: 0,
+            group: $group,
+            since: $since,
+            summary: $sum,
+            kind: Kind::Keyed,
+            handler: Some($h),
+            movable: Some(Movable {
+                numkeys_at: 2,
+                dest_at: Some(1),
+            }),
         }
     };
 }
@@ -262,6 +292,50 @@ pub static TABLE: &[CommandSpec] = &[
     keyed_numkeys!("evalsha", -3, EVAL, 2, "scripting", "2.6.0", "Executes a server-side Lua script by SHA1 digest.", sc::evalsha),
     keyed_numkeys!("eval_ro", -3, EVAL_RO, 2, "scripting", "7.0.0", "Executes a read-only server-side Lua script.", sc::eval_ro),
     keyed_numkeys!("evalsha_ro", -3, EVAL_RO, 2, "scripting", "7.0.0", "Executes a read-only server-side Lua script by SHA1 digest.", sc::evalsha_ro),
+    // sorted sets
+    keyed!("zadd", -4, WF, 1, 1, 1, "sorted-set", "1.2.0", "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.", z::zadd),
+    keyed!("zincrby", 4, WF, 1, 1, 1, "sorted-set", "1.2.0", "Increments the score of a member in a sorted set.", z::zincrby),
+    keyed!("zrem", -3, WDF, 1, 1, 1, "sorted-set", "1.2.0", "Removes one or more members from a sorted set. Deletes the sorted set if all members were removed.", z::zrem),
+    keyed!("zcard", 2, RF, 1, 1, 1, "sorted-set", "1.2.0", "Returns the number of members in a sorted set.", z::zcard),
+    keyed!("zscore", 3, RF, 1, 1, 1, "sorted-set", "1.2.0", "Returns the score of a member in a sorted set.", z::zscore),
+    keyed!("zmscore", -3, RF, 1, 1, 1, "sorted-set", "6.2.0", "Returns the score of one or more members in a sorted set.", z::zmscore),
+    keyed!("zrank", -3, RF, 1, 1, 1, "sorted-set", "2.0.0", "Returns the index of a member in a sorted set ordered by ascending scores.", z::zrank),
+    keyed!("zrevrank", -3, RF, 1, 1, 1, "sorted-set", "2.0.0", "Returns the index of a member in a sorted set ordered by descending scores.", z::zrevrank),
+    keyed!("zcount", 4, RF, 1, 1, 1, "sorted-set", "2.0.0", "Returns the count of members in a sorted set that have scores within a range.", z::zcount),
+    keyed!("zlexcount", 4, RF, 1, 1, 1, "sorted-set", "2.8.9", "Returns the number of members in a sorted set within a lexicographical range.", z::zlexcount),
+    keyed!("zrange", -4, R, 1, 1, 1, "sorted-set", "1.2.0", "Returns members in a sorted set within a range of indexes.", z::zrange),
+    keyed!("zrangebyscore", -4, R, 1, 1, 1, "sorted-set", "1.0.5", "Returns members in a sorted set within a range of scores.", z::zrangebyscore),
+    keyed!("zrevrangebyscore", -4, R, 1, 1, 1, "sorted-set", "2.2.0", "Returns members in a sorted set within a range of scores in reverse order.", z::zrevrangebyscore),
+    keyed!("zrangebylex", -4, R, 1, 1, 1, "sorted-set", "2.8.9", "Returns members in a sorted set within a lexicographical range.", z::zrangebylex),
+    keyed!("zrevrangebylex", -4, R, 1, 1, 1, "sorted-set", "2.8.9", "Returns members in a sorted set within a lexicographical range in reverse order.", z::zrevrangebylex),
+    keyed!("zrevrange", -4, R, 1, 1, 1, "sorted-set", "1.2.0", "Returns members in a sorted set within a range of indexes in reverse order.", z::zrevrange),
+    keyed!("zrangestore", -5, W, 1, 2, 1, "sorted-set", "6.2.0", "Stores a range of members from sorted set in a key.", z::zrangestore),
+    keyed!("zremrangebyrank", 4, WD, 1, 1, 1, "sorted-set", "2.0.0", "Removes members in a sorted set within a range of indexes. Deletes the sorted set if all members were removed.", z::zremrangebyrank),
+    keyed!("zremrangebyscore", 4, WD, 1, 1, 1, "sorted-set", "1.2.0", "Removes members in a sorted set within a range of scores. Deletes the sorted set if all members were removed.", z::zremrangebyscore),
+    keyed!("zremrangebylex", 4, WD, 1, 1, 1, "sorted-set", "2.8.9", "Removes members in a sorted set within a lexicographical range. Deletes the sorted set if all members were removed.", z::zremrangebylex),
+    keyed!("zpopmin", -2, WDF, 1, 1, 1, "sorted-set", "5.0.0", "Returns the lowest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", z::zpopmin),
+    keyed!("zpopmax", -2, WDF, 1, 1, 1, "sorted-set", "5.0.0", "Returns the highest-scoring members from a sorted set after removing them. Deletes the sorted set if the last member was popped.", z::zpopmax),
+    keyed_numkeys!("zmpop", -4, ZW_MOVABLE, 1, "sorted-set", "7.0.0", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", z::zmpop),
+    keyed!("zrandmember", -2, R, 1, 1, 1, "sorted-set", "6.2.0", "Returns one or more random members from a sorted set.", z::zrandmember),
+    keyed_numkeys!("zunion", -3, ZR_MOVABLE, 1, "sorted-set", "6.2.0", "Returns the union of multiple sorted sets.", z::zunion),
+    keyed_numkeys!("zinter", -3, ZR_MOVABLE, 1, "sorted-set", "6.2.0", "Returns the intersect of multiple sorted sets.", z::zinter),
+    keyed_numkeys!("zdiff", -3, ZR_MOVABLE, 1, "sorted-set", "6.2.0", "Returns the difference between multiple sorted sets.", z::zdiff),
+    keyed_dest_numkeys!("zunionstore", -4, ZWD_MOVABLE, "sorted-set", "2.0.0", "Stores the union of multiple sorted sets in a key.", z::zunionstore),
+    keyed_dest_numkeys!("zinterstore", -4, ZWD_MOVABLE, "sorted-set", "2.0.0", "Stores the intersect of multiple sorted sets in a key.", z::zinterstore),
+    keyed_dest_numkeys!("zdiffstore", -4, ZWD_MOVABLE, "sorted-set", "6.2.0", "Stores the difference of multiple sorted sets in a key.", z::zdiffstore),
+    keyed_numkeys!("zintercard", -3, ZR_MOVABLE, 1, "sorted-set", "7.0.0", "Returns the number of members of the intersect of multiple sorted sets.", z::zintercard),
+    keyed!("zscan", -3, R, 1, 1, 1, "sorted-set", "2.8.0", "Iterates over members and scores of a sorted set.", z::zscan),
+    // geo (GEORADIUS's STORE key is found by keyword: refused, see geo.rs)
+    keyed!("geoadd", -5, W, 1, 1, 1, "geo", "3.2.0", "Adds one or more members to a geospatial index. The key is created if it doesn't exist.", g::geoadd),
+    keyed!("geodist", -4, R, 1, 1, 1, "geo", "3.2.0", "Returns the distance between two members of a geospatial index.", g::geodist),
+    keyed!("geohash", -2, R, 1, 1, 1, "geo", "3.2.0", "Returns members from a geospatial index as geohash strings.", g::geohash),
+    keyed!("geopos", -2, R, 1, 1, 1, "geo", "3.2.0", "Returns the longitude and latitude of members from a geospatial index.", g::geopos),
+    keyed!("georadius", -6, W, 1, 1, 1, "geo", "3.2.0", "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.", g::georadius),
+    keyed!("georadius_ro", -6, R, 1, 1, 1, "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a coordinate.", g::georadius_ro),
+    keyed!("georadiusbymember", -5, W, 1, 1, 1, "geo", "3.2.0", "Queries a geospatial index for members within a distance from a member, optionally stores the result.", g::georadiusbymember),
+    keyed!("georadiusbymember_ro", -5, R, 1, 1, 1, "geo", "3.2.10", "Returns members from a geospatial index that are within a distance from a member.", g::georadiusbymember_ro),
+    keyed!("geosearch", -7, R, 1, 1, 1, "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle.", g::geosearch),
+    keyed!("geosearchstore", -8, W, 1, 2, 1, "geo", "6.2.0", "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.", g::geosearchstore),
     // Keyless (no key positions): runs on the connection's worker; the catalog is server-wide.
     keyed!("script", -2, SCRIPT, 0, 0, 0, "scripting", "2.6.0", "A container for Lua scripts management commands.", sc::script),
     keyed_numkeys!("fcall", -3, FCALL, 2, "scripting", "7.0.0", "Invokes a function.", sc::fcall),
@@ -299,9 +373,12 @@ pub static TABLE: &[CommandSpec] = &[
     local!("tombraider", -2, ADMIN, "server", "0.1.0", "lavik: switches, paces or reports the tombstone sweep."),
 ];
 
+/// The longest command name ("georadiusbymember_ro").
+const COMMAND_NAME_MAX_BYTES: usize = 20;
+
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    if name.len() > 16 {
+    if name.len() > COMMAND_NAME_MAX_BYTES {
         return None;
     }
     TABLE
@@ -321,11 +398,12 @@ pub fn movable_key_count(m: Movable, args: &[&[u8]]) -> Option<usize> {
 pub fn key_positions(
     spec: &CommandSpec,
     args: &[&[u8]],
-) -> std::iter::StepBy<std::ops::Range<usize>> {
+) -> std::iter::Chain<std::option::IntoIter<usize>, std::iter::StepBy<std::ops::Range<usize>>> {
     if let Some(m) = spec.movable {
         let n = movable_key_count(m, args).unwrap_or(0);
         let first = m.numkeys_at + 1;
-        return (first..first + n).step_by(1);
+        let dest = m.dest_at.filter(|&d| d < args.len());
+        return dest.into_iter().chain((first..first + n).step_by(1));
     }
     let argc = args.len();
     let first = spec.first_key.max(0) as usize;
@@ -346,7 +424,7 @@ pub fn key_positions(
     } else {
         (0, 0)
     };
-    (start..end).step_by(step)
+    None.into_iter().chain((start..end).step_by(step))
 }
 
 #[cfg(test)]
@@ -395,6 +473,26 @@ mod tests {
             let a: Vec<&[u8]> = vec![b"eval", b"s", bad, b"k1"];
             assert_eq!(key_positions(eval, &a).count(), 0, "{bad:?}");
         }
+    }
+
+    // ZUNIONSTORE's keys are its destination and the numkeys sources; ZUNION's only the sources.
+    #[test]
+    fn dest_numkeys_positions() {
+        let zs = lookup(b"ZUNIONSTORE").unwrap();
+        let a: Vec<&[u8]> = vec![
+            b"zunionstore",
+            b"d",
+            b"2",
+            b"k1",
+            b"k2",
+            b"WEIGHTS",
+            b"1",
+            b"2",
+        ];
+        assert_eq!(key_positions(zs, &a).collect::<Vec<_>>(), vec![1, 3, 4]);
+        let zu = lookup(b"zunion").unwrap();
+        let a: Vec<&[u8]> = vec![b"zunion", b"2", b"k1", b"k2", b"withscores"];
+        assert_eq!(key_positions(zu, &a).collect::<Vec<_>>(), vec![2, 3]);
     }
 
     // Every name is lowercase and unique, so lookup is unambiguous.

@@ -5,9 +5,9 @@
 //! What it owns: the object encodings of the types lavik has — strings (verbatim,
 //! integer-encoded in 8/16/32 bits, LZF-compressed), hashes (`HASH`, `HASH_LISTPACK`, and
 //! on input `HASH_ZIPLIST`, `HASH_ZIPMAP`), sets (`SET`, `SET_INTSET`, and on input
-//! `SET_LISTPACK`) — and the compact blobs inside them (`blob`), LZF (`lzf`) and the
-//! checksum (`crc64`). Lists and sorted sets slot in as new `RdbValue` arms with their
-//! type bytes (`ObjectType` already names them) once lavik stores them.
+//! `SET_LISTPACK`), sorted sets (`ZSET_LISTPACK`, `ZSET_2`, and on input `ZSET`,
+//! `ZSET_ZIPLIST`) — and the compact blobs inside them (`blob`), LZF (`lzf`) and the
+//! checksum (`crc64`). Lists slot in as a new `RdbValue` arm once lavik stores them.
 //!
 //! Version: lavik reports Redis 7.2, whose payloads say RDB 11, but Redis 7.0 (Debian's
 //! 7.0.15, and many deployments migrating with DUMP/RESTORE) refuses any version above 10.
@@ -16,8 +16,9 @@
 //! written as a plain `SET`, as 7.0 would hold those members in a hashtable). RESTORE
 //! accepts versions up to 11 (so 7.2's `SET_LISTPACK` payloads load too).
 //!
-//! Emission is byte-identical to Redis for strings, listpack hashes and intset sets (the
-//! layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
+//! Emission is byte-identical to Redis for strings, listpack hashes, intset sets and
+//! sorted sets in both encodings (the layouts are deterministic; a score written as text
+//! uses 7.2's `d2string`, which 7.0 matches for integers and short binary fractions); for hashtable hashes and listpack/hashtable sets the body is
 //! the same type but the element order is lavik's (Redis's follows its dict's buckets).
 
 pub mod blob;
@@ -26,6 +27,7 @@ pub mod lzf;
 
 use crate::resp::parse::parse_i64;
 use crate::storage::collection::{as_set_int, HashEncoding, HashValue, SetEncoding, SetValue};
+use crate::storage::zset::{format_score, ZSetEncoding, ZSetValue};
 
 /// The RDB version DUMP writes (Redis 7.0's; see the module comment).
 pub const RDB_VERSION_EMITTED: u16 = 10;
@@ -78,6 +80,7 @@ pub enum RdbValue {
     String(Vec<u8>),
     Hash(HashValue),
     Set(SetValue),
+    ZSet(ZSetValue),
 }
 
 /// Why RESTORE refuses a payload; the two texts are Redis's.
@@ -199,6 +202,32 @@ fn put_object(out: &mut Vec<u8>, v: &RdbValue) {
             put_len(out, s.len());
             for m in s.members() {
                 put_string(out, m);
+            }
+        }
+        // A listpack zset holds member, score-text pairs in ascending order (the score as
+        // Redis's d2string writes it into the listpack).
+        RdbValue::ZSet(z) if z.encoding() == ZSetEncoding::Listpack => {
+            out.push(ObjectType::ZsetListpack as u8);
+            let texts: Vec<Vec<u8>> = z
+                .pairs()
+                .iter()
+                .map(|(s, _)| format_score(*s).into_bytes())
+                .collect();
+            let elements = z
+                .pairs()
+                .iter()
+                .zip(&texts)
+                .flat_map(|((_, m), t)| [m.as_slice(), t.as_slice()]);
+            put_string(out, &blob::listpack_build(elements));
+        }
+        // A skiplist zset is written from the highest pair to the lowest, scores as binary
+        // little-endian doubles (`ZSET_2`), as Redis writes it.
+        RdbValue::ZSet(z) => {
+            out.push(ObjectType::Zset2 as u8);
+            put_len(out, z.len());
+            for (s, m) in z.pairs().iter().rev() {
+                put_string(out, m);
+                out.extend_from_slice(&s.to_bits().to_le_bytes());
             }
         }
     }
@@ -376,6 +405,41 @@ fn set_from_members(m: Vec<Vec<u8>>) -> Result<RdbValue> {
     Ok(RdbValue::Set(s))
 }
 
+/// A sorted set from (member, score) pairs; the encoding Redis converts a loaded set to.
+fn zset_from_pairs(pairs: Vec<(f64, Vec<u8>)>) -> Result<RdbValue> {
+    if pairs.is_empty() {
+        return Err(DumpError::BadFormat("empty sorted set"));
+    }
+    if pairs.iter().any(|(s, _)| s.is_nan()) {
+        return Err(DumpError::BadFormat("NaN score"));
+    }
+    let n = pairs.len();
+    let z = ZSetValue::from_pairs(pairs);
+    let distinct: std::collections::HashSet<&[u8]> =
+        z.pairs().iter().map(|(_, m)| m.as_slice()).collect();
+    if distinct.len() != n {
+        return Err(DumpError::BadFormat("duplicate sorted set member"));
+    }
+    Ok(RdbValue::ZSet(z))
+}
+
+/// Listpack/ziplist zset elements: member, score text, alternating.
+fn zset_from_elements(e: Vec<Vec<u8>>) -> Result<RdbValue> {
+    if !e.len().is_multiple_of(2) {
+        return Err(DumpError::BadFormat("odd zset listpack"));
+    }
+    let mut pairs = Vec::with_capacity(e.len() / 2);
+    let mut it = e.into_iter();
+    while let (Some(m), Some(s)) = (it.next(), it.next()) {
+        let score = std::str::from_utf8(&s)
+            .ok()
+            .and_then(|t| t.parse::<f64>().ok())
+            .ok_or(DumpError::BadFormat("zset score text"))?;
+        pairs.push((score, m));
+    }
+    zset_from_pairs(pairs)
+}
+
 /// Reads `n` elements one by one, growing the vector as they arrive (a corrupt count
 /// runs out of input instead of allocating).
 fn strings(r: &mut Reader, n: usize) -> Result<Vec<Vec<u8>>> {
@@ -419,6 +483,41 @@ fn parse_object(body: &[u8]) -> Result<RdbValue> {
         }
         x if x == ObjectType::SetListpack as u8 => {
             set_from_members(blob::listpack_decode(&r.string()?)?)
+        }
+        x if x == ObjectType::ZsetListpack as u8 => {
+            zset_from_elements(blob::listpack_decode(&r.string()?)?)
+        }
+        x if x == ObjectType::ZsetZiplist as u8 => {
+            zset_from_elements(blob::ziplist_decode(&r.string()?)?)
+        }
+        x if x == ObjectType::Zset2 as u8 => {
+            let n = r.len()?;
+            let mut pairs = Vec::new();
+            for _ in 0..n {
+                let m = r.string()?;
+                let b = r.take(8)?;
+                let bits = u64::from_le_bytes(b.try_into().map_err(|_| TRUNCATED)?);
+                pairs.push((f64::from_bits(bits), m));
+            }
+            zset_from_pairs(pairs)
+        }
+        x if x == ObjectType::Zset as u8 => {
+            let n = r.len()?;
+            let mut pairs = Vec::new();
+            for _ in 0..n {
+                let m = r.string()?;
+                let score = match r.u8()? {
+                    253 => f64::NAN,
+                    254 => f64::INFINITY,
+                    255 => f64::NEG_INFINITY,
+                    len => std::str::from_utf8(r.take(len as usize)?)
+                        .ok()
+                        .and_then(|t| t.parse::<f64>().ok())
+                        .ok_or(DumpError::BadFormat("zset score text"))?,
+                };
+                pairs.push((score, m));
+            }
+            zset_from_pairs(pairs)
         }
         _ => Err(DumpError::BadFormat("object type lavik does not store")),
     }

@@ -51,6 +51,7 @@ pub mod prefetch;
 mod recovery;
 mod shard;
 mod tombraider;
+pub mod zset;
 
 pub use grow::{GrowthConfig, GrowthStatus};
 pub use hash::{key_hash, key_slot, shard_of_slot};
@@ -88,6 +89,8 @@ pub enum ValueKind {
     String,
     Hash,
     Set,
+    /// A sorted set (`zset::ZSetValue`); kind 3 is the list's.
+    ZSet,
 }
 
 impl ValueKind {
@@ -96,6 +99,7 @@ impl ValueKind {
             ValueKind::String => 0,
             ValueKind::Hash => 1,
             ValueKind::Set => 2,
+            ValueKind::ZSet => 4,
         }
     }
 
@@ -104,6 +108,7 @@ impl ValueKind {
             0 => Some(ValueKind::String),
             1 => Some(ValueKind::Hash),
             2 => Some(ValueKind::Set),
+            4 => Some(ValueKind::ZSet),
             _ => None,
         }
     }
