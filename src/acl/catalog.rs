@@ -355,6 +355,7 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
         "get" | "mget" | "getrange" | "substr" | "lcs" | "ttl" | "pttl" | "expiretime"
         | "pexpiretime" | "dump" => R,
         "strlen" | "exists" | "touch" | "type" => 0,
+        "llen" | "lindex" | "lrange" | "lpos" => R,
         "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" => {
             R | W
         }

@@ -12,6 +12,7 @@
 use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashValue, SetValue};
+use crate::storage::list_codec::ListValue;
 use crate::storage::{StorageError, ValueKind};
 use std::cell::Cell;
 
@@ -111,6 +112,34 @@ pub fn store_set(
 ) -> Result<(), String> {
     let bytes = (!s.is_empty()).then(|| s.encode());
     store_raw(ctx, key, ValueKind::Set, bytes, expire_at_ms)
+}
+
+/// Loads the list at `key` (WRONGTYPE for another kind, `None` when missing or expired).
+pub fn load_list(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListValue>>, String> {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::List)?
+    else {
+        return Ok(None);
+    };
+    let value = ListValue::decode(&bytes)
+        .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?;
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms,
+    }))
+}
+
+/// Writes `l` under `key` (deleting the key when `l` is empty, as Redis does).
+pub fn store_list(
+    ctx: &mut Ctx,
+    key: &[u8],
+    l: &ListValue,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let bytes = (!l.is_empty()).then(|| l.encode());
+    store_raw(ctx, key, ValueKind::List, bytes, expire_at_ms)
 }
 
 // ---- randomness -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, ERR_SYNTAX};
 use crate::rdb::{self, RdbValue};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashValue, SetValue};
+use crate::storage::list_codec::ListValue;
 use crate::storage::{StorageError, ValueKind};
 
 /// Largest FREQ (an LFU counter is 8 bits).
@@ -32,6 +33,7 @@ pub fn dump(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         ValueKind::String => RdbValue::String(v.bytes),
         ValueKind::Hash => RdbValue::Hash(HashValue::decode(&v.bytes).map_err(corrupt)?),
         ValueKind::Set => RdbValue::Set(SetValue::decode(&v.bytes).map_err(corrupt)?),
+        ValueKind::List => RdbValue::List(ListValue::decode(&v.bytes).map_err(corrupt)?),
     };
     r.bulk(&rdb::dump(&value));
     Ok(())
@@ -114,6 +116,7 @@ pub fn restore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         RdbValue::String(s) => (ValueKind::String, s),
         RdbValue::Hash(h) => (ValueKind::Hash, h.encode()),
         RdbValue::Set(s) => (ValueKind::Set, s.encode()),
+        RdbValue::List(l) => (ValueKind::List, l.encode()),
     };
     shard
         .put(db, key, kind, &bytes, expire_at_ms, now)

@@ -47,6 +47,7 @@ pub fn type_name(kind: ValueKind) -> &'static str {
         ValueKind::String => "string",
         ValueKind::Hash => "hash",
         ValueKind::Set => "set",
+        ValueKind::List => "list",
     }
 }
 
@@ -68,6 +69,10 @@ fn encoding_name(v: &crate::storage::Value) -> Result<&'static str, String> {
             .name(),
         ValueKind::Set => SetValue::decode(&v.bytes)
             .map_err(corrupt)?
+            .encoding()
+            .name(),
+        ValueKind::List => crate::storage::list_codec::ListValue::decode(&v.bytes)
+            .map_err(|e| storage_error(crate::storage::StorageError::Corrupt(e.to_string())))?
             .encoding()
             .name(),
     })

@@ -47,6 +47,7 @@ pub mod format;
 pub mod grow;
 mod hash;
 pub mod index;
+pub mod list_codec;
 pub mod prefetch;
 mod recovery;
 mod shard;
@@ -88,6 +89,7 @@ pub enum ValueKind {
     String,
     Hash,
     Set,
+    List,
 }
 
 impl ValueKind {
@@ -96,6 +98,7 @@ impl ValueKind {
             ValueKind::String => 0,
             ValueKind::Hash => 1,
             ValueKind::Set => 2,
+            ValueKind::List => 3,
         }
     }
 
@@ -104,6 +107,7 @@ impl ValueKind {
             0 => Some(ValueKind::String),
             1 => Some(ValueKind::Hash),
             2 => Some(ValueKind::Set),
+            3 => Some(ValueKind::List),
             _ => None,
         }
     }

@@ -1,0 +1,481 @@
+//! The value encoding of lists (stage 1 of `docs/collections.md`: a list is one record whose
+//! value is the whole list; `docs/storage-format.md` section 9 gives the bytes).
+//!
+//! What it owns. The byte layout of a `List` record's value and `ListValue`, the in-memory
+//! form the list commands work on (a double-ended queue of elements plus Redis's encoding
+//! tag). Commands never see the bytes: they `decode`, mutate through the methods here, and
+//! `encode` — the seam where the paged chain of `docs/collections.md` section 4 goes later.
+//!
+//! Invariants (checked by `decode`, kept by every method):
+//! - A stored list has at least one element (an emptied list is deleted by its command).
+//! - `listpack_bytes` is what Redis's `lpBytes` would say for a listpack of exactly these
+//!   elements (header, entries with Redis's integer and string entry encodings, back
+//!   lengths, end byte), kept incrementally, so the conversion rules below cost O(1).
+//! - The encoding tag follows Redis 7.2's `list-max-listpack-size -2` rules: a listpack
+//!   becomes a quicklist when a write would take it past 8 KiB (`lpBytes` + the raw bytes
+//!   being added, checked before the write, as `listTypeTryConversionAppend` does), and a
+//!   quicklist goes back to a listpack after a shrinking command when it fits in half that.
+//!
+//! Deliberately approximate: Redis converts a quicklist back only when it has a single
+//! node of at most 4 KiB; lavik does not model quicklist nodes and converts when the whole
+//! list would be a listpack of at most 4 KiB. The two agree for lists that shrink from one
+//! end; a list emptied from the middle of a multi-node quicklist may report `listpack`
+//! earlier than Redis. `list-max-listpack-size` is the constant default (-2), not a setting.
+
+use std::collections::VecDeque;
+
+/// `list-max-listpack-size -2`: a listpack (or quicklist node) holds at most 8 KiB.
+pub const LIST_MAX_LISTPACK_BYTES: usize = 8192;
+/// A quicklist shrinks back to a listpack at half the limit (hysteresis against flapping).
+pub const LIST_SHRINK_LISTPACK_BYTES: usize = LIST_MAX_LISTPACK_BYTES / 2;
+/// Redis's listpack header (total bytes u32 + count u16) and end byte.
+const LISTPACK_OVERHEAD_BYTES: usize = 7;
+/// Longest varint: lengths and counts are below 4 GiB.
+const VARINT_MAX_BYTES: usize = 5;
+
+const _: () = assert!(LIST_SHRINK_LISTPACK_BYTES * 2 == LIST_MAX_LISTPACK_BYTES);
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ListCodecError {
+    #[error("list value truncated at byte {0}")]
+    Truncated(usize),
+    #[error("list value malformed: {0}")]
+    Malformed(&'static str),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListEncoding {
+    Listpack,
+    Quicklist,
+}
+
+impl ListEncoding {
+    /// The name OBJECT ENCODING reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ListEncoding::Listpack => "listpack",
+            ListEncoding::Quicklist => "quicklist",
+        }
+    }
+}
+
+/// The end of a list a push or pop works on (Redis's `LIST_HEAD` / `LIST_TAIL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Head,
+    Tail,
+}
+
+/// Redis's `lpStringToInt64`: canonical decimal text of an `i64` only ("-0", "01", "+1"
+/// and " 1" are strings).
+fn listpack_int(e: &[u8]) -> Option<i64> {
+    if e.is_empty() || e.len() > 20 {
+        return None;
+    }
+    let v: i64 = std::str::from_utf8(e).ok()?.parse().ok()?;
+    (v.to_string().as_bytes() == e).then_some(v)
+}
+
+/// Redis's `lpEncodeBacklen` size for an entry of `entry_bytes` (encoding + data).
+fn backlen_bytes(entry_bytes: usize) -> usize {
+    match entry_bytes {
+        0..=127 => 1,
+        128..=16382 => 2,
+        16383..=2097150 => 3,
+        2097151..=268435454 => 4,
+        _ => 5,
+    }
+}
+
+/// How many bytes `e` takes as one listpack entry (Redis's `lpEncodeGetType` sizes).
+pub fn listpack_entry_bytes(e: &[u8]) -> usize {
+    let body = match listpack_int(e) {
+        Some(0..=127) => 1,
+        Some(-4096..=4095) => 2,
+        Some(-32768..=32767) => 3,
+        Some(-8388608..=8388607) => 4,
+        Some(-2147483648..=2147483647) => 5,
+        Some(_) => 9,
+        None if e.len() < 64 => 1 + e.len(),
+        None if e.len() < 4096 => 2 + e.len(),
+        None => 5 + e.len(),
+    };
+    body + backlen_bytes(body)
+}
+
+/// A list: its elements head to tail and Redis's encoding for them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListValue {
+    encoding: ListEncoding,
+    items: VecDeque<Vec<u8>>,
+    listpack_bytes: usize,
+}
+
+impl Default for ListValue {
+    fn default() -> Self {
+        ListValue::new()
+    }
+}
+
+impl ListValue {
+    /// An empty list as Redis creates one for a push (`createListListpackObject`).
+    pub fn new() -> ListValue {
+        ListValue {
+            encoding: ListEncoding::Listpack,
+            items: VecDeque::new(),
+            listpack_bytes: LISTPACK_OVERHEAD_BYTES,
+        }
+    }
+
+    pub fn encoding(&self) -> ListEncoding {
+        self.encoding
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// What Redis's `lpBytes` would be for these elements in one listpack.
+    pub fn listpack_bytes(&self) -> usize {
+        self.listpack_bytes
+    }
+
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        self.items.get(i).map(|e| e.as_slice())
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &[u8]> + ExactSizeIterator {
+        self.items.iter().map(|e| e.as_slice())
+    }
+
+    /// Redis's growing check before writing elements whose raw lengths sum to `add_bytes`
+    /// (`listTypeTryConvertListpack`): a listpack that would pass the limit converts.
+    pub fn prepare_grow(&mut self, add_bytes: usize) {
+        if self.encoding == ListEncoding::Listpack
+            && self.listpack_bytes + add_bytes > LIST_MAX_LISTPACK_BYTES
+        {
+            self.encoding = ListEncoding::Quicklist;
+        }
+    }
+
+    /// Redis's shrinking check after a removal (`listTypeTryConvertQuicklist` with
+    /// `shrinking`; see the module comment for the approximation).
+    pub fn after_shrink(&mut self) {
+        if self.encoding == ListEncoding::Quicklist
+            && self.listpack_bytes <= LIST_SHRINK_LISTPACK_BYTES
+        {
+            self.encoding = ListEncoding::Listpack;
+        }
+    }
+
+    /// Redis's automatic check on a freshly built list (RDB load, RESTORE): one node that
+    /// fits the full limit becomes a listpack.
+    pub fn settle(&mut self) {
+        self.encoding = if self.listpack_bytes <= LIST_MAX_LISTPACK_BYTES {
+            ListEncoding::Listpack
+        } else {
+            ListEncoding::Quicklist
+        };
+    }
+
+    /// Adds `e` at `end` (no conversion check: callers run `prepare_grow` for the batch).
+    pub fn push(&mut self, end: End, e: &[u8]) {
+        self.listpack_bytes += listpack_entry_bytes(e);
+        match end {
+            End::Head => self.items.push_front(e.to_vec()),
+            End::Tail => self.items.push_back(e.to_vec()),
+        }
+    }
+
+    /// Removes the element at `end` (no conversion check: callers run `after_shrink`).
+    pub fn pop(&mut self, end: End) -> Option<Vec<u8>> {
+        let e = match end {
+            End::Head => self.items.pop_front(),
+            End::Tail => self.items.pop_back(),
+        }?;
+        self.listpack_bytes -= listpack_entry_bytes(&e);
+        Some(e)
+    }
+
+    /// Replaces element `i` (which must exist).
+    pub fn set(&mut self, i: usize, e: &[u8]) {
+        let old = std::mem::replace(&mut self.items[i], e.to_vec());
+        self.listpack_bytes =
+            self.listpack_bytes - listpack_entry_bytes(&old) + listpack_entry_bytes(e);
+    }
+
+    /// Inserts `e` so that it becomes element `i` (i <= len).
+    pub fn insert(&mut self, i: usize, e: &[u8]) {
+        self.listpack_bytes += listpack_entry_bytes(e);
+        self.items.insert(i, e.to_vec());
+    }
+
+    /// Keeps only the elements for which `keep` says so, in order; returns how many went.
+    pub fn retain_indexed(&mut self, mut keep: impl FnMut(usize, &[u8]) -> bool) -> usize {
+        let before = self.items.len();
+        let mut i = 0;
+        let mut dropped_bytes = 0;
+        self.items.retain(|e| {
+            let k = keep(i, e);
+            i += 1;
+            if !k {
+                dropped_bytes += listpack_entry_bytes(e);
+            }
+            k
+        });
+        self.listpack_bytes -= dropped_bytes;
+        before - self.items.len()
+    }
+
+    /// Keeps elements `start..=end` (both in range, start <= end), or none when `None`.
+    pub fn trim(&mut self, keep: Option<(usize, usize)>) {
+        match keep {
+            None => {
+                self.items.clear();
+                self.listpack_bytes = LISTPACK_OVERHEAD_BYTES;
+            }
+            Some((start, end)) => {
+                debug_assert!(start <= end && end < self.items.len());
+                for _ in end + 1..self.items.len() {
+                    self.pop(End::Tail);
+                }
+                for _ in 0..start {
+                    self.pop(End::Head);
+                }
+            }
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let body: usize = self.items.iter().map(|e| e.len() + 2).sum();
+        let mut out = Vec::with_capacity(1 + VARINT_MAX_BYTES + body);
+        out.push(match self.encoding {
+            ListEncoding::Listpack => 0,
+            ListEncoding::Quicklist => 1,
+        });
+        put_varint(
+            &mut out,
+            u32::try_from(self.items.len()).expect("below 2^32 elements"),
+        );
+        for e in &self.items {
+            put_varint(
+                &mut out,
+                u32::try_from(e.len()).expect("element below 4 GiB"),
+            );
+            out.extend_from_slice(e);
+        }
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<ListValue, ListCodecError> {
+        let mut at = 0;
+        let encoding = match b.first() {
+            Some(0) => ListEncoding::Listpack,
+            Some(1) => ListEncoding::Quicklist,
+            Some(_) => return Err(ListCodecError::Malformed("unknown list encoding")),
+            None => return Err(ListCodecError::Truncated(0)),
+        };
+        at += 1;
+        let n = varint(b, &mut at)? as usize;
+        // Each element takes at least its one length byte: a corrupt count cannot make
+        // decode allocate beyond the input.
+        if n > b.len() - at {
+            return Err(ListCodecError::Truncated(b.len()));
+        }
+        if n == 0 {
+            return Err(ListCodecError::Malformed("empty list"));
+        }
+        let mut l = ListValue::new();
+        l.encoding = encoding;
+        l.items.reserve(n);
+        for _ in 0..n {
+            let len = varint(b, &mut at)? as usize;
+            let end = at
+                .checked_add(len)
+                .filter(|&e| e <= b.len())
+                .ok_or(ListCodecError::Truncated(b.len()))?;
+            l.push(End::Tail, &b[at..end]);
+            at = end;
+        }
+        if at != b.len() {
+            return Err(ListCodecError::Malformed("trailing bytes"));
+        }
+        Ok(l)
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// LEB128, at most 5 bytes, canonical (no redundant trailing zero groups), below 2^32.
+fn varint(b: &[u8], at: &mut usize) -> Result<u32, ListCodecError> {
+    let mut v: u64 = 0;
+    for i in 0..VARINT_MAX_BYTES {
+        let byte = *b.get(*at).ok_or(ListCodecError::Truncated(*at))?;
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            if i > 0 && byte == 0 {
+                return Err(ListCodecError::Malformed("non-canonical varint"));
+            }
+            return u32::try_from(v).map_err(|_| ListCodecError::Malformed("varint overflow"));
+        }
+    }
+    Err(ListCodecError::Malformed("varint too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(items: &[&[u8]]) -> ListValue {
+        let mut l = ListValue::new();
+        for i in items {
+            l.push(End::Tail, i);
+        }
+        l
+    }
+
+    // A known byte literal decodes to the list it describes (quartet: parse).
+    #[test]
+    fn parse_known_bytes() {
+        let l = ListValue::decode(&[0, 3, 1, b'a', 0, 2, b'4', b'2']).unwrap();
+        assert_eq!(l.encoding(), ListEncoding::Listpack);
+        assert_eq!(l.iter().collect::<Vec<_>>(), vec![&b"a"[..], b"", b"42"]);
+        // 7 overhead + "a" (1+1+1) + "" (1+1) + 42 as a 7-bit int (1+1).
+        assert_eq!(l.listpack_bytes(), 7 + 3 + 2 + 2);
+        let q = ListValue::decode(&[1, 1, 0]).unwrap();
+        assert_eq!(q.encoding(), ListEncoding::Quicklist);
+    }
+
+    // Encoding produces the documented bytes (quartet: emit).
+    #[test]
+    fn emit_known_bytes() {
+        let mut l = list(&[b"x", b"yz"]);
+        l.push(End::Head, b"");
+        assert_eq!(l.encode(), vec![0, 3, 0, 1, b'x', 2, b'y', b'z']);
+    }
+
+    // Every proper prefix of a valid value is refused (quartet: truncated).
+    #[test]
+    fn truncated_refused() {
+        let b = list(&[b"hello", &[7u8; 200], b"-12"]).encode();
+        for n in 0..b.len() {
+            assert!(ListValue::decode(&b[..n]).is_err(), "prefix {n}");
+        }
+    }
+
+    // Unknown tags, empty lists, trailing bytes and bad varints are refused (quartet:
+    // malformed).
+    #[test]
+    fn malformed_refused() {
+        for bad in [
+            &[2u8, 1, 0][..],
+            &[0, 0],
+            &[0, 1, 0, 9],
+            &[0, 0x81, 0x00, 0],
+            &[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0],
+            &[0, 5, 0],
+        ] {
+            assert!(ListValue::decode(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    // Entry sizes follow Redis's listpack encodings at every boundary.
+    #[test]
+    fn entry_sizes() {
+        for (e, n) in [
+            (&b"0"[..], 2),
+            (b"127", 2),
+            (b"128", 3),
+            (b"-4096", 3),
+            (b"4096", 4),
+            (b"-32769", 5),
+            (b"8388608", 6),
+            (b"9223372036854775807", 10),
+            (b"-0", 4),
+            (b"01", 4),
+            (b"", 2),
+        ] {
+            assert_eq!(
+                listpack_entry_bytes(e),
+                n,
+                "{:?}",
+                String::from_utf8_lossy(e)
+            );
+        }
+        assert_eq!(listpack_entry_bytes(&[b'a'; 63]), 65);
+        assert_eq!(listpack_entry_bytes(&[b'a'; 64]), 66 + 1);
+        assert_eq!(listpack_entry_bytes(&[b'a'; 4096]), 4101 + 2);
+    }
+
+    // The encoding converts at 8 KiB on growth and back at 4 KiB on shrinking, not before.
+    #[test]
+    fn conversions() {
+        let mut l = ListValue::new();
+        let e = [b'v'; 100]; // 103 bytes per entry
+        while l.listpack_bytes() + e.len() <= LIST_MAX_LISTPACK_BYTES {
+            l.prepare_grow(e.len());
+            l.push(End::Tail, &e);
+        }
+        assert_eq!(l.encoding(), ListEncoding::Listpack);
+        l.prepare_grow(e.len());
+        l.push(End::Tail, &e);
+        assert_eq!(l.encoding(), ListEncoding::Quicklist);
+        while l.listpack_bytes() > LIST_SHRINK_LISTPACK_BYTES + 103 {
+            l.pop(End::Head);
+            l.after_shrink();
+            assert_eq!(l.encoding(), ListEncoding::Quicklist);
+        }
+        l.pop(End::Head);
+        l.after_shrink();
+        assert_eq!(l.encoding(), ListEncoding::Listpack);
+    }
+
+    // Trim, retain, set and insert keep the listpack size equal to a fresh build's.
+    #[test]
+    fn size_tracking() {
+        let mut l = list(&[b"1", b"200", b"abc", b"-5", b"x"]);
+        l.set(1, b"hello world");
+        l.insert(2, b"99999");
+        l.retain_indexed(|i, _| i != 0);
+        l.trim(Some((1, 3)));
+        let fresh = list(&l.iter().collect::<Vec<_>>());
+        assert_eq!(l.listpack_bytes(), fresh.listpack_bytes());
+        assert_eq!(l, fresh);
+    }
+
+    proptest::proptest! {
+        // Any sequence of pushes and pops round-trips through encode/decode.
+        #[test]
+        fn round_trip(ops in proptest::collection::vec(
+            (proptest::bool::ANY, proptest::bool::ANY, proptest::collection::vec(proptest::num::u8::ANY, 0..90)), 1..60)) {
+            let mut l = ListValue::new();
+            for (push, head, bytes) in &ops {
+                let end = if *head { End::Head } else { End::Tail };
+                if *push || l.is_empty() {
+                    l.prepare_grow(bytes.len());
+                    l.push(end, bytes);
+                } else {
+                    l.pop(end);
+                    l.after_shrink();
+                }
+            }
+            if l.is_empty() {
+                proptest::prop_assert!(ListValue::decode(&l.encode()).is_err());
+            } else {
+                let back = ListValue::decode(&l.encode()).unwrap();
+                proptest::prop_assert_eq!(back, l);
+            }
+        }
+    }
+}
