@@ -1,16 +1,17 @@
-//! Hashes and sets through restarts of the real server: a clean restart (with and without
-//! the shutdown checkpoint) and SIGKILL under HSET/SADD/HDEL/SREM load with
-//! `--appendfsync always`.
+//! Hashes, sets and lists through restarts of the real server: a clean restart (with and
+//! without the shutdown checkpoint) and SIGKILL under HSET/SADD/HDEL/SREM/RPUSH/LPUSH/LPOP
+//! load with `--appendfsync always`.
 mod common;
 use common::diff::Rng;
 use common::Server;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 type Hashes = BTreeMap<String, BTreeMap<String, String>>;
 type Sets = BTreeMap<String, BTreeSet<String>>;
+type Lists = BTreeMap<String, VecDeque<String>>;
 
 /// What one load thread believes: the effect of every acknowledged command, and the one
 /// command it sent last without an answer (it may or may not have been applied).
@@ -18,6 +19,7 @@ type Sets = BTreeMap<String, BTreeSet<String>>;
 struct Model {
     hashes: Hashes,
     sets: Sets,
+    lists: Lists,
     pending: Option<Vec<String>>,
 }
 
@@ -52,6 +54,24 @@ impl Model {
                     }
                 }
             }
+            "RPUSH" => self
+                .lists
+                .entry(c[1].clone())
+                .or_default()
+                .push_back(c[2].clone()),
+            "LPUSH" => self
+                .lists
+                .entry(c[1].clone())
+                .or_default()
+                .push_front(c[2].clone()),
+            "LPOP" => {
+                if let Some(l) = self.lists.get_mut(&c[1]) {
+                    l.pop_front();
+                    if l.is_empty() {
+                        self.lists.remove(&c[1]);
+                    }
+                }
+            }
             other => panic!("model has no {other}"),
         }
     }
@@ -62,11 +82,14 @@ fn random_op(rng: &mut Rng, t: u64, n: u64) -> Vec<String> {
     let f = rng.below(12);
     // Values long enough that some hashes leave the listpack encoding.
     let v = format!("{n}-{}", "v".repeat(rng.below(80) as usize));
-    match rng.below(4) {
+    match rng.below(7) {
         0 => vec!["HSET".into(), format!("c{t}:h{j}"), format!("f{f}"), v],
         1 => vec!["HDEL".into(), format!("c{t}:h{j}"), format!("f{f}")],
         2 => vec!["SADD".into(), format!("c{t}:s{j}"), format!("m{f}")],
-        _ => vec!["SREM".into(), format!("c{t}:s{j}"), format!("m{f}")],
+        3 => vec!["SREM".into(), format!("c{t}:s{j}"), format!("m{f}")],
+        4 => vec!["RPUSH".into(), format!("c{t}:l{j}"), v],
+        5 => vec!["LPUSH".into(), format!("c{t}:l{j}"), v],
+        _ => vec!["LPOP".into(), format!("c{t}:l{j}")],
     }
 }
 
@@ -94,7 +117,7 @@ fn load(port: u16, threads: u64, seed: u64, stop: Arc<AtomicBool>) -> Vec<Arc<Mu
                 for a in &c[1..] {
                     cmd.arg(a);
                 }
-                match cmd.query::<i64>(&mut con) {
+                match cmd.query::<redis::Value>(&mut con) {
                     Ok(_) => {
                         let mut m = model.lock().unwrap();
                         m.apply(&c);
@@ -114,6 +137,16 @@ fn read_hash(con: &mut redis::Connection, key: &str) -> BTreeMap<String, String>
 
 fn read_set(con: &mut redis::Connection, key: &str) -> BTreeSet<String> {
     redis::cmd("SMEMBERS").arg(key).query(con).unwrap()
+}
+
+fn read_list(con: &mut redis::Connection, key: &str) -> VecDeque<String> {
+    let v: Vec<String> = redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap();
+    v.into()
 }
 
 /// Every key of thread `t` holds the model's contents, or (for the one key the pending
@@ -140,11 +173,20 @@ fn verify(con: &mut redis::Connection, t: u64, m: &Model) {
             got == a || got == b,
             "{sk}: got {got:?}, acknowledged {a:?}"
         );
+        let lk = format!("c{t}:l{j}");
+        let got = read_list(con, &lk);
+        let a = m.lists.get(&lk).cloned().unwrap_or_default();
+        let b = with_pending.lists.get(&lk).cloned().unwrap_or_default();
+        assert!(
+            got == a || got == b,
+            "{lk}: got {got:?}, acknowledged {a:?}"
+        );
     }
 }
 
-// With appendfsync always, every acknowledged HSET/HDEL/SADD/SREM survives SIGKILL and no
-// collection shows a state between two commands, over several kill/restart cycles.
+// With appendfsync always, every acknowledged HSET/HDEL/SADD/SREM/RPUSH/LPUSH/LPOP survives
+// SIGKILL and no collection shows a state between two commands, over several kill/restart
+// cycles.
 #[test]
 fn sigkill_collections_always_loses_nothing_acknowledged() {
     let mut s = Server::start("coll-crash", &["--appendfsync", "always"]);
@@ -160,7 +202,7 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
         let mut acked_total = 0;
         for (t, m) in models.iter().enumerate() {
             let m = m.lock().unwrap().clone();
-            acked_total += m.hashes.len() + m.sets.len();
+            acked_total += m.hashes.len() + m.sets.len() + m.lists.len();
             verify(&mut con, t as u64, &m);
         }
         assert!(
@@ -172,7 +214,7 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
     }
 }
 
-fn fill(con: &mut redis::Connection) -> (Hashes, Sets) {
+fn fill(con: &mut redis::Connection) -> (Hashes, Sets, Lists) {
     let mut rng = Rng::new(77);
     let mut m = Model::default();
     for n in 0..3000 {
@@ -181,36 +223,46 @@ fn fill(con: &mut redis::Connection) -> (Hashes, Sets) {
         for a in &c[1..] {
             cmd.arg(a);
         }
-        let _: i64 = cmd.query(con).unwrap();
+        let _: redis::Value = cmd.query(con).unwrap();
         m.apply(&c);
     }
-    // One hash and one set larger than a log block (1.2 MB): stored as a root over
-    // fragments. Built in batches, since stage 1 rewrites the whole value per command.
+    // One hash, one set and one list larger than a log block (1.2 MB): stored as a root
+    // over fragments. Built in batches, since stage 1 rewrites the whole value per command.
     for batch in 0..12 {
         let mut h = redis::cmd("HSET");
         let mut s = redis::cmd("SADD");
+        let mut l = redis::cmd("RPUSH");
         h.arg("big:h");
         s.arg("big:s");
+        l.arg("big:l");
         for i in batch * 1000..(batch + 1) * 1000 {
             let f = format!("big{i}-{}", "p".repeat(90));
             let v = "x".repeat(100);
             h.arg(&f).arg(&v);
             s.arg(&f);
+            l.arg(&f);
+            m.apply(&["RPUSH".into(), "big:l".into(), f.clone()]);
             m.apply(&["HSET".into(), "big:h".into(), f.clone(), v]);
             m.apply(&["SADD".into(), "big:s".into(), f]);
         }
         let _: i64 = h.query(con).unwrap();
         let _: i64 = s.query(con).unwrap();
+        let _: i64 = l.query(con).unwrap();
     }
     let _: i64 = redis::cmd("EXPIRE")
         .arg("c0:h0")
         .arg(5000)
         .query(con)
         .unwrap();
-    (m.hashes, m.sets)
+    (m.hashes, m.sets, m.lists)
 }
 
-fn check_all(con: &mut redis::Connection, hashes: &Hashes, sets: &Sets) {
+fn check_all(con: &mut redis::Connection, hashes: &Hashes, sets: &Sets, lists: &Lists) {
+    for (k, l) in lists {
+        assert_eq!(&read_list(con, k), l, "{k}");
+        let t: String = redis::cmd("TYPE").arg(k).query(con).unwrap();
+        assert_eq!(t, "list");
+    }
     for (k, h) in hashes {
         assert_eq!(&read_hash(con, k), h, "{k}");
         let t: String = redis::cmd("TYPE").arg(k).query(con).unwrap();
@@ -227,27 +279,27 @@ fn check_all(con: &mut redis::Connection, hashes: &Hashes, sets: &Sets) {
         "TTL after restart: {ttl}"
     );
     let n: usize = redis::cmd("DBSIZE").query(con).unwrap();
-    assert_eq!(n, hashes.len() + sets.len());
+    assert_eq!(n, hashes.len() + sets.len() + lists.len());
 }
 
-// Hashes and sets (small, and large enough to be stored as fragments), their types and
+// Hashes, sets and lists (small, and large enough to be stored as fragments), their types and
 // TTLs, are the same after a clean restart (recovery scan) and after restarts from the
 // shutdown checkpoint (defrag relocation of collection records: tests/storage_model.rs).
 #[test]
 fn clean_restart_keeps_collections() {
     let mut s = Server::start("coll-restart", &[]);
     let mut con = s.client();
-    let (hashes, sets) = fill(&mut con);
-    check_all(&mut con, &hashes, &sets);
+    let (hashes, sets, lists) = fill(&mut con);
+    check_all(&mut con, &hashes, &sets, &lists);
     drop(con);
     s.restart();
-    check_all(&mut s.client(), &hashes, &sets);
+    check_all(&mut s.client(), &hashes, &sets, &lists);
     s.args.push("--shutdown-checkpoint".into());
     s.restart();
     s.restart();
     let mut con = s.client();
-    check_all(&mut con, &hashes, &sets);
+    check_all(&mut con, &hashes, &sets, &lists);
     drop(con);
     s.restart();
-    check_all(&mut s.client(), &hashes, &sets);
+    check_all(&mut s.client(), &hashes, &sets, &lists);
 }
