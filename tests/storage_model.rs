@@ -7,11 +7,12 @@
 //! calls `flush`). After a crash, every key holds either its value as of the last flush or a
 //! value written after it — never anything else, and a key deleted before the last flush
 //! never comes back. Without a crash the engine matches the model exactly, DBSIZE included.
-//! A third of the keys hold hashes and a third sets (whole-record collections, stage 1 of
+//! A quarter of the keys each hold hashes, sets and lists (whole-record collections, stage 1 of
 //! `docs/collections.md`): the model compares the value kind with the bytes, so a crash,
 //! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
 use lavik::storage::collection::{HashValue, SetValue};
+use lavik::storage::list_codec::{End, ListValue};
 use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -116,12 +117,13 @@ fn value_bytes(k: u8, len: usize, fill: u8) -> Vec<u8> {
     v
 }
 
-/// Key `k`'s value kind: strings, hashes and sets in turn.
+/// Key `k`'s value kind: strings, hashes, sets and lists in turn.
 fn kind_of(k: u8) -> ValueKind {
-    match k % 3 {
+    match k % 4 {
         0 => ValueKind::String,
         1 => ValueKind::Hash,
-        _ => ValueKind::Set,
+        2 => ValueKind::Set,
+        _ => ValueKind::List,
     }
 }
 
@@ -130,6 +132,7 @@ fn kind_tag(kind: ValueKind) -> u8 {
         ValueKind::String => b's',
         ValueKind::Hash => b'h',
         ValueKind::Set => b'S',
+        ValueKind::List => b'l',
     }
 }
 
@@ -155,6 +158,14 @@ fn record_value(k: u8, len: usize, fill: u8) -> Vec<u8> {
             }
             s.encode()
         }
+        ValueKind::List => {
+            let mut l = ListValue::new();
+            l.push(End::Head, &[k]);
+            for chunk in raw.chunks(1024) {
+                l.push(End::Tail, chunk);
+            }
+            l.encode()
+        }
     }
 }
 
@@ -163,6 +174,7 @@ fn tagged(v: Value) -> Vec<u8> {
     match v.kind {
         ValueKind::Hash => assert!(HashValue::decode(&v.bytes).is_ok(), "hash record decodes"),
         ValueKind::Set => assert!(SetValue::decode(&v.bytes).is_ok(), "set record decodes"),
+        ValueKind::List => assert!(ListValue::decode(&v.bytes).is_ok(), "list record decodes"),
         ValueKind::String => {}
     }
     [&[kind_tag(v.kind)][..], &v.bytes].concat()
