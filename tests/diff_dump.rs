@@ -348,9 +348,19 @@ fn list_payloads_as_redis() {
     // An empty quicklist (no nodes) is refused as Redis refuses an empty key.
     p.check_bytes(&[b"RESTORE", b"empty", b"0", &payload(&[18, 0], 10)]);
     // A quicklist-2 node with an unknown container is bad data.
-    p.check_bytes(&[b"RESTORE", b"badnode", b"0", &payload(&[18, 1, 3, 1, b'x'], 10)]);
+    p.check_bytes(&[
+        b"RESTORE",
+        b"badnode",
+        b"0",
+        &payload(&[18, 1, 3, 1, b'x'], 10),
+    ]);
     // A PLAIN node holds one element verbatim.
-    p.check_bytes(&[b"RESTORE", b"plain", b"0", &payload(&[18, 1, 1, 3, b'a', b'b', b'c'], 10)]);
+    p.check_bytes(&[
+        b"RESTORE",
+        b"plain",
+        b"0",
+        &payload(&[18, 1, 1, 3, b'a', b'b', b'c'], 10),
+    ]);
     p.check(&["LRANGE", "plain", "0", "-1"]);
     // A version-1 LIST of strings (RDB type 1) still loads.
     p.check_bytes(&[b"RESTORE", b"old", b"0", &payload(&[1, 2, 1, b'a', 0], 9)]);

@@ -35,7 +35,17 @@ fn elem(rng: &mut Rng) -> String {
 
 fn index(rng: &mut Rng) -> String {
     rng.pick(&[
-        "0", "1", "2", "-1", "-2", "5", "-7", "100", "-100", "x", "9223372036854775807",
+        "0",
+        "1",
+        "2",
+        "-1",
+        "-2",
+        "5",
+        "-7",
+        "100",
+        "-100",
+        "x",
+        "9223372036854775807",
         "-9223372036854775808",
     ])
     .to_string()
@@ -60,7 +70,10 @@ fn list_command(rng: &mut Rng) -> Vec<String> {
             let cmd = *rng.pick(&["LPOP", "RPOP"]);
             let mut c = s(&[cmd, &k]);
             if rng.chance(50) {
-                c.push(rng.pick(&["0", "1", "2", "3", "100", "-1", "x"]).to_string());
+                c.push(
+                    rng.pick(&["0", "1", "2", "3", "100", "-1", "x"])
+                        .to_string(),
+                );
             }
             c
         }
@@ -326,10 +339,76 @@ fn list_edge_cases() {
             p.check(c);
         }
         // Redis 7.2 refuses RANK LONG_MIN (7.0 negated it, overflowing): lavik follows 7.2.
-        let rep = p.l.call(&[b"LPOS", b"l", b"a", b"RANK", b"-9223372036854775808"]);
+        let rep =
+            p.l.call(&[b"LPOS", b"l", b"a", b"RANK", b"-9223372036854775808"]);
         assert_eq!(
             rep,
             b"-ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807\r\n"
         );
     }
+}
+
+fn lavik_encoding(p: &mut Pair, key: &str) -> Vec<u8> {
+    p.l.call(&[b"OBJECT", b"ENCODING", key.as_bytes()])
+}
+
+// OBJECT ENCODING follows Redis 7.2 (list-max-listpack-size -2): listpack until a write
+// would pass 8 KiB of listpack, quicklist after, and listpack again once a shrinking
+// command brings it to 4 KiB; the contents stay Redis's throughout.
+#[test]
+fn list_object_encoding() {
+    let mut p = Pair::start("diff-list-enc", &[]);
+    const LP: &[u8] = b"$8\r\nlistpack\r\n";
+    const QL: &[u8] = b"$9\r\nquicklist\r\n";
+    let e = "E".repeat(100); // 103 bytes as a listpack entry
+                             // 7 + 79 * 103 = 8144 bytes; the 80th push would need 8144 + 100 > 8192.
+    for i in 1..=80 {
+        p.check(&["RPUSH", "l", &e]);
+        let want = if i < 80 { LP } else { QL };
+        assert_eq!(lavik_encoding(&mut p, "l"), want, "after {i} pushes");
+    }
+    // Back to a listpack at 39 elements (7 + 39 * 103 = 4024 <= 4096), not at 40.
+    for left in (39..80).rev() {
+        p.check(&["RPOP", "l"]);
+        let want = if left > 39 { QL } else { LP };
+        assert_eq!(lavik_encoding(&mut p, "l"), want, "at {left} elements");
+    }
+    // One push of many elements is checked once, before it is written, against the raw
+    // bytes added (7 + 8000 <= 8192): it stays a listpack of 8247 bytes, as in Redis 7.2,
+    // and the next push converts it.
+    let many: Vec<&str> = std::iter::repeat_n(e.as_str(), 80).collect();
+    let mut c = vec!["LPUSH", "m"];
+    c.extend(&many);
+    p.check(&c);
+    assert_eq!(lavik_encoding(&mut p, "m"), LP);
+    p.check(&["LPUSH", "m", "x"]);
+    assert_eq!(lavik_encoding(&mut p, "m"), QL);
+    // LSET with a big element converts; LTRIM back to a few small ones converts back.
+    p.check(&["RPUSH", "s", "a", "b", "c"]);
+    assert_eq!(lavik_encoding(&mut p, "s"), LP);
+    let big = "B".repeat(9000);
+    p.check(&["LSET", "s", "1", &big]);
+    assert_eq!(lavik_encoding(&mut p, "s"), QL);
+    p.check(&["LTRIM", "s", "0", "0"]);
+    assert_eq!(lavik_encoding(&mut p, "s"), LP);
+    p.check(&["LRANGE", "s", "0", "-1"]);
+    // RESTORE settles the encoding as a freshly loaded list: one fitting node is a listpack.
+    let dump = p.r.call(&[b"DUMP", b"m"]);
+    let payload_at = dump.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+    let payload = &dump[payload_at..dump.len() - 2];
+    assert_eq!(
+        p.l.call(&[b"RESTORE", b"m2", b"0", payload]),
+        b"+OK\r\n".to_vec()
+    );
+    assert_eq!(lavik_encoding(&mut p, "m2"), QL);
+    p.check(&["RPUSH", "small", "a", "b", "c"]);
+    let dump = p.r.call(&[b"DUMP", b"small"]);
+    let payload = &dump[dump.windows(2).position(|w| w == b"\r\n").unwrap() + 2..dump.len() - 2];
+    assert_eq!(
+        p.l.call(&[b"RESTORE", b"m3", b"0", payload]),
+        b"+OK\r\n".to_vec()
+    );
+    assert_eq!(lavik_encoding(&mut p, "m3"), LP);
+    p.check(&["OBJECT", "ENCODING", "missing"]);
+    p.check(&["TYPE", "m"]);
 }

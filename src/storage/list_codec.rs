@@ -18,9 +18,11 @@
 //!
 //! Deliberately approximate: Redis converts a quicklist back only when it has a single
 //! node of at most 4 KiB; lavik does not model quicklist nodes and converts when the whole
-//! list would be a listpack of at most 4 KiB. The two agree for lists that shrink from one
-//! end; a list emptied from the middle of a multi-node quicklist may report `listpack`
-//! earlier than Redis. `list-max-listpack-size` is the constant default (-2), not a setting.
+//! list would be a listpack of at most 4 KiB. The two agree while the list's other nodes
+//! are emptied first (e.g. a list grown by RPUSH and shrunk by RPOP or from the tail by
+//! LTRIM); a list shrunk at the head (LPOP) while the tail node still holds elements, or
+//! emptied in the middle, may report `listpack` earlier than Redis would.
+//! `list-max-listpack-size` is the constant default (-2), not a setting.
 
 use std::collections::VecDeque;
 

@@ -31,7 +31,8 @@
 //!
 //! Deliberately missing (see `docs/storage.md`): an index-native checkpoint dump (the
 //! current one re-reads live blocks at shutdown), and paged collections: hashes and sets
-//! are stored as one record per collection (value kinds 1 and 2, encoded by `collection`);
+//! are stored as one record per collection (value kinds 1 and 2, encoded by `collection`;
+//! lists kind 3, encoded by `list_codec`);
 //! `docs/collections.md` designs the root + pages layer.
 use crate::device::{BlockDevice, DeviceError, FileDevice};
 use std::path::PathBuf;
