@@ -391,6 +391,17 @@ fn list_object_encoding() {
     assert_eq!(lavik_encoding(&mut p, "s"), QL);
     p.check(&["LTRIM", "s", "0", "0"]);
     assert_eq!(lavik_encoding(&mut p, "s"), LP);
+    // Redis 7.2 converts before it looks for the index or the pivot: a failing LSET or
+    // LINSERT with a big element still leaves a quicklist.
+    p.check(&["LSET", "s", "5", &big]);
+    assert_eq!(lavik_encoding(&mut p, "s"), QL);
+    p.check(&["LTRIM", "s", "0", "0"]);
+    assert_eq!(lavik_encoding(&mut p, "s"), LP);
+    p.check(&["LINSERT", "s", "BEFORE", "nothere", &big]);
+    assert_eq!(lavik_encoding(&mut p, "s"), QL);
+    p.check(&["RPUSH", "s", "z"]);
+    p.check(&["RPOP", "s"]);
+    assert_eq!(lavik_encoding(&mut p, "s"), LP);
     p.check(&["LRANGE", "s", "0", "-1"]);
     // RESTORE settles the encoding as a freshly loaded list: one fitting node is a listpack.
     let dump = p.r.call(&[b"DUMP", b"m"]);

@@ -92,6 +92,8 @@ pub fn move_element(
         let e = s.value.pop(from).expect("a stored list is not empty");
         s.value.prepare_grow(e.len());
         s.value.push(to, &e);
+        // Redis runs the source's shrinking check after the push, on the same list.
+        s.value.after_shrink();
         store_list(ctx, src, &s.value, s.expire_at_ms)?;
         return Ok(Some(e));
     }
@@ -206,10 +208,16 @@ pub fn lset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         return Err("ERR no such key".into());
     };
     let index = parse_int(a[2])?;
+    // Redis 7.2 converts for the new element before it looks for the index, so even an
+    // out-of-range LSET may leave a quicklist behind: keep that encoding change.
+    let before = l.value.encoding();
+    l.value.prepare_grow(a[3].len());
     let Some(i) = resolve_index(index, l.value.len()) else {
+        if l.value.encoding() != before {
+            store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+        }
         return Err("ERR index out of range".into());
     };
-    l.value.prepare_grow(a[3].len());
     l.value.set(i, a[3]);
     l.value.after_shrink();
     store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
@@ -260,9 +268,14 @@ pub fn ltrim(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         return Ok(());
     };
     let keep = resolve_range(start, stop, l.value.len());
-    if keep != Some((0, l.value.len() - 1)) {
+    let before = l.value.encoding();
+    let changed = keep != Some((0, l.value.len() - 1));
+    if changed {
         l.value.trim(keep);
-        l.value.after_shrink();
+    }
+    // Redis checks the shrinking conversion even when nothing was trimmed.
+    l.value.after_shrink();
+    if changed || l.value.encoding() != before {
         store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
     }
     r.ok();
@@ -283,11 +296,16 @@ pub fn linsert(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         r.int(0);
         return Ok(());
     };
+    // As LSET: Redis 7.2 converts for the new element before it looks for the pivot.
+    let before = l.value.encoding();
+    l.value.prepare_grow(a[4].len());
     let Some(at) = l.value.iter().position(|e| e == a[3]) else {
+        if l.value.encoding() != before {
+            store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+        }
         r.int(-1);
         return Ok(());
     };
-    l.value.prepare_grow(a[4].len());
     l.value.insert(at + after as usize, a[4]);
     store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
     r.int(l.value.len() as i64);
