@@ -401,6 +401,16 @@ mod tests {
         }
     }
 
+    // LMPOP's keys are the numkeys arguments after its numkeys at position 1.
+    #[test]
+    fn lmpop_positions() {
+        let lmpop = lookup(b"LMPOP").unwrap();
+        let a: Vec<&[u8]> = vec![b"lmpop", b"2", b"k1", b"k2", b"left", b"count", b"3"];
+        assert_eq!(key_positions(lmpop, &a).collect::<Vec<_>>(), vec![2, 3]);
+        let bad: Vec<&[u8]> = vec![b"lmpop", b"3", b"k1", b"left"];
+        assert_eq!(key_positions(lmpop, &bad).count(), 0);
+    }
+
     // Every name is lowercase and unique, so lookup is unambiguous.
     #[test]
     fn names_unique() {
