@@ -25,9 +25,9 @@ fn any_key(rng: &mut Rng) -> String {
     }
 }
 
-fn elem(rng: &mut Rng) -> String {
-    if rng.chance(3) {
-        "E".repeat(200)
+fn elem(rng: &mut Rng, big_percent: u64) -> String {
+    if rng.chance(big_percent) {
+        "E".repeat(200 + rng.below(3000) as usize)
     } else {
         rng.pick(ELEMS).to_string()
     }
@@ -55,14 +55,14 @@ fn end(rng: &mut Rng) -> String {
     rng.pick(&["LEFT", "RIGHT", "left", "Right"]).to_string()
 }
 
-fn list_command(rng: &mut Rng) -> Vec<String> {
+fn list_command(rng: &mut Rng, big: u64) -> Vec<String> {
     let k = any_key(rng);
     match rng.below(19) {
         0..=2 => {
             let cmd = *rng.pick(&["LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "RPUSH"]);
             let mut c = s(&[cmd, &k]);
             for _ in 0..1 + rng.below(4) {
-                c.push(elem(rng));
+                c.push(elem(rng, big));
             }
             c
         }
@@ -79,24 +79,24 @@ fn list_command(rng: &mut Rng) -> Vec<String> {
         }
         5 => vec!["LLEN".into(), k],
         6 => vec!["LINDEX".into(), k, index(rng)],
-        7 => vec!["LSET".into(), k, index(rng), elem(rng)],
+        7 => vec!["LSET".into(), k, index(rng), elem(rng, big)],
         8 | 9 => vec!["LRANGE".into(), k, index(rng), index(rng)],
         10 => vec![
             "LINSERT".into(),
             k,
             rng.pick(&["BEFORE", "AFTER", "after", "x"]).to_string(),
-            elem(rng),
-            elem(rng),
+            elem(rng, big),
+            elem(rng, big),
         ],
         11 => vec![
             "LREM".into(),
             k,
             rng.pick(&["0", "1", "-1", "2", "-2", "x"]).to_string(),
-            elem(rng),
+            elem(rng, big),
         ],
         12 => vec!["LTRIM".into(), k, index(rng), index(rng)],
         13 => {
-            let mut c = vec!["LPOS".into(), k, elem(rng)];
+            let mut c = vec!["LPOS".into(), k, elem(rng, big)];
             for _ in 0..rng.below(3) {
                 let opt = rng.pick(&["RANK", "COUNT", "MAXLEN"]).to_string();
                 let v = rng.pick(&["1", "2", "-1", "-2", "0", "3"]).to_string();
@@ -176,11 +176,13 @@ fn final_state_agrees(p: &mut Pair) {
     p.check(&["DBSIZE"]);
 }
 
-fn sequence(p: &mut Pair, seed: u64, steps: usize) {
+/// `steps` random commands; `big` percent of the elements are 200 B to 3 KB, so lists
+/// cross the 8 KiB listpack limit.
+fn sequence(p: &mut Pair, seed: u64, steps: usize, big: u64) {
     let mut rng = Rng::new(seed);
     for _ in 0..steps {
         let c = if rng.chance(85) {
-            list_command(&mut rng)
+            list_command(&mut rng, big)
         } else {
             keyspace_command(&mut rng)
         };
@@ -194,9 +196,10 @@ fn sequence(p: &mut Pair, seed: u64, steps: usize) {
 #[test]
 fn list_random_sequences() {
     let mut p = Pair::start("diff-list", &["--threads", "2"]);
-    sequence(&mut p, 0x1157_0001, 3000);
+    sequence(&mut p, 0x1157_0001, 3000, 3);
+    sequence(&mut p, 0x1157_0003, 1500, 30);
     p.hello(3);
-    sequence(&mut p, 0x1157_0002, 3000);
+    sequence(&mut p, 0x1157_0002, 3000, 3);
 }
 
 // Edge cases: argument checks, option errors and their order, huge counts and indices,

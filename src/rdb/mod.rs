@@ -17,8 +17,9 @@
 //! accepts versions up to 11 (so 7.2's `SET_LISTPACK` payloads load too).
 //!
 //! Emission is byte-identical to Redis for strings, listpack hashes, intset sets and
-//! listpack lists (one node; bigger lists are cut into nodes as Redis's tail pushes cut
-//! them, which matches a list built by RPUSH; the layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
+//! listpack lists (one node; bigger lists are cut into nodes as Redis 7.0's tail pushes cut
+//! them, which matches 7.0 for a list built by RPUSH but not necessarily 7.2, whose first
+//! node is the listpack it converted; the layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
 //! the same type but the element order is lavik's (Redis's follows its dict's buckets).
 
 pub mod blob;
