@@ -362,6 +362,13 @@ fn list_payloads_as_redis() {
         &payload(&[18, 1, 1, 3, b'a', b'b', b'c'], 10),
     ]);
     p.check(&["LRANGE", "plain", "0", "-1"]);
+    // Redis's LZF-compressed inner nodes (list-compress-depth 1) load too.
+    let rep = p.r.call(&[b"CONFIG", b"SET", b"list-compress-depth", b"1"]);
+    assert_eq!(rep, b"+OK\r\n");
+    build_list(&mut p, &mut rng, "compressed", 300, false);
+    let r = bulk(&p.r.call(&[b"DUMP", b"compressed"]));
+    p.check_bytes(&[b"RESTORE", b"compressed-copy", b"0", &r]);
+    p.check(&["LRANGE", "compressed-copy", "0", "-1"]);
     // A version-1 LIST of strings (RDB type 1) still loads.
     p.check_bytes(&[b"RESTORE", b"old", b"0", &payload(&[1, 2, 1, b'a', 0], 9)]);
     p.check(&["LRANGE", "old", "0", "-1"]);
