@@ -376,6 +376,16 @@ fn list_object_encoding() {
         let want = if left > 39 { QL } else { LP };
         assert_eq!(lavik_encoding(&mut p, "l"), want, "at {left} elements");
     }
+    // Shrinking at the head: the list stays a quicklist while two nodes remain (the 79
+    // elements of the converted listpack, then the 80th alone), as Redis keeps it.
+    for _ in 0..80 {
+        p.check(&["RPUSH", "q", &e]);
+    }
+    for left in (1..80).rev() {
+        p.check(&["LPOP", "q"]);
+        let want = if left > 1 { QL } else { LP };
+        assert_eq!(lavik_encoding(&mut p, "q"), want, "at {left} elements");
+    }
     // One push of many elements is checked once, before it is written, against the raw
     // bytes added (7 + 8000 <= 8192): it stays a listpack of 8247 bytes, as in Redis 7.2,
     // and the next push converts it.

@@ -17,9 +17,8 @@
 //! accepts versions up to 11 (so 7.2's `SET_LISTPACK` payloads load too).
 //!
 //! Emission is byte-identical to Redis for strings, listpack hashes, intset sets and
-//! listpack lists (one node; bigger lists are cut into nodes as Redis 7.0's tail pushes cut
-//! them, which matches 7.0 for a list built by RPUSH but not necessarily 7.2, whose first
-//! node is the listpack it converted; the layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
+//! lists (one node for a listpack; a quicklist's nodes as lavik models Redis 7.2's, exact
+//! for lists changed at their ends; the layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
 //! the same type but the element order is lavik's (Redis's follows its dict's buckets).
 
 pub mod blob;
@@ -28,7 +27,7 @@ pub mod lzf;
 
 use crate::resp::parse::parse_i64;
 use crate::storage::collection::{as_set_int, HashEncoding, HashValue, SetEncoding, SetValue};
-use crate::storage::list_codec::{End, ListValue, LIST_MAX_LISTPACK_BYTES};
+use crate::storage::list_codec::ListValue;
 
 /// The RDB version DUMP writes (Redis 7.0's; see the module comment).
 pub const RDB_VERSION_EMITTED: u16 = 10;
@@ -68,9 +67,6 @@ pub enum ObjectType {
 /// Quicklist node containers (quicklist.h `QUICKLIST_NODE_CONTAINER_*`).
 const QUICKLIST_CONTAINER_PLAIN: usize = 1;
 const QUICKLIST_CONTAINER_PACKED: usize = 2;
-/// What Redis's `_quicklistNodeAllowInsert` adds to an element's raw length when
-/// estimating whether it still fits a node (`SIZE_ESTIMATE_OVERHEAD`).
-const QUICKLIST_SIZE_ESTIMATE_OVERHEAD_BYTES: usize = 8;
 
 /// Length-prefix forms (rdb.h `RDB_6BITLEN`.. and `RDB_ENC_*`).
 const LEN_14BIT_TAG: u8 = 0x40;
@@ -214,7 +210,7 @@ fn put_object(out: &mut Vec<u8>, v: &RdbValue) {
         }
         RdbValue::List(l) => {
             out.push(ObjectType::ListQuicklist2 as u8);
-            let nodes = quicklist_nodes(l);
+            let nodes = l.node_elements();
             put_len(out, nodes.len());
             for node in nodes {
                 put_len(out, QUICKLIST_CONTAINER_PACKED);
@@ -222,32 +218,6 @@ fn put_object(out: &mut Vec<u8>, v: &RdbValue) {
             }
         }
     }
-}
-
-/// The elements of `l` cut into quicklist nodes as Redis's tail pushes fill them: an
-/// element joins the last node unless its raw length plus the size estimate overhead would
-/// take the node past `list-max-listpack-size` (8 KiB). A listpack-encoded list is one
-/// node, as Redis 7.2 saves it, so a small list's payload is byte-identical to Redis's.
-fn quicklist_nodes(l: &ListValue) -> Vec<Vec<&[u8]>> {
-    let mut nodes: Vec<Vec<&[u8]>> = Vec::new();
-    let mut node_bytes = 0usize;
-    for e in l.iter() {
-        let fits = nodes.last().is_some_and(|n: &Vec<&[u8]>| {
-            n.is_empty()
-                || node_bytes + e.len() + QUICKLIST_SIZE_ESTIMATE_OVERHEAD_BYTES
-                    <= LIST_MAX_LISTPACK_BYTES
-        });
-        if !fits {
-            nodes.push(Vec::new());
-            node_bytes = 7;
-        }
-        nodes.last_mut().expect("a node was pushed").push(e);
-        node_bytes += crate::storage::list_codec::listpack_entry_bytes(e);
-    }
-    if l.encoding() == crate::storage::list_codec::ListEncoding::Listpack {
-        return vec![nodes.into_iter().flatten().collect()];
-    }
-    nodes
 }
 
 /// Whether every member of an intset-encoded set is its integer's canonical text, so the
@@ -405,39 +375,33 @@ fn set_from_members(m: Vec<Vec<u8>>) -> Result<RdbValue> {
     Ok(RdbValue::Set(s))
 }
 
-fn list_from_elements(elements: impl IntoIterator<Item = Vec<u8>>) -> Result<RdbValue> {
-    let mut l = ListValue::new();
-    for e in elements {
-        l.push(End::Tail, &e);
-    }
+fn list_value(l: ListValue) -> Result<RdbValue> {
     if l.is_empty() {
         return Err(DumpError::BadFormat("empty list"));
     }
-    l.settle();
     Ok(RdbValue::List(l))
 }
 
 /// A `LIST_QUICKLIST` (ziplist nodes) or `LIST_QUICKLIST_2` (listpack or plain nodes)
-/// body: a node count, then per node its container (version 2 only) and its blob. Empty
-/// nodes are skipped, as Redis skips them.
-fn quicklist_elements(r: &mut Reader, version_2: bool) -> Result<Vec<Vec<u8>>> {
-    let nodes = r.len()?;
-    let mut out = Vec::new();
-    for _ in 0..nodes {
+/// body: a node count, then per node its container (version 2 only) and its blob.
+fn quicklist_nodes(r: &mut Reader, version_2: bool) -> Result<Vec<Vec<Vec<u8>>>> {
+    let count = r.len()?;
+    let mut nodes = Vec::new();
+    for _ in 0..count {
         let container = if version_2 {
             r.len()?
         } else {
             QUICKLIST_CONTAINER_PACKED
         };
         let blob = r.string()?;
-        match container {
-            QUICKLIST_CONTAINER_PLAIN => out.push(blob),
-            QUICKLIST_CONTAINER_PACKED if version_2 => out.extend(blob::listpack_decode(&blob)?),
-            QUICKLIST_CONTAINER_PACKED => out.extend(blob::ziplist_decode(&blob)?),
+        nodes.push(match container {
+            QUICKLIST_CONTAINER_PLAIN => vec![blob],
+            QUICKLIST_CONTAINER_PACKED if version_2 => blob::listpack_decode(&blob)?,
+            QUICKLIST_CONTAINER_PACKED => blob::ziplist_decode(&blob)?,
             _ => return Err(DumpError::BadFormat("quicklist container")),
-        }
+        });
     }
-    Ok(out)
+    Ok(nodes)
 }
 
 /// Reads `n` elements one by one, growing the vector as they arrive (a corrupt count
@@ -486,16 +450,18 @@ fn parse_object(body: &[u8]) -> Result<RdbValue> {
         }
         x if x == ObjectType::List as u8 => {
             let n = r.len()?;
-            list_from_elements(strings(&mut r, n)?)
+            list_value(ListValue::from_tail_pushes(strings(&mut r, n)?))
         }
         x if x == ObjectType::ListZiplist as u8 => {
-            list_from_elements(blob::ziplist_decode(&r.string()?)?)
+            list_value(ListValue::from_nodes(vec![blob::ziplist_decode(
+                &r.string()?,
+            )?]))
         }
         x if x == ObjectType::ListQuicklist as u8 => {
-            list_from_elements(quicklist_elements(&mut r, false)?)
+            list_value(ListValue::from_nodes(quicklist_nodes(&mut r, false)?))
         }
         x if x == ObjectType::ListQuicklist2 as u8 => {
-            list_from_elements(quicklist_elements(&mut r, true)?)
+            list_value(ListValue::from_nodes(quicklist_nodes(&mut r, true)?))
         }
         _ => Err(DumpError::BadFormat("object type lavik does not store")),
     }

@@ -13,15 +13,20 @@
 //!   lengths, end byte), kept incrementally, so the conversion rules below cost O(1).
 //! - The encoding tag follows Redis 7.2's `list-max-listpack-size -2` rules: a listpack
 //!   becomes a quicklist when a write would take it past 8 KiB (`lpBytes` + the raw bytes
-//!   being added, checked before the write, as `listTypeTryConversionAppend` does), and a
-//!   quicklist goes back to a listpack after a shrinking command when it fits in half that.
+//!   being added, checked before the write, as `listTypeTryConversionAppend` does) and is
+//!   then the quicklist's first node; a quicklist goes back to a listpack after a shrinking
+//!   command when it is a single node of at most 4 KiB.
+//! - A quicklist records its nodes' element counts (they add up to the length, none is
+//!   zero), cut as Redis's quicklist cuts them: a push goes into the end node unless its
+//!   raw length + 8 would take that node past 8 KiB, removals shrink nodes and drop
+//!   emptied ones, nothing merges. So OBJECT ENCODING and DUMP's node boundaries are
+//!   Redis's for lists changed at their ends and by LREM/LTRIM.
 //!
-//! Deliberately approximate: Redis converts a quicklist back only when it has a single
-//! node of at most 4 KiB; lavik does not model quicklist nodes and converts when the whole
-//! list would be a listpack of at most 4 KiB. The two agree while the list's other nodes
-//! are emptied first (e.g. a list grown by RPUSH and shrunk by RPOP or from the tail by
-//! LTRIM); a list shrunk at the head (LPOP) while the tail node still holds elements, or
-//! emptied in the middle, may report `listpack` earlier than Redis would.
+//! Deliberately approximate: LSET and LINSERT keep the element in the node it lands in,
+//! where Redis moves an element that no longer fits a full node to a neighbour or splits
+//! the node; after such a command the node boundaries (hence the moment a shrinking list
+//! returns to `listpack`, and a big list's DUMP bytes) may differ from Redis's. Elements of
+//! 1 GiB and more (Redis's PLAIN nodes) are beyond lavik's value limit.
 //! `list-max-listpack-size` is the constant default (-2), not a setting.
 
 use std::collections::VecDeque;
@@ -32,6 +37,9 @@ pub const LIST_MAX_LISTPACK_BYTES: usize = 8192;
 pub const LIST_SHRINK_LISTPACK_BYTES: usize = LIST_MAX_LISTPACK_BYTES / 2;
 /// Redis's listpack header (total bytes u32 + count u16) and end byte.
 const LISTPACK_OVERHEAD_BYTES: usize = 7;
+/// What Redis's `_quicklistNodeAllowInsert` adds to an element's raw length when it
+/// estimates whether the element still fits a node (`SIZE_ESTIMATE_OVERHEAD`).
+pub const QUICKLIST_SIZE_ESTIMATE_OVERHEAD_BYTES: usize = 8;
 /// Longest varint: lengths and counts are below 4 GiB.
 const VARINT_MAX_BYTES: usize = 5;
 
@@ -111,12 +119,22 @@ pub struct ListValue {
     encoding: ListEncoding,
     items: VecDeque<Vec<u8>>,
     listpack_bytes: usize,
+    /// Quicklist only: how many elements each node holds, head to tail (empty for a
+    /// listpack). Kept as Redis's quicklist cuts them, so the shrinking rule and DUMP's
+    /// node boundaries follow Redis.
+    nodes: VecDeque<usize>,
 }
 
 impl Default for ListValue {
     fn default() -> Self {
         ListValue::new()
     }
+}
+
+/// Redis's `_quicklistNodeAllowInsert` for a node of `node_bytes` and an element of
+/// `raw_bytes`: the estimate (raw length + 8) must keep the node within 8 KiB.
+fn node_allows(node_bytes: usize, raw_bytes: usize) -> bool {
+    node_bytes + raw_bytes + QUICKLIST_SIZE_ESTIMATE_OVERHEAD_BYTES <= LIST_MAX_LISTPACK_BYTES
 }
 
 impl ListValue {
@@ -126,7 +144,40 @@ impl ListValue {
             encoding: ListEncoding::Listpack,
             items: VecDeque::new(),
             listpack_bytes: LISTPACK_OVERHEAD_BYTES,
+            nodes: VecDeque::new(),
         }
+    }
+
+    /// A list loaded from quicklist nodes (RDB): Redis keeps the nodes, then turns a single
+    /// node that fits the limit into a listpack (`LIST_CONV_AUTO`). Empty nodes are dropped.
+    pub fn from_nodes(nodes: Vec<Vec<Vec<u8>>>) -> ListValue {
+        let mut l = ListValue::new();
+        l.encoding = ListEncoding::Quicklist;
+        for node in nodes.into_iter().filter(|n| !n.is_empty()) {
+            l.nodes.push_back(node.len());
+            for e in node {
+                l.listpack_bytes += listpack_entry_bytes(&e);
+                l.items.push_back(e);
+            }
+        }
+        if l.nodes.len() <= 1 && l.listpack_bytes <= LIST_MAX_LISTPACK_BYTES {
+            l.become_listpack();
+        }
+        l
+    }
+
+    /// A list loaded as Redis loads an RDB `LIST` of plain strings: tail pushes into a
+    /// quicklist, then the same automatic conversion as `from_nodes`.
+    pub fn from_tail_pushes(elements: impl IntoIterator<Item = Vec<u8>>) -> ListValue {
+        let mut l = ListValue::new();
+        l.encoding = ListEncoding::Quicklist;
+        for e in elements {
+            l.push(End::Tail, &e);
+        }
+        if l.nodes.len() <= 1 && l.listpack_bytes <= LIST_MAX_LISTPACK_BYTES {
+            l.become_listpack();
+        }
+        l
     }
 
     pub fn encoding(&self) -> ListEncoding {
@@ -154,42 +205,104 @@ impl ListValue {
         self.items.iter().map(|e| e.as_slice())
     }
 
+    /// The elements cut into Redis's quicklist nodes (one node for a listpack).
+    pub fn node_elements(&self) -> Vec<Vec<&[u8]>> {
+        if self.encoding == ListEncoding::Listpack {
+            return vec![self.iter().collect()];
+        }
+        let mut it = self.iter();
+        self.nodes
+            .iter()
+            .map(|&n| it.by_ref().take(n).collect())
+            .collect()
+    }
+
+    fn become_listpack(&mut self) {
+        self.encoding = ListEncoding::Listpack;
+        self.nodes.clear();
+    }
+
+    /// `lpBytes` of the node holding elements `first..first + count`.
+    fn node_bytes(&self, first: usize, count: usize) -> usize {
+        LISTPACK_OVERHEAD_BYTES
+            + self
+                .items
+                .range(first..first + count)
+                .map(|e| listpack_entry_bytes(e))
+                .sum::<usize>()
+    }
+
+    /// Which node holds element `i` (i < len), and the index of that node's first element.
+    fn node_of(&self, i: usize) -> (usize, usize) {
+        let mut first = 0;
+        for (n, &count) in self.nodes.iter().enumerate() {
+            if i < first + count {
+                return (n, first);
+            }
+            first += count;
+        }
+        unreachable!("index {i} below the list length")
+    }
+
     /// Redis's growing check before writing elements whose raw lengths sum to `add_bytes`
-    /// (`listTypeTryConvertListpack`): a listpack that would pass the limit converts.
+    /// (`listTypeTryConvertListpack`): a listpack that would pass the limit converts, and
+    /// becomes the quicklist's first node.
     pub fn prepare_grow(&mut self, add_bytes: usize) {
         if self.encoding == ListEncoding::Listpack
             && self.listpack_bytes + add_bytes > LIST_MAX_LISTPACK_BYTES
         {
             self.encoding = ListEncoding::Quicklist;
+            self.nodes.clear();
+            if !self.items.is_empty() {
+                self.nodes.push_back(self.items.len());
+            }
         }
     }
 
     /// Redis's shrinking check after a removal (`listTypeTryConvertQuicklist` with
-    /// `shrinking`; see the module comment for the approximation).
+    /// `shrinking`): a quicklist of one node of at most 4 KiB becomes a listpack.
     pub fn after_shrink(&mut self) {
         if self.encoding == ListEncoding::Quicklist
+            && self.nodes.len() == 1
             && self.listpack_bytes <= LIST_SHRINK_LISTPACK_BYTES
         {
-            self.encoding = ListEncoding::Listpack;
+            self.become_listpack();
         }
     }
 
-    /// Redis's automatic check on a freshly built list (RDB load, RESTORE): one node that
-    /// fits the full limit becomes a listpack.
-    pub fn settle(&mut self) {
-        self.encoding = if self.listpack_bytes <= LIST_MAX_LISTPACK_BYTES {
-            ListEncoding::Listpack
-        } else {
-            ListEncoding::Quicklist
-        };
-    }
-
     /// Adds `e` at `end` (no conversion check: callers run `prepare_grow` for the batch).
+    /// A quicklist puts it in the end node if Redis's insert estimate allows, else in a
+    /// new node.
     pub fn push(&mut self, end: End, e: &[u8]) {
+        if self.encoding == ListEncoding::Quicklist {
+            let allowed = match end {
+                End::Head => self
+                    .nodes
+                    .front()
+                    .is_some_and(|&n| node_allows(self.node_bytes(0, n), e.len())),
+                End::Tail => self.nodes.back().is_some_and(|&n| {
+                    node_allows(self.node_bytes(self.items.len() - n, n), e.len())
+                }),
+            };
+            match (end, allowed) {
+                (End::Head, true) => self.nodes[0] += 1,
+                (End::Tail, true) => *self.nodes.back_mut().expect("checked") += 1,
+                (End::Head, false) => self.nodes.push_front(1),
+                (End::Tail, false) => self.nodes.push_back(1),
+            }
+        }
         self.listpack_bytes += listpack_entry_bytes(e);
         match end {
             End::Head => self.items.push_front(e.to_vec()),
             End::Tail => self.items.push_back(e.to_vec()),
+        }
+    }
+
+    /// Takes one element out of node `n` (dropping the node when it empties).
+    fn node_removed(&mut self, n: usize) {
+        self.nodes[n] -= 1;
+        if self.nodes[n] == 0 {
+            self.nodes.remove(n);
         }
     }
 
@@ -199,30 +312,66 @@ impl ListValue {
             End::Head => self.items.pop_front(),
             End::Tail => self.items.pop_back(),
         }?;
+        if self.encoding == ListEncoding::Quicklist {
+            let n = if end == End::Head {
+                0
+            } else {
+                self.nodes.len() - 1
+            };
+            self.node_removed(n);
+        }
         self.listpack_bytes -= listpack_entry_bytes(&e);
         Some(e)
     }
 
-    /// Replaces element `i` (which must exist).
+    /// Replaces element `i` (which must exist). A quicklist keeps it in its node (Redis
+    /// may move an element that no longer fits its node to a neighbour: not modelled).
     pub fn set(&mut self, i: usize, e: &[u8]) {
         let old = std::mem::replace(&mut self.items[i], e.to_vec());
         self.listpack_bytes =
             self.listpack_bytes - listpack_entry_bytes(&old) + listpack_entry_bytes(e);
     }
 
-    /// Inserts `e` so that it becomes element `i` (i <= len).
+    /// Inserts `e` so that it becomes element `i` (i <= len). A quicklist grows the node
+    /// holding the element it goes before (or the last node); Redis's node split for an
+    /// insert into a full node is not modelled.
     pub fn insert(&mut self, i: usize, e: &[u8]) {
+        if self.encoding == ListEncoding::Quicklist {
+            if self.nodes.is_empty() {
+                self.nodes.push_back(1);
+            } else {
+                let (n, _) = self.node_of(i.min(self.items.len() - 1));
+                self.nodes[n] += 1;
+            }
+        }
         self.listpack_bytes += listpack_entry_bytes(e);
         self.items.insert(i, e.to_vec());
     }
 
     /// Keeps only the elements for which `keep` says so, in order; returns how many went.
+    /// Quicklist nodes lose their removed elements and vanish when emptied (Redis deletes
+    /// entries in place and never merges nodes on removal).
     pub fn retain_indexed(&mut self, mut keep: impl FnMut(usize, &[u8]) -> bool) -> usize {
         let before = self.items.len();
+        let kept: Vec<bool> = self
+            .items
+            .iter()
+            .enumerate()
+            .map(|(i, e)| keep(i, e))
+            .collect();
+        if self.encoding == ListEncoding::Quicklist {
+            let mut first = 0;
+            for count in self.nodes.iter_mut() {
+                let gone = kept[first..first + *count].iter().filter(|k| !**k).count();
+                first += *count;
+                *count -= gone;
+            }
+            self.nodes.retain(|&c| c > 0);
+        }
         let mut i = 0;
         let mut dropped_bytes = 0;
         self.items.retain(|e| {
-            let k = keep(i, e);
+            let k = kept[i];
             i += 1;
             if !k {
                 dropped_bytes += listpack_entry_bytes(e);
@@ -238,6 +387,7 @@ impl ListValue {
         match keep {
             None => {
                 self.items.clear();
+                self.nodes.clear();
                 self.listpack_bytes = LISTPACK_OVERHEAD_BYTES;
             }
             Some((start, end)) => {
@@ -254,7 +404,7 @@ impl ListValue {
 
     pub fn encode(&self) -> Vec<u8> {
         let body: usize = self.items.iter().map(|e| e.len() + 2).sum();
-        let mut out = Vec::with_capacity(1 + VARINT_MAX_BYTES + body);
+        let mut out = Vec::with_capacity(1 + 2 * VARINT_MAX_BYTES + body);
         out.push(match self.encoding {
             ListEncoding::Listpack => 0,
             ListEncoding::Quicklist => 1,
@@ -263,6 +413,12 @@ impl ListValue {
             &mut out,
             u32::try_from(self.items.len()).expect("below 2^32 elements"),
         );
+        if self.encoding == ListEncoding::Quicklist {
+            put_varint(&mut out, self.nodes.len() as u32);
+            for &n in &self.nodes {
+                put_varint(&mut out, n as u32);
+            }
+        }
         for e in &self.items {
             put_varint(
                 &mut out,
@@ -283,8 +439,8 @@ impl ListValue {
         };
         at += 1;
         let n = varint(b, &mut at)? as usize;
-        // Each element takes at least its one length byte: a corrupt count cannot make
-        // decode allocate beyond the input.
+        // Each element (and each node count) takes at least one byte: a corrupt count
+        // cannot make decode allocate beyond the input.
         if n > b.len() - at {
             return Err(ListCodecError::Truncated(b.len()));
         }
@@ -293,6 +449,24 @@ impl ListValue {
         }
         let mut l = ListValue::new();
         l.encoding = encoding;
+        if encoding == ListEncoding::Quicklist {
+            let node_count = varint(b, &mut at)? as usize;
+            if node_count > b.len() - at {
+                return Err(ListCodecError::Truncated(b.len()));
+            }
+            let mut total = 0usize;
+            for _ in 0..node_count {
+                let c = varint(b, &mut at)? as usize;
+                if c == 0 {
+                    return Err(ListCodecError::Malformed("empty quicklist node"));
+                }
+                total += c;
+                l.nodes.push_back(c);
+            }
+            if total != n {
+                return Err(ListCodecError::Malformed("node counts do not add up"));
+            }
+        }
         l.items.reserve(n);
         for _ in 0..n {
             let len = varint(b, &mut at)? as usize;
@@ -300,7 +474,8 @@ impl ListValue {
                 .checked_add(len)
                 .filter(|&e| e <= b.len())
                 .ok_or(ListCodecError::Truncated(b.len()))?;
-            l.push(End::Tail, &b[at..end]);
+            l.listpack_bytes += listpack_entry_bytes(&b[at..end]);
+            l.items.push_back(b[at..end].to_vec());
             at = end;
         }
         if at != b.len() {
@@ -355,8 +530,13 @@ mod tests {
         assert_eq!(l.iter().collect::<Vec<_>>(), vec![&b"a"[..], b"", b"42"]);
         // 7 overhead + "a" (1+1+1) + "" (1+1) + 42 as a 7-bit int (1+1).
         assert_eq!(l.listpack_bytes(), 7 + 3 + 2 + 2);
-        let q = ListValue::decode(&[1, 1, 0]).unwrap();
+        // Quicklist: 3 elements in nodes of 2 and 1.
+        let q = ListValue::decode(&[1, 3, 2, 2, 1, 1, b'x', 0, 1, b'y']).unwrap();
         assert_eq!(q.encoding(), ListEncoding::Quicklist);
+        assert_eq!(
+            q.node_elements(),
+            vec![vec![&b"x"[..], b""], vec![&b"y"[..]]]
+        );
     }
 
     // Encoding produces the documented bytes (quartet: emit).
@@ -387,6 +567,9 @@ mod tests {
             &[0, 0x81, 0x00, 0],
             &[0, 0xff, 0xff, 0xff, 0xff, 0xff, 0],
             &[0, 5, 0],
+            &[1, 1, 1, 2, 0],
+            &[1, 1, 2, 0, 1, 0],
+            &[1, 1, 0, 0],
         ] {
             assert!(ListValue::decode(bad).is_err(), "{bad:?}");
         }
@@ -420,27 +603,69 @@ mod tests {
         assert_eq!(listpack_entry_bytes(&[b'a'; 4096]), 4101 + 2);
     }
 
-    // The encoding converts at 8 KiB on growth and back at 4 KiB on shrinking, not before.
-    #[test]
-    fn conversions() {
+    /// A list grown by tail pushes of 100-byte elements up to its first quicklist push.
+    fn grown() -> ListValue {
         let mut l = ListValue::new();
         let e = [b'v'; 100]; // 103 bytes per entry
         while l.listpack_bytes() + e.len() <= LIST_MAX_LISTPACK_BYTES {
             l.prepare_grow(e.len());
             l.push(End::Tail, &e);
         }
-        assert_eq!(l.encoding(), ListEncoding::Listpack);
+        assert_eq!((l.encoding(), l.len()), (ListEncoding::Listpack, 79));
         l.prepare_grow(e.len());
         l.push(End::Tail, &e);
+        l
+    }
+
+    // A listpack converts when a push would pass 8 KiB and becomes the first node; the
+    // next element does not fit it (8144 + 100 + 8 > 8192) and opens a second node.
+    #[test]
+    fn conversion_on_growth() {
+        let l = grown();
         assert_eq!(l.encoding(), ListEncoding::Quicklist);
-        while l.listpack_bytes() > LIST_SHRINK_LISTPACK_BYTES + 103 {
+        let sizes: Vec<usize> = l.node_elements().iter().map(|n| n.len()).collect();
+        assert_eq!(sizes, vec![79, 1]);
+    }
+
+    // Back to a listpack only with one node of at most 4 KiB: popping the tail drops the
+    // one-element node and then converts at 39 elements (7 + 39 * 103 = 4024); popping the
+    // head keeps two nodes until the first empties.
+    #[test]
+    fn conversion_on_shrinking() {
+        let mut l = grown();
+        while l.len() > 40 {
+            l.pop(End::Tail);
+            l.after_shrink();
+            assert_eq!(l.encoding(), ListEncoding::Quicklist, "{}", l.len());
+        }
+        l.pop(End::Tail);
+        l.after_shrink();
+        assert_eq!((l.encoding(), l.len()), (ListEncoding::Listpack, 39));
+
+        let mut l = grown();
+        while l.len() > 2 {
             l.pop(End::Head);
             l.after_shrink();
-            assert_eq!(l.encoding(), ListEncoding::Quicklist);
+            assert_eq!(l.encoding(), ListEncoding::Quicklist, "{}", l.len());
         }
         l.pop(End::Head);
         l.after_shrink();
-        assert_eq!(l.encoding(), ListEncoding::Listpack);
+        assert_eq!((l.encoding(), l.len()), (ListEncoding::Listpack, 1));
+    }
+
+    // Removals inside a quicklist shrink their nodes and drop emptied ones.
+    #[test]
+    fn removal_keeps_nodes() {
+        let mut l = grown();
+        l.push(End::Head, b"h");
+        let sizes =
+            |l: &ListValue| -> Vec<usize> { l.node_elements().iter().map(|n| n.len()).collect() };
+        assert_eq!(sizes(&l), vec![80, 1]);
+        let last = l.len() - 1;
+        assert_eq!(l.retain_indexed(|i, _| i != last && i % 2 == 1), 41);
+        assert_eq!(sizes(&l), vec![40]);
+        let back = ListValue::decode(&l.encode()).unwrap();
+        assert_eq!(back, l);
     }
 
     // Trim, retain, set and insert keep the listpack size equal to a fresh build's.
