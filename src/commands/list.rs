@@ -306,7 +306,7 @@ pub fn linsert(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         r.int(-1);
         return Ok(());
     };
-    l.value.insert(at + after as usize, a[4]);
+    l.value.insert(at, after, a[4]);
     store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
     r.int(l.value.len() as i64);
     Ok(())

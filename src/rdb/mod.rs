@@ -17,8 +17,8 @@
 //! accepts versions up to 11 (so 7.2's `SET_LISTPACK` payloads load too).
 //!
 //! Emission is byte-identical to Redis for strings, listpack hashes, intset sets and
-//! lists (one node for a listpack; a quicklist's nodes as lavik models Redis 7.2's, exact
-//! for lists changed at their ends; the layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
+//! lists (one node for a listpack; a quicklist's nodes as lavik models Redis's; the
+//! layouts are deterministic); for hashtable hashes and listpack/hashtable sets the body is
 //! the same type but the element order is lavik's (Redis's follows its dict's buckets).
 
 pub mod blob;

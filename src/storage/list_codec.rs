@@ -17,16 +17,16 @@
 //!   then the quicklist's first node; a quicklist goes back to a listpack after a shrinking
 //!   command when it is a single node of at most 4 KiB.
 //! - A quicklist records its nodes' element counts (they add up to the length, none is
-//!   zero), cut as Redis's quicklist cuts them: a push goes into the end node unless its
-//!   raw length + 8 would take that node past 8 KiB, removals shrink nodes and drop
-//!   emptied ones, nothing merges. So OBJECT ENCODING and DUMP's node boundaries are
-//!   Redis's for lists changed at their ends and by LREM/LTRIM.
+//!   zero), cut as Redis 7.2's quicklist cuts them: a push goes into the end node unless
+//!   its raw length + 8 would take that node past 8 KiB; LINSERT follows
+//!   `_quicklistInsert` (pivot node, neighbour, new edge node, or split and merge);
+//!   LSET replaces in place; removals shrink nodes and drop emptied ones. So OBJECT
+//!   ENCODING and DUMP's node boundaries are Redis's (checked byte for byte against
+//!   redis-server's DUMP in `tests/diff_dump.rs`).
 //!
-//! Deliberately approximate: LSET and LINSERT keep the element in the node it lands in,
-//! where Redis moves an element that no longer fits a full node to a neighbour or splits
-//! the node; after such a command the node boundaries (hence the moment a shrinking list
-//! returns to `listpack`, and a big list's DUMP bytes) may differ from Redis's. Elements of
-//! 1 GiB and more (Redis's PLAIN nodes) are beyond lavik's value limit.
+//! Deliberately missing: Redis's PLAIN nodes for elements of 1 GiB and more (beyond
+//! lavik's value limit) and list compression (`list-compress-depth`, which changes
+//! neither replies nor node boundaries).
 //! `list-max-listpack-size` is the constant default (-2), not a setting.
 
 use std::collections::VecDeque;
@@ -123,6 +123,9 @@ pub struct ListValue {
     /// listpack). Kept as Redis's quicklist cuts them, so the shrinking rule and DUMP's
     /// node boundaries follow Redis.
     nodes: VecDeque<usize>,
+    /// Set by an insert that split a node: the node around which to merge once the
+    /// element is in (not part of the value).
+    pending_merge: Option<usize>,
 }
 
 impl Default for ListValue {
@@ -145,6 +148,7 @@ impl ListValue {
             items: VecDeque::new(),
             listpack_bytes: LISTPACK_OVERHEAD_BYTES,
             nodes: VecDeque::new(),
+            pending_merge: None,
         }
     }
 
@@ -324,28 +328,107 @@ impl ListValue {
         Some(e)
     }
 
-    /// Replaces element `i` (which must exist). A quicklist keeps it in its node (Redis
-    /// may move an element that no longer fits its node to a neighbour: not modelled).
+    /// Replaces element `i` (which must exist), in its node as Redis 7.2's
+    /// `quicklistReplaceEntry` does for any element below 1 GiB.
     pub fn set(&mut self, i: usize, e: &[u8]) {
         let old = std::mem::replace(&mut self.items[i], e.to_vec());
         self.listpack_bytes =
             self.listpack_bytes - listpack_entry_bytes(&old) + listpack_entry_bytes(e);
     }
 
-    /// Inserts `e` so that it becomes element `i` (i <= len). A quicklist grows the node
-    /// holding the element it goes before (or the last node); Redis's node split for an
-    /// insert into a full node is not modelled.
-    pub fn insert(&mut self, i: usize, e: &[u8]) {
+    /// `lpBytes` of node `n`.
+    fn node_size(&self, n: usize) -> usize {
+        let first: usize = self.nodes.range(..n).sum();
+        self.node_bytes(first, self.nodes[n])
+    }
+
+    /// Inserts `e` next to element `pivot` (before it, or after it when `after`), as
+    /// LINSERT does. A quicklist places it as Redis's `_quicklistInsert` does: in the
+    /// pivot's node if that allows the insert, else at the near end of a neighbour that
+    /// allows it, else in a new node at the pivot node's edge, else by splitting the
+    /// pivot's node and merging around the split (`_quicklistMergeNodes`).
+    pub fn insert(&mut self, pivot: usize, after: bool, e: &[u8]) {
+        debug_assert!(pivot < self.items.len());
         if self.encoding == ListEncoding::Quicklist {
-            if self.nodes.is_empty() {
-                self.nodes.push_back(1);
-            } else {
-                let (n, _) = self.node_of(i.min(self.items.len() - 1));
-                self.nodes[n] += 1;
-            }
+            self.insert_node_counts(pivot, after, e.len());
         }
         self.listpack_bytes += listpack_entry_bytes(e);
-        self.items.insert(i, e.to_vec());
+        self.items.insert(pivot + after as usize, e.to_vec());
+        if self.encoding == ListEncoding::Quicklist {
+            if let Some(center) = self.pending_merge.take() {
+                self.merge_around(center);
+            }
+        }
+    }
+
+    /// The node bookkeeping of `insert`, decided on the sizes before the element goes in.
+    fn insert_node_counts(&mut self, pivot: usize, after: bool, raw_bytes: usize) {
+        let (n, first) = self.node_of(pivot);
+        let count = self.nodes[n];
+        let offset = pivot - first;
+        let full = !node_allows(self.node_size(n), raw_bytes);
+        let at_tail = after && offset == count - 1;
+        let at_head = !after && offset == 0;
+        let avail_next =
+            at_tail && n + 1 < self.nodes.len() && node_allows(self.node_size(n + 1), raw_bytes);
+        let avail_prev = at_head && n > 0 && node_allows(self.node_size(n - 1), raw_bytes);
+        if !full {
+            self.nodes[n] += 1;
+        } else if avail_next {
+            self.nodes[n + 1] += 1;
+        } else if avail_prev {
+            self.nodes[n - 1] += 1;
+        } else if at_tail {
+            self.nodes.insert(n + 1, 1);
+        } else if at_head {
+            self.nodes.insert(n, 1);
+        } else if after {
+            // The pivot's node keeps elements 0..=offset; the rest and the new element
+            // form a node after it.
+            self.nodes[n] = offset + 1;
+            self.nodes.insert(n + 1, count - offset);
+            self.pending_merge = Some(n);
+        } else {
+            // The pivot's node keeps elements offset..; the ones before it and the new
+            // element form a node before it.
+            self.nodes[n] = count - offset;
+            self.nodes.insert(n, offset + 1);
+            self.pending_merge = Some(n + 1);
+        }
+    }
+
+    /// Redis's `_quicklistNodeAllowMerge`: two nodes merge when the merged listpack (one
+    /// header and end byte fewer) stays within 8 KiB.
+    fn merge_allowed(&self, a: usize, b: usize) -> bool {
+        self.node_size(a) + self.node_size(b) - LISTPACK_OVERHEAD_BYTES <= LIST_MAX_LISTPACK_BYTES
+    }
+
+    /// Merges node `b` into node `a` (its left neighbour).
+    fn merge_into(&mut self, a: usize, b: usize) {
+        debug_assert_eq!(a + 1, b);
+        self.nodes[a] += self.nodes[b];
+        self.nodes.remove(b);
+    }
+
+    /// Redis's `_quicklistMergeNodes` around node `center`: the two nodes before it, the
+    /// two after it, then the center with its previous and the result with its next.
+    fn merge_around(&mut self, mut center: usize) {
+        if center >= 2 && self.merge_allowed(center - 2, center - 1) {
+            self.merge_into(center - 2, center - 1);
+            center -= 1;
+        }
+        if center + 2 < self.nodes.len() && self.merge_allowed(center + 1, center + 2) {
+            self.merge_into(center + 1, center + 2);
+        }
+        let target = if center >= 1 && self.merge_allowed(center, center - 1) {
+            self.merge_into(center - 1, center);
+            center - 1
+        } else {
+            center
+        };
+        if target + 1 < self.nodes.len() && self.merge_allowed(target, target + 1) {
+            self.merge_into(target, target + 1);
+        }
     }
 
     /// Keeps only the elements for which `keep` says so, in order; returns how many went.
@@ -668,12 +751,28 @@ mod tests {
         assert_eq!(back, l);
     }
 
+    // An insert into a full node splits it and merges around the split, as Redis's
+    // `_quicklistInsert`: [79][1] + 1 after element 10 -> [11][69][1] -> [11][70].
+    #[test]
+    fn insert_splits_and_merges() {
+        let mut l = grown();
+        l.insert(10, true, &[b'n'; 100]);
+        let sizes: Vec<usize> = l.node_elements().iter().map(|n| n.len()).collect();
+        assert_eq!(sizes, vec![11, 70]);
+        assert_eq!(l.get(11), Some(&[b'n'; 100][..]));
+        // Before the head of a node with room: that node takes it.
+        l.insert(0, false, &[b'h'; 100]);
+        let sizes: Vec<usize> = l.node_elements().iter().map(|n| n.len()).collect();
+        assert_eq!(sizes, vec![12, 70]);
+        assert_eq!(ListValue::decode(&l.encode()).unwrap(), l);
+    }
+
     // Trim, retain, set and insert keep the listpack size equal to a fresh build's.
     #[test]
     fn size_tracking() {
         let mut l = list(&[b"1", b"200", b"abc", b"-5", b"x"]);
         l.set(1, b"hello world");
-        l.insert(2, b"99999");
+        l.insert(1, true, b"99999");
         l.retain_indexed(|i, _| i != 0);
         l.trim(Some((1, 3)));
         let fresh = list(&l.iter().collect::<Vec<_>>());
