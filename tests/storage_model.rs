@@ -7,12 +7,13 @@
 //! calls `flush`). After a crash, every key holds either its value as of the last flush or a
 //! value written after it — never anything else, and a key deleted before the last flush
 //! never comes back. Without a crash the engine matches the model exactly, DBSIZE included.
-//! A third of the keys hold hashes and a third sets (whole-record collections, stage 1 of
+//! A quarter of the keys each hold hashes, sets and lists (whole-record collections, stage 1 of
 //! `docs/collections.md`): the model compares the value kind with the bytes, so a crash,
 //! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
 use lavik::storage::collection::{HashValue, SetValue};
 use lavik::storage::zset::ZSetValue;
+use lavik::storage::list_codec::{End, ListValue};
 use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,13 +118,14 @@ fn value_bytes(k: u8, len: usize, fill: u8) -> Vec<u8> {
     v
 }
 
-/// Key `k`'s value kind: strings, hashes, sets and sorted sets in turn.
+/// Key `k`'s value kind: strings, hashes, sets, sorted sets and lists in turn.
 fn kind_of(k: u8) -> ValueKind {
-    match k % 4 {
+    match k % 5 {
         0 => ValueKind::String,
         1 => ValueKind::Hash,
         2 => ValueKind::Set,
-        _ => ValueKind::ZSet,
+        3 => ValueKind::ZSet,
+        _ => ValueKind::List,
     }
 }
 
@@ -133,6 +135,7 @@ fn kind_tag(kind: ValueKind) -> u8 {
         ValueKind::Hash => b'h',
         ValueKind::Set => b'S',
         ValueKind::ZSet => b'z',
+        ValueKind::List => b'l',
     }
 }
 
@@ -166,6 +169,14 @@ fn record_value(k: u8, len: usize, fill: u8) -> Vec<u8> {
             }
             z.encode()
         }
+        ValueKind::List => {
+            let mut l = ListValue::new();
+            l.push(End::Head, &[k]);
+            for chunk in raw.chunks(1024) {
+                l.push(End::Tail, chunk);
+            }
+            l.encode()
+        }
     }
 }
 
@@ -175,6 +186,7 @@ fn tagged(v: Value) -> Vec<u8> {
         ValueKind::Hash => assert!(HashValue::decode(&v.bytes).is_ok(), "hash record decodes"),
         ValueKind::Set => assert!(SetValue::decode(&v.bytes).is_ok(), "set record decodes"),
         ValueKind::ZSet => assert!(ZSetValue::decode(&v.bytes).is_ok(), "zset record decodes"),
+        ValueKind::List => assert!(ListValue::decode(&v.bytes).is_ok(), "list record decodes"),
         ValueKind::String => {}
     }
     [&[kind_tag(v.kind)][..], &v.bytes].concat()

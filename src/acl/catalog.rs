@@ -384,6 +384,7 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
                 R
             }
         }
+        "llen" | "lindex" | "lrange" | "lpos" => R,
         "getset" | "getdel" | "getex" | "incr" | "decr" | "incrby" | "decrby" | "incrbyfloat" => {
             R | W
         }
@@ -441,6 +442,9 @@ mod tests {
         assert_eq!(cats("config|get"), ["admin", "slow", "dangerous"]);
         assert_eq!(cats("client|id"), ["slow", "connection"]);
         assert_eq!(cats("acl|whoami"), ["slow"]);
+        assert_eq!(cats("lpush"), ["write", "list", "fast"]);
+        assert_eq!(cats("lindex"), ["read", "list", "slow"]);
+        assert_eq!(cats("lmpop"), ["write", "list", "slow"]);
     }
 
     // Lookup is case-insensitive, finds subcommands, and rejects nonsense as Redis does.

@@ -13,6 +13,7 @@ use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashValue, SetValue};
 use crate::storage::zset::ZSetValue;
+use crate::storage::list_codec::ListValue;
 use crate::storage::{StorageError, ValueKind};
 use std::cell::Cell;
 
@@ -131,6 +132,23 @@ pub fn load_zset(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ZSetValue>>,
     }))
 }
 
+/// Loads the list at `key` (WRONGTYPE for another kind, `None` when missing or expired).
+pub fn load_list(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListValue>>, String> {
+    let Some(Loaded {
+        value: bytes,
+        expire_at_ms,
+    }) = load_raw(ctx, key, ValueKind::List)?
+    else {
+        return Ok(None);
+    };
+    let value = ListValue::decode(&bytes)
+        .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?;
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms,
+    }))
+}
+
 /// Writes `z` under `key` (deleting the key when `z` is empty).
 pub fn store_zset(
     ctx: &mut Ctx,
@@ -140,6 +158,17 @@ pub fn store_zset(
 ) -> Result<(), String> {
     let bytes = (!z.is_empty()).then(|| z.encode());
     store_raw(ctx, key, ValueKind::ZSet, bytes, expire_at_ms)
+}
+
+/// Writes `l` under `key` (deleting the key when `l` is empty, as Redis does).
+pub fn store_list(
+    ctx: &mut Ctx,
+    key: &[u8],
+    l: &ListValue,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let bytes = (!l.is_empty()).then(|| l.encode());
+    store_raw(ctx, key, ValueKind::List, bytes, expire_at_ms)
 }
 
 // ---- randomness -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ use crate::rdb::{self, RdbValue};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashValue, SetValue};
 use crate::storage::zset::ZSetValue;
+use crate::storage::list_codec::ListValue;
 use crate::storage::{StorageError, ValueKind};
 
 /// Largest FREQ (an LFU counter is 8 bits).
@@ -34,6 +35,7 @@ pub fn dump(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         ValueKind::Hash => RdbValue::Hash(HashValue::decode(&v.bytes).map_err(corrupt)?),
         ValueKind::Set => RdbValue::Set(SetValue::decode(&v.bytes).map_err(corrupt)?),
         ValueKind::ZSet => RdbValue::ZSet(ZSetValue::decode(&v.bytes).map_err(corrupt)?),
+        ValueKind::List => RdbValue::List(ListValue::decode(&v.bytes).map_err(corrupt)?),
     };
     r.bulk(&rdb::dump(&value));
     Ok(())
@@ -117,6 +119,7 @@ pub fn restore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         RdbValue::Hash(h) => (ValueKind::Hash, h.encode()),
         RdbValue::Set(s) => (ValueKind::Set, s.encode()),
         RdbValue::ZSet(z) => (ValueKind::ZSet, z.encode()),
+        RdbValue::List(l) => (ValueKind::List, l.encode()),
     };
     shard
         .put(db, key, kind, &bytes, expire_at_ms, now)

@@ -48,6 +48,7 @@ pub fn type_name(kind: ValueKind) -> &'static str {
         ValueKind::Hash => "hash",
         ValueKind::Set => "set",
         ValueKind::ZSet => "zset",
+        ValueKind::List => "list",
     }
 }
 
@@ -72,6 +73,10 @@ fn encoding_name(v: &crate::storage::Value) -> Result<&'static str, String> {
             .encoding()
             .name(),
         ValueKind::ZSet => crate::storage::zset::ZSetValue::decode(&v.bytes)
+            .map_err(|e| storage_error(crate::storage::StorageError::Corrupt(e.to_string())))?
+            .encoding()
+            .name(),
+        ValueKind::List => crate::storage::list_codec::ListValue::decode(&v.bytes)
             .map_err(|e| storage_error(crate::storage::StorageError::Corrupt(e.to_string())))?
             .encoding()
             .name(),

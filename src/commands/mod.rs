@@ -19,6 +19,7 @@ pub mod glob;
 pub mod hash;
 pub mod hyperloglog;
 pub mod keyspace;
+pub mod list;
 pub mod scripting;
 pub mod set;
 pub mod string;

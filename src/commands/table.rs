@@ -2,8 +2,8 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, scripting as sc,
-    set as st, string as s, zset as z, Handler,
+    bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, list as l,
+    scripting as sc, set as st, string as s, zset as z, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +90,7 @@ const FUNCTION: &[&str] = &[];
 const ZR_MOVABLE: &[&str] = &["readonly", "movablekeys"];
 const ZW_MOVABLE: &[&str] = &["write", "movablekeys"];
 const ZWD_MOVABLE: &[&str] = &["write", "denyoom", "movablekeys"];
+const LMPOP: &[&str] = &["write", "movablekeys"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -265,6 +266,24 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("sdiff", -2, R, 1, -1, 1, "set", "1.0.0", "Returns the difference of multiple sets.", st::sdiff),
     keyed!("sdiffstore", -3, W, 1, -1, 1, "set", "1.0.0", "Stores the difference of multiple sets in a key.", st::sdiffstore),
     keyed!("sscan", -3, R, 1, 1, 1, "set", "2.8.0", "Iterates over members of a set.", st::sscan),
+    // lists
+    keyed!("lpush", -3, WF, 1, 1, 1, "list", "1.0.0", "Prepends one or more elements to a list. Creates the key if it doesn't exist.", l::lpush),
+    keyed!("rpush", -3, WF, 1, 1, 1, "list", "1.0.0", "Appends one or more elements to a list. Creates the key if it doesn't exist.", l::rpush),
+    keyed!("lpushx", -3, WF, 1, 1, 1, "list", "2.2.0", "Prepends one or more elements to a list only when the list exists.", l::lpushx),
+    keyed!("rpushx", -3, WF, 1, 1, 1, "list", "2.2.0", "Appends an element to a list only when the list exists.", l::rpushx),
+    keyed!("lpop", -2, WDF, 1, 1, 1, "list", "1.0.0", "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.", l::lpop),
+    keyed!("rpop", -2, WDF, 1, 1, 1, "list", "1.0.0", "Returns and removes the last elements of the list. Deletes the list if the last element was popped.", l::rpop),
+    keyed!("llen", 2, RF, 1, 1, 1, "list", "1.0.0", "Returns the length of a list.", l::llen),
+    keyed!("lindex", 3, R, 1, 1, 1, "list", "1.0.0", "Returns an element from a list by its index.", l::lindex),
+    keyed!("lset", 4, W, 1, 1, 1, "list", "1.0.0", "Sets the value of an element in a list by its index.", l::lset),
+    keyed!("lrange", 4, R, 1, 1, 1, "list", "1.0.0", "Returns a range of elements from a list.", l::lrange),
+    keyed!("linsert", 5, W, 1, 1, 1, "list", "2.2.0", "Inserts an element before or after another element in a list.", l::linsert),
+    keyed!("lrem", 4, WD, 1, 1, 1, "list", "1.0.0", "Removes elements from a list. Deletes the list if the last element was removed.", l::lrem),
+    keyed!("ltrim", 4, WD, 1, 1, 1, "list", "1.0.0", "Removes elements from both ends a list. Deletes the list if all elements were trimmed.", l::ltrim),
+    keyed!("lpos", -3, R, 1, 1, 1, "list", "6.0.6", "Returns the index of matching elements in a list.", l::lpos),
+    keyed!("lmove", 5, W, 1, 2, 1, "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", l::lmove),
+    keyed!("rpoplpush", 3, W, 1, 2, 1, "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", l::rpoplpush),
+    keyed_numkeys!("lmpop", -4, LMPOP, 1, "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", l::lmpop),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),
@@ -493,6 +512,16 @@ mod tests {
         let zu = lookup(b"zunion").unwrap();
         let a: Vec<&[u8]> = vec![b"zunion", b"2", b"k1", b"k2", b"withscores"];
         assert_eq!(key_positions(zu, &a).collect::<Vec<_>>(), vec![2, 3]);
+    }
+
+    // LMPOP's keys are the numkeys arguments after its numkeys at position 1.
+    #[test]
+    fn lmpop_positions() {
+        let lmpop = lookup(b"LMPOP").unwrap();
+        let a: Vec<&[u8]> = vec![b"lmpop", b"2", b"k1", b"k2", b"left", b"count", b"3"];
+        assert_eq!(key_positions(lmpop, &a).collect::<Vec<_>>(), vec![2, 3]);
+        let bad: Vec<&[u8]> = vec![b"lmpop", b"3", b"k1", b"left"];
+        assert_eq!(key_positions(lmpop, &bad).count(), 0);
     }
 
     // Every name is lowercase and unique, so lookup is unambiguous.

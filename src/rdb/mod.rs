@@ -6,8 +6,9 @@
 //! integer-encoded in 8/16/32 bits, LZF-compressed), hashes (`HASH`, `HASH_LISTPACK`, and
 //! on input `HASH_ZIPLIST`, `HASH_ZIPMAP`), sets (`SET`, `SET_INTSET`, and on input
 //! `SET_LISTPACK`), sorted sets (`ZSET_LISTPACK`, `ZSET_2`, and on input `ZSET`,
-//! `ZSET_ZIPLIST`) — and the compact blobs inside them (`blob`), LZF (`lzf`) and the
-//! checksum (`crc64`). Lists slot in as a new `RdbValue` arm once lavik stores them.
+//! `ZSET_ZIPLIST`), lists (`LIST_QUICKLIST_2` with listpack nodes, and on input
+//! `LIST_QUICKLIST`, `LIST_ZIPLIST`, `LIST`) — and the compact blobs inside them (`blob`),
+//! LZF (`lzf`) and the checksum (`crc64`).
 //!
 //! Version: lavik reports Redis 7.2, whose payloads say RDB 11, but Redis 7.0 (Debian's
 //! 7.0.15, and many deployments migrating with DUMP/RESTORE) refuses any version above 10.
@@ -17,8 +18,10 @@
 //! accepts versions up to 11 (so 7.2's `SET_LISTPACK` payloads load too).
 //!
 //! Emission is byte-identical to Redis for strings, listpack hashes, intset sets and
-//! sorted sets in both encodings (the layouts are deterministic; a score written as text
-//! uses 7.2's `d2string`, which 7.0 matches for integers and short binary fractions); for hashtable hashes and listpack/hashtable sets the body is
+//! sorted sets in both encodings (a score written as text uses 7.2's `d2string`, which 7.0
+//! matches for integers and short binary fractions) and lists (one node for a listpack; a
+//! quicklist's nodes as lavik models Redis's; the layouts are deterministic); for hashtable
+//! hashes and listpack/hashtable sets the body is
 //! the same type but the element order is lavik's (Redis's follows its dict's buckets).
 
 pub mod blob;
@@ -28,6 +31,7 @@ pub mod lzf;
 use crate::resp::parse::parse_i64;
 use crate::storage::collection::{as_set_int, HashEncoding, HashValue, SetEncoding, SetValue};
 use crate::storage::zset::{format_score, ZSetEncoding, ZSetValue};
+use crate::storage::list_codec::ListValue;
 
 /// The RDB version DUMP writes (Redis 7.0's; see the module comment).
 pub const RDB_VERSION_EMITTED: u16 = 10;
@@ -64,6 +68,10 @@ pub enum ObjectType {
     SetListpack = 20,
 }
 
+/// Quicklist node containers (quicklist.h `QUICKLIST_NODE_CONTAINER_*`).
+const QUICKLIST_CONTAINER_PLAIN: usize = 1;
+const QUICKLIST_CONTAINER_PACKED: usize = 2;
+
 /// Length-prefix forms (rdb.h `RDB_6BITLEN`.. and `RDB_ENC_*`).
 const LEN_14BIT_TAG: u8 = 0x40;
 const LEN_32BIT: u8 = 0x80;
@@ -81,6 +89,7 @@ pub enum RdbValue {
     Hash(HashValue),
     Set(SetValue),
     ZSet(ZSetValue),
+    List(ListValue),
 }
 
 /// Why RESTORE refuses a payload; the two texts are Redis's.
@@ -228,6 +237,15 @@ fn put_object(out: &mut Vec<u8>, v: &RdbValue) {
             for (s, m) in z.pairs().iter().rev() {
                 put_string(out, m);
                 out.extend_from_slice(&s.to_bits().to_le_bytes());
+            }
+        }
+        RdbValue::List(l) => {
+            out.push(ObjectType::ListQuicklist2 as u8);
+            let nodes = l.node_elements();
+            put_len(out, nodes.len());
+            for node in nodes {
+                put_len(out, QUICKLIST_CONTAINER_PACKED);
+                put_string(out, &blob::listpack_build(node.into_iter()));
             }
         }
     }
@@ -439,6 +457,34 @@ fn zset_from_elements(e: Vec<Vec<u8>>) -> Result<RdbValue> {
     }
     zset_from_pairs(pairs)
 }
+fn list_value(l: ListValue) -> Result<RdbValue> {
+    if l.is_empty() {
+        return Err(DumpError::BadFormat("empty list"));
+    }
+    Ok(RdbValue::List(l))
+}
+
+/// A `LIST_QUICKLIST` (ziplist nodes) or `LIST_QUICKLIST_2` (listpack or plain nodes)
+/// body: a node count, then per node its container (version 2 only) and its blob.
+fn quicklist_nodes(r: &mut Reader, version_2: bool) -> Result<Vec<Vec<Vec<u8>>>> {
+    let count = r.len()?;
+    let mut nodes = Vec::new();
+    for _ in 0..count {
+        let container = if version_2 {
+            r.len()?
+        } else {
+            QUICKLIST_CONTAINER_PACKED
+        };
+        let blob = r.string()?;
+        nodes.push(match container {
+            QUICKLIST_CONTAINER_PLAIN => vec![blob],
+            QUICKLIST_CONTAINER_PACKED if version_2 => blob::listpack_decode(&blob)?,
+            QUICKLIST_CONTAINER_PACKED => blob::ziplist_decode(&blob)?,
+            _ => return Err(DumpError::BadFormat("quicklist container")),
+        });
+    }
+    Ok(nodes)
+}
 
 /// Reads `n` elements one by one, growing the vector as they arrive (a corrupt count
 /// runs out of input instead of allocating).
@@ -518,6 +564,21 @@ fn parse_object(body: &[u8]) -> Result<RdbValue> {
                 pairs.push((score, m));
             }
             zset_from_pairs(pairs)
+        }
+        x if x == ObjectType::List as u8 => {
+            let n = r.len()?;
+            list_value(ListValue::from_tail_pushes(strings(&mut r, n)?))
+        }
+        x if x == ObjectType::ListZiplist as u8 => {
+            list_value(ListValue::from_nodes(vec![blob::ziplist_decode(
+                &r.string()?,
+            )?]))
+        }
+        x if x == ObjectType::ListQuicklist as u8 => {
+            list_value(ListValue::from_nodes(quicklist_nodes(&mut r, false)?))
+        }
+        x if x == ObjectType::ListQuicklist2 as u8 => {
+            list_value(ListValue::from_nodes(quicklist_nodes(&mut r, true)?))
         }
         _ => Err(DumpError::BadFormat("object type lavik does not store")),
     }

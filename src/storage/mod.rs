@@ -31,7 +31,8 @@
 //!
 //! Deliberately missing (see `docs/storage.md`): an index-native checkpoint dump (the
 //! current one re-reads live blocks at shutdown), and paged collections: hashes and sets
-//! are stored as one record per collection (value kinds 1 and 2, encoded by `collection`);
+//! are stored as one record per collection (value kinds 1 and 2, encoded by `collection`;
+//! lists kind 3, encoded by `list_codec`);
 //! `docs/collections.md` designs the root + pages layer.
 use crate::device::{BlockDevice, DeviceError, FileDevice};
 use std::path::PathBuf;
@@ -47,6 +48,7 @@ pub mod format;
 pub mod grow;
 mod hash;
 pub mod index;
+pub mod list_codec;
 pub mod prefetch;
 mod recovery;
 mod shard;
@@ -91,6 +93,7 @@ pub enum ValueKind {
     Set,
     /// A sorted set (`zset::ZSetValue`); kind 3 is the list's.
     ZSet,
+    List,
 }
 
 impl ValueKind {
@@ -100,6 +103,7 @@ impl ValueKind {
             ValueKind::Hash => 1,
             ValueKind::Set => 2,
             ValueKind::ZSet => 4,
+            ValueKind::List => 3,
         }
     }
 
@@ -109,6 +113,7 @@ impl ValueKind {
             1 => Some(ValueKind::Hash),
             2 => Some(ValueKind::Set),
             4 => Some(ValueKind::ZSet),
+            3 => Some(ValueKind::List),
             _ => None,
         }
     }

@@ -414,7 +414,8 @@ mod tests {
         }
         let text = render();
         assert!(text.contains("| GET | supported |  |"));
-        assert!(text.contains("| LPUSH | not supported |  |"));
+        assert!(text.contains("| LPUSH | supported |  |"));
+        assert!(text.contains("| XADD | not supported |  |"));
         assert!(text.contains("| DEFRAG | server |"));
     }
 }

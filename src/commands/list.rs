@@ -1,0 +1,545 @@
+//! List commands (Redis 7.2 semantics, replies and error texts): LPUSH RPUSH LPUSHX RPUSHX
+//! LPOP RPOP LLEN LINDEX LSET LRANGE LINSERT LREM LTRIM LPOS LMOVE RPOPLPUSH LMPOP.
+//!
+//! The seam for a blocking layer (BLPOP, BRPOP, BLMOVE, BRPOPLPUSH, BLMPOP). Two functions do
+//! the data work and know nothing of replies or blocking:
+//! - [`pop_from`]`(ctx, key, end, count)` pops up to `count` elements from one end of the
+//!   list at `key`: `Ok(None)` when there is no list (missing, expired, or empty — an empty
+//!   list never exists), `Err(WRONGTYPE)` for another kind, else the popped elements in pop
+//!   order; the list is stored (or deleted when emptied) before it returns.
+//! - [`push_to`]`(ctx, key, end, elements, create)` pushes at one end and returns the new
+//!   length (`Ok(0)` without writing when the key is missing and `create` is false);
+//!   `Err(WRONGTYPE)` for another kind.
+//!   A blocking command tries `pop_from` on each of its keys in order; when every one gives
+//!   `None` it parks the client on them, and a push (which goes through `push_to`) is the
+//!   event that makes a parked client retry. LMOVE's two halves are [`move_element`].
+//!   Callers must check WRONGTYPE of a destination before popping (as `move_element`
+//!   does), so nothing is half-applied.
+//!
+//! All reads come before the first write; a command that fails writes nothing. Stage 1
+//! stores a list as one record (`storage::list_codec`), so every update rewrites it whole;
+//! the paged chain of `docs/collections.md` goes under `load_list`/`store_list` later.
+
+use super::collection::{load_list, parse_rand_count, store_list, Loaded};
+use super::{eq_ic, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
+use crate::resp::ReplyBuf;
+use crate::storage::list_codec::{End, ListValue};
+
+const ERR_POSITIVE: &str = "ERR value is out of range, must be positive";
+
+fn loaded_new() -> Loaded<ListValue> {
+    Loaded {
+        value: ListValue::new(),
+        expire_at_ms: None,
+    }
+}
+
+/// Pops up to `count` (>= 1) elements from `end` of the list at `key` (see the module
+/// comment): `None` when there is no list.
+pub fn pop_from(
+    ctx: &mut Ctx,
+    key: &[u8],
+    end: End,
+    count: usize,
+) -> Result<Option<Vec<Vec<u8>>>, String> {
+    debug_assert!(count >= 1);
+    let Some(mut l) = load_list(ctx, key)? else {
+        return Ok(None);
+    };
+    let n = count.min(l.value.len());
+    let popped: Vec<Vec<u8>> = (0..n).filter_map(|_| l.value.pop(end)).collect();
+    l.value.after_shrink();
+    store_list(ctx, key, &l.value, l.expire_at_ms)?;
+    Ok(Some(popped))
+}
+
+/// Pushes `elements` one by one at `end` of the list at `key` (creating it when `create`);
+/// returns the new length, 0 when the key is missing and not created.
+pub fn push_to(
+    ctx: &mut Ctx,
+    key: &[u8],
+    end: End,
+    elements: &[&[u8]],
+    create: bool,
+) -> Result<usize, String> {
+    let mut l = match load_list(ctx, key)? {
+        Some(l) => l,
+        None if create => loaded_new(),
+        None => return Ok(0),
+    };
+    l.value.prepare_grow(elements.iter().map(|e| e.len()).sum());
+    for e in elements {
+        l.value.push(end, e);
+    }
+    store_list(ctx, key, &l.value, l.expire_at_ms)?;
+    Ok(l.value.len())
+}
+
+/// LMOVE's work: pops one element from `from` of `src` and pushes it at `to` of `dst`
+/// (the same list when the keys are equal). `None` when `src` has no list; WRONGTYPE of
+/// either key before anything is written.
+pub fn move_element(
+    ctx: &mut Ctx,
+    src: &[u8],
+    dst: &[u8],
+    from: End,
+    to: End,
+) -> Result<Option<Vec<u8>>, String> {
+    let Some(mut s) = load_list(ctx, src)? else {
+        return Ok(None);
+    };
+    if src == dst {
+        let e = s.value.pop(from).expect("a stored list is not empty");
+        s.value.prepare_grow(e.len());
+        s.value.push(to, &e);
+        // Redis runs the source's shrinking check after the push, on the same list.
+        s.value.after_shrink();
+        store_list(ctx, src, &s.value, s.expire_at_ms)?;
+        return Ok(Some(e));
+    }
+    let mut d = load_list(ctx, dst)?.unwrap_or_else(loaded_new);
+    let e = s.value.pop(from).expect("a stored list is not empty");
+    d.value.prepare_grow(e.len());
+    d.value.push(to, &e);
+    s.value.after_shrink();
+    store_list(ctx, dst, &d.value, d.expire_at_ms)?;
+    store_list(ctx, src, &s.value, s.expire_at_ms)?;
+    Ok(Some(e))
+}
+
+fn reply_elements(r: &mut ReplyBuf, items: &[Vec<u8>]) {
+    r.array(items.len());
+    for e in items {
+        r.bulk(e);
+    }
+}
+
+fn push_command(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, end: End, create: bool) -> CmdResult {
+    let n = push_to(ctx, a[1], end, &a[2..], create)?;
+    r.int(n as i64);
+    Ok(())
+}
+
+pub fn lpush(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    push_command(ctx, a, r, End::Head, true)
+}
+
+pub fn rpush(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    push_command(ctx, a, r, End::Tail, true)
+}
+
+pub fn lpushx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    push_command(ctx, a, r, End::Head, false)
+}
+
+pub fn rpushx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    push_command(ctx, a, r, End::Tail, false)
+}
+
+/// LPOP/RPOP key [count]: without a count one bulk (null when missing); with a count an
+/// array (a null array when missing, an empty array for count 0).
+fn pop_command(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, end: End) -> CmdResult {
+    if a.len() > 3 {
+        return Err(wrong_args(if end == End::Head { "lpop" } else { "rpop" }));
+    }
+    let count = match a.get(2) {
+        Some(c) => Some(
+            crate::resp::parse::parse_i64(c)
+                .filter(|&n| n >= 0)
+                .ok_or(ERR_POSITIVE)?,
+        ),
+        None => None,
+    };
+    if count == Some(0) {
+        // Redis looks the key up (WRONGTYPE, null array) before its count-0 fast exit.
+        match load_list(ctx, a[1])? {
+            Some(_) => r.array(0),
+            None => r.null_array(),
+        }
+        return Ok(());
+    }
+    let want = count.map_or(1, |c| usize::try_from(c).unwrap_or(usize::MAX));
+    match (pop_from(ctx, a[1], end, want)?, count) {
+        (None, Some(_)) => r.null_array(),
+        (None, None) => r.null(),
+        (Some(items), Some(_)) => reply_elements(r, &items),
+        (Some(items), None) => r.bulk(&items[0]),
+    }
+    Ok(())
+}
+
+pub fn lpop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    pop_command(ctx, a, r, End::Head)
+}
+
+pub fn rpop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    pop_command(ctx, a, r, End::Tail)
+}
+
+pub fn llen(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let n = load_list(ctx, a[1])?.map_or(0, |l| l.value.len());
+    r.int(n as i64);
+    Ok(())
+}
+
+/// A LINDEX/LSET index resolved against a list of `len` elements.
+fn resolve_index(index: i64, len: usize) -> Option<usize> {
+    let len = len as i64;
+    let i = if index < 0 { index + len } else { index };
+    (0..len).contains(&i).then_some(i as usize)
+}
+
+/// LINDEX key index: the key is looked up before the index is parsed, as in Redis.
+pub fn lindex(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let Some(l) = load_list(ctx, a[1])? else {
+        r.null();
+        return Ok(());
+    };
+    let index = parse_int(a[2])?;
+    match resolve_index(index, l.value.len()).and_then(|i| l.value.get(i)) {
+        Some(e) => r.bulk(e),
+        None => r.null(),
+    }
+    Ok(())
+}
+
+pub fn lset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let Some(mut l) = load_list(ctx, a[1])? else {
+        return Err("ERR no such key".into());
+    };
+    let index = parse_int(a[2])?;
+    // Redis 7.2 converts for the new element before it looks for the index, so even an
+    // out-of-range LSET may leave a quicklist behind: keep that encoding change.
+    let before = l.value.encoding();
+    l.value.prepare_grow(a[3].len());
+    let Some(i) = resolve_index(index, l.value.len()) else {
+        if l.value.encoding() != before {
+            store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+        }
+        return Err("ERR index out of range".into());
+    };
+    l.value.set(i, a[3]);
+    l.value.after_shrink();
+    store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+    r.ok();
+    Ok(())
+}
+
+/// Redis's range normalisation (LRANGE, LTRIM): the inclusive index range selected by
+/// `start..=stop` in a list of `len`, `None` when empty.
+fn resolve_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let mut start = if start < 0 { start + len } else { start };
+    let mut stop = if stop < 0 { stop + len } else { stop };
+    if start < 0 {
+        start = 0;
+    }
+    if start > stop || start >= len {
+        return None;
+    }
+    if stop >= len {
+        stop = len - 1;
+    }
+    Some((start as usize, stop as usize))
+}
+
+pub fn lrange(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (start, stop) = (parse_int(a[2])?, parse_int(a[3])?);
+    let Some(l) = load_list(ctx, a[1])? else {
+        r.array(0);
+        return Ok(());
+    };
+    match resolve_range(start, stop, l.value.len()) {
+        Some((from, to)) => {
+            r.array(to - from + 1);
+            for e in l.value.iter().skip(from).take(to - from + 1) {
+                r.bulk(e);
+            }
+        }
+        None => r.array(0),
+    }
+    Ok(())
+}
+
+pub fn ltrim(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (start, stop) = (parse_int(a[2])?, parse_int(a[3])?);
+    let Some(mut l) = load_list(ctx, a[1])? else {
+        r.ok();
+        return Ok(());
+    };
+    let keep = resolve_range(start, stop, l.value.len());
+    let before = l.value.encoding();
+    let changed = keep != Some((0, l.value.len() - 1));
+    if changed {
+        l.value.trim(keep);
+    }
+    // Redis checks the shrinking conversion even when nothing was trimmed.
+    l.value.after_shrink();
+    if changed || l.value.encoding() != before {
+        store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+    }
+    r.ok();
+    Ok(())
+}
+
+/// LINSERT key BEFORE|AFTER pivot element: the new length, -1 without the pivot, 0 without
+/// the key.
+pub fn linsert(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let after = if eq_ic(a[2], "after") {
+        true
+    } else if eq_ic(a[2], "before") {
+        false
+    } else {
+        return Err(ERR_SYNTAX.into());
+    };
+    let Some(mut l) = load_list(ctx, a[1])? else {
+        r.int(0);
+        return Ok(());
+    };
+    // As LSET: Redis 7.2 converts for the new element before it looks for the pivot.
+    let before = l.value.encoding();
+    l.value.prepare_grow(a[4].len());
+    let Some(at) = l.value.iter().position(|e| e == a[3]) else {
+        if l.value.encoding() != before {
+            store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+        }
+        r.int(-1);
+        return Ok(());
+    };
+    l.value.insert(at, after, a[4]);
+    store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+    r.int(l.value.len() as i64);
+    Ok(())
+}
+
+/// LREM key count element: up to |count| matches from the head (count > 0) or the tail
+/// (count < 0), every match for 0.
+pub fn lrem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let count = parse_int(a[2])?;
+    let Some(mut l) = load_list(ctx, a[1])? else {
+        r.int(0);
+        return Ok(());
+    };
+    let len = l.value.len();
+    let limit = if count == 0 {
+        usize::MAX
+    } else {
+        usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX)
+    };
+    // Mark the matches in the order Redis visits them, then drop the marked ones.
+    let mut drop = vec![false; len];
+    let mut marked = 0;
+    let order: Box<dyn Iterator<Item = (usize, &[u8])>> = if count < 0 {
+        Box::new(l.value.iter().enumerate().rev())
+    } else {
+        Box::new(l.value.iter().enumerate())
+    };
+    for (i, e) in order {
+        if marked == limit {
+            break;
+        }
+        if e == a[3] {
+            drop[i] = true;
+            marked += 1;
+        }
+    }
+    if marked > 0 {
+        l.value.retain_indexed(|i, _| !drop[i]);
+        l.value.after_shrink();
+        store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+    }
+    r.int(marked as i64);
+    Ok(())
+}
+
+struct LposOptions {
+    rank: i64,
+    /// `None` without COUNT (a single reply); `Some(0)` means every match.
+    count: Option<u64>,
+    /// 0 means no limit.
+    maxlen: u64,
+}
+
+fn lpos_options(a: &[&[u8]]) -> Result<LposOptions, String> {
+    let mut o = LposOptions {
+        rank: 1,
+        count: None,
+        maxlen: 0,
+    };
+    let mut j = 3;
+    while j < a.len() {
+        let more = j + 1 < a.len();
+        let positive = |v: &[u8], msg: &str| -> Result<u64, String> {
+            crate::resp::parse::parse_i64(v)
+                .filter(|&n| n >= 0)
+                .map(|n| n as u64)
+                .ok_or_else(|| msg.to_string())
+        };
+        if eq_ic(a[j], "rank") && more {
+            j += 1;
+            o.rank = parse_rand_count(a[j])?;
+            if o.rank == 0 {
+                return Err("ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list".into());
+            }
+        } else if eq_ic(a[j], "count") && more {
+            j += 1;
+            o.count = Some(positive(a[j], "ERR COUNT can't be negative")?);
+        } else if eq_ic(a[j], "maxlen") && more {
+            j += 1;
+            o.maxlen = positive(a[j], "ERR MAXLEN can't be negative")?;
+        } else {
+            return Err(ERR_SYNTAX.into());
+        }
+        j += 1;
+    }
+    Ok(o)
+}
+
+/// LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len].
+pub fn lpos(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let o = lpos_options(a)?;
+    let Some(l) = load_list(ctx, a[1])? else {
+        match o.count {
+            Some(_) => r.array(0),
+            None => r.null(),
+        }
+        return Ok(());
+    };
+    let len = l.value.len();
+    let from_tail = o.rank < 0;
+    let skip = o.rank.unsigned_abs() - 1;
+    let scanned = if o.maxlen == 0 {
+        len
+    } else {
+        len.min(usize::try_from(o.maxlen).unwrap_or(usize::MAX))
+    };
+    let order: Box<dyn Iterator<Item = (usize, &[u8])>> = if from_tail {
+        Box::new(l.value.iter().enumerate().rev().take(scanned))
+    } else {
+        Box::new(l.value.iter().enumerate().take(scanned))
+    };
+    let want = match o.count {
+        None => 1,
+        Some(0) => u64::MAX,
+        Some(c) => c,
+    };
+    let found: Vec<usize> = order
+        .filter(|(_, e)| *e == a[2])
+        .map(|(i, _)| i)
+        .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+        .take(usize::try_from(want).unwrap_or(usize::MAX))
+        .collect();
+    match o.count {
+        Some(_) => {
+            r.array(found.len());
+            for i in found {
+                r.int(i as i64);
+            }
+        }
+        None => match found.first() {
+            Some(&i) => r.int(i as i64),
+            None => r.null(),
+        },
+    }
+    Ok(())
+}
+
+fn parse_end(a: &[u8]) -> Result<End, String> {
+    if eq_ic(a, "left") {
+        Ok(End::Head)
+    } else if eq_ic(a, "right") {
+        Ok(End::Tail)
+    } else {
+        Err(ERR_SYNTAX.into())
+    }
+}
+
+fn reply_moved(r: &mut ReplyBuf, moved: Option<Vec<u8>>) {
+    match moved {
+        Some(e) => r.bulk(&e),
+        None => r.null(),
+    }
+}
+
+/// LMOVE source destination LEFT|RIGHT LEFT|RIGHT.
+pub fn lmove(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let (from, to) = (parse_end(a[3])?, parse_end(a[4])?);
+    let moved = move_element(ctx, a[1], a[2], from, to)?;
+    reply_moved(r, moved);
+    Ok(())
+}
+
+pub fn rpoplpush(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let moved = move_element(ctx, a[1], a[2], End::Tail, End::Head)?;
+    reply_moved(r, moved);
+    Ok(())
+}
+
+/// A positive `long` with Redis's `getRangeLongFromObjectOrReply(1, LONG_MAX, msg)`: any
+/// failure (not an integer, below 1) replies `msg`.
+fn parse_at_least_one(a: &[u8], msg: &str) -> Result<u64, String> {
+    crate::resp::parse::parse_i64(a)
+        .filter(|&n| n >= 1)
+        .map(|n| n as u64)
+        .ok_or_else(|| msg.to_string())
+}
+
+/// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: `[key, [elements]]` from the first
+/// key holding a list, a null array when none does. The arguments are checked before any
+/// key is read, so a bad numkeys (the table's movable key count then names no keys) never
+/// reaches a key.
+pub fn lmpop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let numkeys = parse_at_least_one(a[1], "ERR numkeys should be greater than 0")?;
+    let where_at = usize::try_from(numkeys)
+        .ok()
+        .and_then(|n| n.checked_add(2))
+        .filter(|&w| w < a.len())
+        .ok_or(ERR_SYNTAX)?;
+    let end = parse_end(a[where_at])?;
+    let mut count = None;
+    let mut j = where_at + 1;
+    while j < a.len() {
+        if count.is_none() && eq_ic(a[j], "count") && j + 1 < a.len() {
+            j += 1;
+            count = Some(parse_at_least_one(
+                a[j],
+                "ERR count should be greater than 0",
+            )?);
+        } else {
+            return Err(ERR_SYNTAX.into());
+        }
+        j += 1;
+    }
+    let count = usize::try_from(count.unwrap_or(1)).unwrap_or(usize::MAX);
+    let keys = &a[2..where_at];
+    // Redis stops at the first key of another kind with WRONGTYPE, even after missing keys.
+    for key in keys {
+        if let Some(items) = pop_from(ctx, key, end, count)? {
+            r.array(2);
+            r.bulk(key);
+            reply_elements(r, &items);
+            return Ok(());
+        }
+    }
+    r.null_array();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Range normalisation follows Redis's for negative, reversed and out-of-range bounds.
+    #[test]
+    fn ranges() {
+        assert_eq!(resolve_range(0, -1, 5), Some((0, 4)));
+        assert_eq!(resolve_range(-100, 100, 5), Some((0, 4)));
+        assert_eq!(resolve_range(3, 1, 5), None);
+        assert_eq!(resolve_range(5, 10, 5), None);
+        assert_eq!(resolve_range(-2, -1, 5), Some((3, 4)));
+        assert_eq!(resolve_range(i64::MIN, i64::MAX, 5), Some((0, 4)));
+        assert_eq!(resolve_index(-1, 3), Some(2));
+        assert_eq!(resolve_index(3, 3), None);
+        assert_eq!(resolve_index(i64::MIN, 3), None);
+    }
+}
