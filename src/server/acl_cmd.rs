@@ -161,7 +161,8 @@ pub fn permit(
 }
 
 fn key_refs(spec: &CommandSpec, args: &[&[u8]]) -> Vec<KeyRef> {
-    if spec.kind != Kind::Keyed {
+    // WATCH is a connection command with declared keys; other non-keyed commands have none.
+    if spec.kind != Kind::Keyed && spec.name != "watch" {
         return Vec::new();
     }
     key_positions(spec, args)
