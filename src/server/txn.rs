@@ -183,7 +183,12 @@ impl Worker {
 
     /// `Msg::Unwatch`: a connection elsewhere stopped watching a key of our shard.
     pub(super) fn txn_on_unwatch(&mut self, db: u8, shard: u32, key: &[u8]) {
-        if let Some(s) = self.shards.slots.get_mut(shard as usize).and_then(|s| s.as_mut()) {
+        if let Some(s) = self
+            .shards
+            .slots
+            .get_mut(shard as usize)
+            .and_then(|s| s.as_mut())
+        {
             s.watch_release(db, key);
         }
     }
@@ -222,10 +227,7 @@ impl Worker {
         if conn.parked > 0 {
             return Outcome::Blocked;
         }
-        let ids: Vec<u32> = args[1..]
-            .iter()
-            .map(|k| self.shards.shard_id(k))
-            .collect();
+        let ids: Vec<u32> = args[1..].iter().map(|k| self.shards.shard_id(k)).collect();
         if !self.txn_holds(Some(&ids)) {
             return Self::txn_elsewhere(conn);
         }
