@@ -478,7 +478,20 @@ fn cross_worker_transfers_keep_the_total() {
     let scripted = evals.join().unwrap();
     assert!(committed > 0 && scripted > 0 && reads > 0);
     assert_eq!(read_total(&mut c), expected);
+    // One more cross-worker transaction, killed right after its reply: acknowledged means
+    // durable with `always`.
+    let (k0, k1) = (account(0), account(1));
+    let v0 = int_of(&c.call(&[b"GET", k0.as_bytes()]));
+    let v1 = int_of(&c.call(&[b"GET", k1.as_bytes()]));
+    assert_eq!(c.call(&[b"MULTI"]), b"+OK\r\n");
+    let (n0, n1) = ((v0 - 7).to_string(), (v1 + 7).to_string());
+    c.call(&[b"SET", k0.as_bytes(), n0.as_bytes()]);
+    c.call(&[b"SET", k1.as_bytes(), n1.as_bytes()]);
+    c.call(&[b"SET", b"last-txn", b"acknowledged"]);
+    assert_eq!(c.call(&[b"EXEC"]), b"*3\r\n+OK\r\n+OK\r\n+OK\r\n");
     server.restart_after_kill();
     let mut c = RespConn::connect(server.port);
     assert_eq!(read_total(&mut c), expected, "after SIGKILL and restart");
+    assert_eq!(c.call(&[b"GET", b"last-txn"]), b"$12\r\nacknowledged\r\n");
+    assert_eq!(int_of(&c.call(&[b"GET", k0.as_bytes()])), v0 - 7);
 }
