@@ -142,6 +142,27 @@ fn errors(p: &mut Pair) {
         let l = String::from_utf8_lossy(&l).replace("User limited has", "this user has");
         assert_eq!(l, String::from_utf8_lossy(&r), "{cmd:?}");
     }
+    // Rules changed between queueing and EXEC: the command is refused in its place.
+    for (conn, cmd) in [
+        (0, &["MULTI"][..]),
+        (0, &["SET", "a", "queued-then-denied"]),
+        (0, &["INCR", "counter"]),
+        (1, &["ACL", "SETUSER", "limited", "-set"]),
+        (0, &["EXEC"]),
+        (0, &["INCR", "counter"]),
+    ] {
+        let a: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        let (l, r) = if conn == 0 {
+            (lu.call(&a), ru.call(&a))
+        } else {
+            p.both(&a)
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&l),
+            String::from_utf8_lossy(&r),
+            "{cmd:?}"
+        );
+    }
     p.check(&["ACL", "DELUSER", "limited"]);
     p.check(&["GET", "a"]);
 }
