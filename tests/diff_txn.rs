@@ -347,7 +347,34 @@ fn client_fields(p: &mut Pair) {
     p.check_with(&["EXEC"], fields);
 }
 
+/// MONITOR sees MULTI, then the queued commands when EXEC runs them, then EXEC.
+fn monitor_order(p: &mut Pair) {
+    let mut ml = RespConn::connect(p.lavik.port);
+    let mut mr = RespConn::connect(p.redis.port);
+    for m in [&mut ml, &mut mr] {
+        assert_eq!(m.call(&[b"MONITOR"]), b"+OK\r\n");
+    }
+    p.check(&["MULTI"]);
+    p.check(&["SET", "mon", "1"]);
+    p.check(&["GET", "mon"]);
+    p.check(&["EXEC"]);
+    p.check(&["PING"]);
+    // Each line is `+<time> [<db> <addr>] "CMD" ...`: compare what follows the address.
+    let commands = |m: &mut RespConn| -> Vec<String> {
+        (0..5)
+            .map(|_| {
+                let line = String::from_utf8_lossy(&m.reply()).into_owned();
+                line.split_once("] ")
+                    .map(|(_, c)| c.to_string())
+                    .unwrap_or(line)
+            })
+            .collect()
+    };
+    assert_eq!(commands(&mut ml), commands(&mut mr));
+}
+
 fn all_scenarios(p: &mut Pair, o: &mut Other) {
+    monitor_order(p);
     basics(p);
     errors(p);
     watch_races(p, o);

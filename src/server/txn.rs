@@ -29,8 +29,8 @@
 //! ACL permissions are checked when a command is queued and again when EXEC runs it (the
 //! rules may change in between; Redis 7.2 does the same, without an ACL LOG entry here).
 //!
-//! Deliberately missing: crash atomicity across shards (see `docs/transactions.md`),
-//! MONITOR lines for the queued commands, and CLIENT LIST's `d` (dirty CAS) flag, which
+//! Deliberately missing: crash atomicity across shards (see `docs/transactions.md`) and
+//! CLIENT LIST's `d` (dirty CAS) flag, which
 //! would need the watched shards at listing time.
 
 use super::super::conn::Conn;
@@ -39,6 +39,7 @@ use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Kind};
 use crate::resp::ReplyBuf;
 use crate::storage::watch::WatchMark;
+use std::sync::atomic::Ordering;
 
 /// One watched key: where it lives and what its shard said at WATCH time.
 #[derive(Debug)]
@@ -354,6 +355,11 @@ impl Worker {
                     self.exec_handler(spec, &refs, db, proto, now, &mut out);
                 }
                 Kind::Local => self.txn_run_local(conn, slot, spec, &refs, now, &mut out),
+            }
+            // As Redis: a queued command counts, and reaches MONITOR, when EXEC runs it.
+            self.commands_this_round += 1;
+            if self.shared.monitor_count.load(Ordering::Relaxed) > 0 {
+                self.feed_monitors(conn, &refs);
             }
         }
         conn.txn.end_multi();
