@@ -242,6 +242,7 @@ fn top_categories(spec: &CommandSpec) -> u32 {
         "geo" => cat("geo"),
         "stream" => cat("stream"),
         "pubsub" => cat("pubsub"),
+        "transactions" => cat("transaction"),
         _ => 0,
     };
     for (name, extra) in EXTRA_CATEGORIES {
@@ -368,7 +369,7 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
     const W: u8 = KEY_WRITE;
     match name {
         "get" | "mget" | "getrange" | "substr" | "lcs" | "ttl" | "pttl" | "expiretime"
-        | "pexpiretime" | "dump" => R,
+        | "pexpiretime" | "dump" | "watch" => R,
         "strlen" | "exists" | "touch" | "type" | "zcard" => 0,
         // Sorted sets (Redis 7.2 key specs): reads are RO ACCESS; ZADD/ZREM/ZREMRANGEBY*
         // only update; the pops and ZINCRBY read what they change; a *STORE's destination
@@ -428,6 +429,9 @@ mod tests {
     fn categories_as_redis() {
         assert_eq!(cats("get"), ["read", "string", "fast"]);
         assert_eq!(cats("set"), ["write", "string", "slow"]);
+        assert_eq!(cats("multi"), ["fast", "transaction"]);
+        assert_eq!(cats("exec"), ["slow", "transaction"]);
+        assert_eq!(cats("watch"), ["fast", "transaction"]);
         assert_eq!(cats("del"), ["keyspace", "write", "slow"]);
         assert_eq!(cats("keys"), ["keyspace", "read", "slow", "dangerous"]);
         assert_eq!(cats("dbsize"), ["keyspace", "read", "fast"]);

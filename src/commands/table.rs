@@ -91,6 +91,8 @@ const ZR_MOVABLE: &[&str] = &["readonly", "movablekeys"];
 const ZW_MOVABLE: &[&str] = &["write", "movablekeys"];
 const ZWD_MOVABLE: &[&str] = &["write", "denyoom", "movablekeys"];
 const LMPOP: &[&str] = &["write", "movablekeys"];
+const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
+const EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -377,6 +379,18 @@ pub static TABLE: &[CommandSpec] = &[
     local!("client", -2, ADMIN, "connection", "2.4.0", "A container for client connection commands."),
     local!("command", -1, LOADING_STALE, "server", "2.8.13", "Returns detailed information about all commands."),
     local!("acl", -2, ADMIN, "server", "6.0.0", "A container for Access List Control commands."),
+    // transactions (server::txn): connection commands; WATCH declares its keys, which
+    // ACL key permissions and COMMAND report, and runs where their shards are held.
+    local!("multi", 1, TXN, "transactions", "1.2.0", "Starts a transaction."),
+    local!("exec", 1, EXEC, "transactions", "1.2.0", "Executes all commands in a transaction."),
+    local!("discard", 1, TXN, "transactions", "2.0.0", "Discards a transaction."),
+    CommandSpec {
+        first_key: 1,
+        last_key: -1,
+        step: 1,
+        ..local!("watch", -2, TXN, "transactions", "2.2.0", "Monitors changes to keys to determine the execution of a transaction.")
+    },
+    local!("unwatch", 1, TXN, "transactions", "2.2.0", "Forgets about watched keys of a transaction."),
     // server
     local!("info", -1, LOADING_STALE_SLOW, "server", "1.0.0", "Returns information and statistics about the server."),
     local!("config", -2, ADMIN, "server", "2.0.0", "A container for server configuration commands."),

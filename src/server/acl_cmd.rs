@@ -160,8 +160,35 @@ pub fn permit(
     false
 }
 
+/// EXEC's second look at a queued command (Redis 7.2 checks again at execution, since the
+/// rules may have changed after it was queued): why it is no longer allowed, if it is not.
+pub fn recheck(
+    w: &Worker,
+    conn: &mut Conn,
+    spec: &CommandSpec,
+    args: &[&[u8]],
+) -> Option<&'static str> {
+    const NO_COMMAND: &str = "no permission to execute the command or subcommand";
+    if !refresh_user(w, conn) {
+        return Some(NO_COMMAND);
+    }
+    if conn.user.as_ref().is_some_and(|u| u.unrestricted()) {
+        return None;
+    }
+    let user = conn.user.clone()?;
+    let table_index = TABLE.iter().position(|c| std::ptr::eq(c, spec))?;
+    let id = catalog().resolve(table_index, args)?;
+    match user.check(id, args, &key_refs(spec, args), &[]) {
+        Ok(()) => None,
+        Err(Denied::Command) => Some(NO_COMMAND),
+        Err(Denied::Key(_)) => Some("no permission to touch the specified keys"),
+        Err(Denied::Channel(_)) => Some("no permission to touch the specified channels"),
+    }
+}
+
 fn key_refs(spec: &CommandSpec, args: &[&[u8]]) -> Vec<KeyRef> {
-    if spec.kind != Kind::Keyed {
+    // WATCH is a connection command with declared keys; other non-keyed commands have none.
+    if spec.kind != Kind::Keyed && spec.name != "watch" {
         return Vec::new();
     }
     key_positions(spec, args)

@@ -70,7 +70,11 @@ pub fn run(
             conn.close_after_reply = true;
             Outcome::Done
         }
+        "multi" | "exec" | "discard" | "watch" | "unwatch" => {
+            w.txn_command(conn, slot, spec, a, now)
+        }
         "reset" => {
+            w.txn_reset(conn);
             conn.db = 0;
             conn.proto = Proto::Resp2;
             conn.name = None;

@@ -96,6 +96,8 @@ pub enum Msg {
     Kill { token: ConnToken },
     /// A MONITOR line for a monitoring connection on this worker.
     Monitor { token: ConnToken, line: Vec<u8> },
+    /// A connection elsewhere stopped watching `key` of our shard `shard` (see `txn.rs`).
+    Unwatch { db: u8, shard: u32, key: Vec<u8> },
 }
 
 pub struct WorkerLink {

@@ -31,6 +31,10 @@ mod dpdk;
 #[path = "commit.rs"]
 mod commit;
 use commit::GroupCommit;
+
+// Transactions (MULTI/EXEC/WATCH): a child module for the same reason as `commit`.
+#[path = "txn.rs"]
+pub(crate) mod txn;
 #[cfg(feature = "dpdk")]
 pub use dpdk::DpdkNet;
 
@@ -645,6 +649,8 @@ impl Worker {
         }
         let id = conn.id;
         let was_monitor = conn.monitor;
+        let watched = std::mem::take(&mut conn.txn.watched);
+        self.txn_release(watched);
         self.shared
             .stats
             .connected_clients
@@ -747,6 +753,7 @@ impl Worker {
                         self.maybe_free(token.slot);
                     }
                 }
+                Msg::Unwatch { db, shard, key } => self.txn_on_unwatch(db, shard, &key),
                 Msg::Monitor { token, line } => {
                     let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
@@ -980,6 +987,7 @@ impl Worker {
                 ));
             }
             conn.reply(|r| r.error(&msg));
+            Self::txn_flag_error(conn);
             return Outcome::Done;
         };
         if (spec.arity > 0 && args.len() != spec.arity as usize)
@@ -987,9 +995,11 @@ impl Worker {
         {
             let msg = crate::commands::wrong_args(spec.name);
             conn.reply(|r| r.error(&msg));
+            Self::txn_flag_error(conn);
             return Outcome::Done;
         }
         if !super::acl_cmd::permit(self, conn, spec, args, now) {
+            Self::txn_flag_error(conn);
             return Outcome::Done;
         }
         if self.shared.loading.load(Ordering::Acquire)
@@ -997,6 +1007,10 @@ impl Worker {
                 || matches!(spec.name, "save" | "bgsave" | "defrag" | "tombraider"))
         {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
+            Self::txn_flag_error(conn);
+            return Outcome::Done;
+        }
+        if Self::txn_queue(conn, spec, args) {
             return Outcome::Done;
         }
         // A script running past `busy-reply-threshold` on some worker: Redis answers -BUSY

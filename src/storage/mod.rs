@@ -54,6 +54,7 @@ mod recovery;
 mod shard;
 mod tombraider;
 pub mod zset;
+pub mod watch;
 
 pub use grow::{GrowthConfig, GrowthStatus};
 pub use hash::{key_hash, key_slot, shard_of_slot};

@@ -230,6 +230,8 @@ pub struct Shard {
     pub(crate) staging: AlignedBuf,
     pub(crate) next_seq: u64,
     pub(crate) watermarks: [u64; DB_COUNT],
+    /// Keys some connection WATCHes, and their touches (empty almost always).
+    pub(crate) watches: super::watch::WatchTable,
     pub(crate) watermarks_dirty: bool,
     pub(crate) unflushed: bool,
     pub(crate) first_unflushed_ms: Option<u64>,
@@ -372,6 +374,7 @@ impl Shard {
             staging: AlignedBuf::new_zeroed(block_size),
             next_seq: 1,
             watermarks: [0; DB_COUNT],
+            watches: Default::default(),
             watermarks_dirty: false,
             unflushed: false,
             first_unflushed_ms: None,
@@ -599,6 +602,9 @@ impl Shard {
             self.put_large(db, key, kind, bytes, expire)?
         };
         self.install(db, h, old, addr, len, expire, true);
+        if !self.watches.is_empty() {
+            self.watches.touch(db, key, false);
+        }
         Ok(())
     }
 
@@ -653,7 +659,77 @@ impl Shard {
         )?;
         let len = hdr.record_len();
         self.install(db, h, Some(found), addr, len, expire, false);
+        if !self.watches.is_empty() {
+            self.watches.touch(db, key, false);
+        }
         Ok(true)
+    }
+
+    /// FLUSHDB touches the watched keys of `db` that exist (expired or not), as Redis does;
+    /// a watched key that is absent is not changed by the flush.
+    fn touch_watched_before_flush(&mut self, db: Db) {
+        if self.watches.is_empty() {
+            return;
+        }
+        for key in self.watches.keys_of_db(db) {
+            let h = self.hash(db, &key);
+            // A read error counts as present: failing an EXEC is safe, a lost touch is not.
+            if !matches!(self.find(db, &key, h), Ok(None)) {
+                self.watches.touch(db, &key, true);
+            }
+        }
+    }
+
+    /// WATCH: registers one more watcher of (db, key) and returns what EXEC compares.
+    pub fn watch_register(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<super::watch::WatchMark, StorageError> {
+        check_db(db)?;
+        let expired = self.watch_key_expired(db, key, now_ms)?;
+        let touches = self.watches.register(db, key);
+        Ok(super::watch::WatchMark { touches, expired })
+    }
+
+    /// Drops a watcher of (db, key) (UNWATCH, EXEC, DISCARD, a closed connection).
+    pub fn watch_release(&mut self, db: Db, key: &[u8]) {
+        self.watches.release(db, key);
+    }
+
+    /// EXEC's test of one watched key: touched since `mark`, or (for a key that was not
+    /// already expired at WATCH time) logically expired now though not yet deleted.
+    pub fn watch_changed(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        mark: super::watch::WatchMark,
+        now_ms: u64,
+    ) -> Result<bool, StorageError> {
+        let Some(touched) = self.watches.touched_since(db, key, mark) else {
+            return Ok(true);
+        };
+        if touched {
+            return Ok(true);
+        }
+        if mark.expired {
+            return Ok(false);
+        }
+        self.watch_key_expired(db, key, now_ms)
+    }
+
+    /// The key is in the index with an expiry that has passed (without deleting it).
+    fn watch_key_expired(&mut self, db: Db, key: &[u8], now_ms: u64) -> Result<bool, StorageError> {
+        let h = self.hash(db, key);
+        Ok(self
+            .find(db, key, h)?
+            .is_some_and(|f| is_expired(&f.rec.header, now_ms)))
+    }
+
+    /// Keys watched on this shard (INFO's `watching_keys`-like figures, tests).
+    pub fn watched_key_count(&self) -> usize {
+        self.watches.len()
     }
 
     /// Exact (may include expired keys not yet reaped, as Redis DBSIZE does).
@@ -665,8 +741,9 @@ impl Shard {
 
     /// Drops every key of `db`: a new watermark (durable at the next flush) and a fresh index.
     pub fn flush_db(&mut self, db: Db) -> Result<(), StorageError> {
-        self.cache.clear();
         let d = check_db(db)?;
+        self.touch_watched_before_flush(db);
+        self.cache.clear();
         self.watermarks[d] = self.next_seq;
         self.next_seq += 1;
         self.watermarks_dirty = true;
@@ -1204,6 +1281,9 @@ impl Shard {
         self.unaccount(db, found.addr, found.rec.header.record_len());
         if found.rec.header.flags & FLAG_LARGE != 0 {
             self.retire_extents_of(&found.rec);
+        }
+        if !self.watches.is_empty() {
+            self.watches.touch(db, &found.rec.key, true);
         }
         Ok(())
     }

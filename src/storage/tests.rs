@@ -1078,3 +1078,66 @@ fn defrag_finds_a_candidate_made_after_an_idle_scan() {
         );
     }
 }
+
+// Proves every write path touches a watched key: put, set_expiry, delete, lazy and active
+// expiry, flush_db (only when the key exists); reads and other keys do not.
+#[test]
+fn watched_keys_are_touched_by_every_write_path() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let mut s = one_shard(&dev, &cfg(64 * 1024, FsyncPolicy::EverySec));
+    let put = |s: &mut Shard, k: &[u8], exp: Option<u64>| {
+        s.put(0, k, ValueKind::String, b"v", exp, 0).unwrap()
+    };
+    put(&mut s, b"k", None);
+    type Write = fn(&mut Shard);
+    let writes: &[(&str, Write)] = &[
+        ("put", |s| {
+            s.put(0, b"k", ValueKind::String, b"w", None, 0).unwrap()
+        }),
+        ("set_expiry", |s| {
+            assert!(s.set_expiry(0, b"k", Some(5_000), 0).unwrap())
+        }),
+        ("delete", |s| assert!(s.delete(0, b"k", 0).unwrap())),
+        ("flush_db", |s| s.flush_db(0).unwrap()),
+    ];
+    for (what, write) in writes {
+        put(&mut s, b"k", None);
+        let mark = s.watch_register(0, b"k", 0).unwrap();
+        let _ = s.get(0, b"k", 0).unwrap();
+        put(&mut s, b"other", None);
+        assert!(
+            !s.watch_changed(0, b"k", mark, 0).unwrap(),
+            "{what}: untouched"
+        );
+        write(&mut s);
+        assert!(
+            s.watch_changed(0, b"k", mark, 0).unwrap(),
+            "{what}: touched"
+        );
+        s.watch_release(0, b"k");
+    }
+    assert_eq!(s.watched_key_count(), 0);
+    // A flush does not touch a watched key that does not exist.
+    s.delete(0, b"k", 0).unwrap();
+    let mark = s.watch_register(0, b"k", 0).unwrap();
+    s.flush_db(0).unwrap();
+    assert!(!s.watch_changed(0, b"k", mark, 0).unwrap());
+    s.watch_release(0, b"k");
+    // Expiry: a live key that expires after WATCH is a change before and after reaping.
+    put(&mut s, b"e", Some(100));
+    let mark = s.watch_register(0, b"e", 50).unwrap();
+    assert!(!s.watch_changed(0, b"e", mark, 50).unwrap());
+    assert!(s.watch_changed(0, b"e", mark, 150).unwrap());
+    assert_eq!(val(&mut s, b"e", 150), None);
+    assert!(s.watch_changed(0, b"e", mark, 150).unwrap());
+    s.watch_release(0, b"e");
+    // Already expired at WATCH: its deletion by active expiry is forgiven, a new put is not.
+    put(&mut s, b"x", Some(100));
+    let mark = s.watch_register(0, b"x", 200).unwrap();
+    assert!(mark.expired);
+    s.background(200, 10_000).unwrap();
+    assert_eq!(s.key_count(0), 0);
+    assert!(!s.watch_changed(0, b"x", mark, 200).unwrap());
+    put(&mut s, b"x", None);
+    assert!(s.watch_changed(0, b"x", mark, 200).unwrap());
+}

@@ -1,0 +1,431 @@
+//! Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH (Redis 7.2 `multi.c` semantics).
+//!
+//! A child module of the worker (like `commit.rs`) so it can use the worker's shards,
+//! outbox and batch-read ring directly; `worker.rs` only calls in at four points: queueing
+//! in `dispatch`, flagging queue-time errors there, the `Unwatch` mailbox message and
+//! `begin_close`.
+//!
+//! - **Queueing.** While a connection is in MULTI every command except EXEC, DISCARD,
+//!   MULTI, WATCH, QUIT and RESET is checked as usual (unknown command, arity, ACL,
+//!   loading) and, if it passes, stored with `+QUEUED`; if it fails, its error is replied
+//!   and the transaction is flagged, so EXEC answers EXECABORT.
+//! - **Atomic EXEC.** EXEC's key set is the union of the queued commands' declared keys and
+//!   the watched keys; a queued command that needs every shard (KEYS, FLUSHALL, INFO,
+//!   CONFIG, ...) makes it every shard. EXEC runs only where all of those shards are held:
+//!   on the connection's worker when they are its own, otherwise in the coordinated pass
+//!   that borrows every worker's shards (the EVAL path). Holding them, it checks the
+//!   watches and runs the whole queue with no other command interleaved anywhere. Device
+//!   reads of queued commands go out on the batch ring (one wait per command, all of a
+//!   command's reads together); a transaction is never parked half-way.
+//! - **WATCH** registers each key on the shard that owns it (`storage::watch`): every write
+//!   of the key on that shard, from any connection, script or expiry, counts as a touch.
+//!   WATCH runs where its keys' shards are held (the same rule as EXEC); releasing a watch
+//!   of a shard held elsewhere is a mailbox message to its owner (`Msg::Unwatch`), which can
+//!   only arrive late, never early, so a watch is never dropped while needed.
+//! - **Durability.** Queued writes set `round_writes`, so with `appendfsync always` EXEC's
+//!   reply is held like any write reply until the epoch covering them is durable; on
+//!   borrowed shards the coordinated pass flushes and syncs before the shards go back.
+//!
+//! ACL permissions are checked when a command is queued and again when EXEC runs it (the
+//! rules may change in between; Redis 7.2 does the same, without an ACL LOG entry here).
+//!
+//! Deliberately missing: crash atomicity across shards (see `docs/transactions.md`) and
+//! CLIENT LIST's `d` (dirty CAS) flag, which
+//! would need the watched shards at listing time.
+
+use super::super::conn::Conn;
+use super::{exec_on, BatchReads, Outcome, Worker};
+use crate::commands::table::key_positions;
+use crate::commands::{lookup, CommandSpec, Kind};
+use crate::resp::ReplyBuf;
+use crate::storage::watch::WatchMark;
+use std::sync::atomic::Ordering;
+
+/// One watched key: where it lives and what its shard said at WATCH time.
+#[derive(Debug)]
+pub struct Watched {
+    pub db: u8,
+    pub key: Vec<u8>,
+    pub shard: u32,
+    pub mark: WatchMark,
+}
+
+/// A connection's transaction state.
+#[derive(Debug, Default)]
+pub struct TxnState {
+    pub in_multi: bool,
+    /// An error at queue time: EXEC will answer EXECABORT.
+    pub aborted: bool,
+    pub queued: Vec<Vec<Vec<u8>>>,
+    /// Commands of the queue taken out by a running EXEC (CLIENT INFO inside EXEC still
+    /// reports them, as Redis does).
+    pub executing: usize,
+    pub watched: Vec<Watched>,
+}
+
+impl TxnState {
+    /// CLIENT LIST's `multi=`: queued commands while in MULTI, -1 otherwise.
+    pub fn multi_field(&self) -> i64 {
+        if self.in_multi {
+            (self.queued.len() + self.executing) as i64
+        } else {
+            -1
+        }
+    }
+
+    fn end_multi(&mut self) {
+        self.in_multi = false;
+        self.aborted = false;
+        self.queued = Vec::new();
+        self.executing = 0;
+    }
+}
+
+const ERR_EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+const ERR_ACL_CHANGED: &str = "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: ";
+
+/// Commands that run at once inside MULTI instead of being queued (Redis's list).
+fn runs_inside_multi(name: &str) -> bool {
+    matches!(
+        name,
+        "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+    )
+}
+
+/// Connection commands that need no shard: they do not widen EXEC's key set.
+fn needs_no_shard(name: &str) -> bool {
+    matches!(name, "ping" | "echo" | "select" | "time")
+}
+
+impl Worker {
+    /// A command was refused before running (unknown, arity, ACL, loading): inside MULTI
+    /// that dooms the transaction.
+    pub(super) fn txn_flag_error(conn: &mut Conn) {
+        if conn.txn.in_multi {
+            conn.txn.aborted = true;
+        }
+    }
+
+    /// Inside MULTI, queues `args` and replies `+QUEUED`; `true` when it did.
+    pub(super) fn txn_queue(conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]]) -> bool {
+        if !conn.txn.in_multi || runs_inside_multi(spec.name) {
+            return false;
+        }
+        conn.txn
+            .queued
+            .push(args.iter().map(|a| a.to_vec()).collect());
+        conn.reply(|r| r.simple("QUEUED"));
+        true
+    }
+
+    /// MULTI, EXEC, DISCARD, WATCH and UNWATCH (from `server::local`).
+    pub fn txn_command(
+        &mut self,
+        conn: &mut Conn,
+        slot: u32,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+    ) -> Outcome {
+        match spec.name {
+            "multi" => {
+                if conn.txn.in_multi {
+                    conn.reply(|r| r.error("ERR MULTI calls can not be nested"));
+                } else {
+                    conn.txn.in_multi = true;
+                    conn.reply(|r| r.ok());
+                }
+                Outcome::Done
+            }
+            "discard" => {
+                if !conn.txn.in_multi {
+                    conn.reply(|r| r.error("ERR DISCARD without MULTI"));
+                } else {
+                    self.txn_reset(conn);
+                    conn.reply(|r| r.ok());
+                }
+                Outcome::Done
+            }
+            "unwatch" => {
+                self.txn_unwatch_all(conn);
+                conn.reply(|r| r.ok());
+                Outcome::Done
+            }
+            "watch" => self.txn_watch(conn, args, now),
+            "exec" => self.txn_exec(conn, slot, now),
+            _ => unreachable!("txn_command is called for transaction commands only"),
+        }
+    }
+
+    /// Leaves MULTI and drops every watch (DISCARD, RESET).
+    pub fn txn_reset(&mut self, conn: &mut Conn) {
+        conn.txn.end_multi();
+        self.txn_unwatch_all(conn);
+    }
+
+    pub(super) fn txn_unwatch_all(&mut self, conn: &mut Conn) {
+        let watched = std::mem::take(&mut conn.txn.watched);
+        self.txn_release(watched);
+    }
+
+    /// Releases watches: on shards held here at once, others by a message to their owner.
+    pub(super) fn txn_release(&mut self, watched: Vec<Watched>) {
+        for w in watched {
+            match self.shards.slots[w.shard as usize].as_mut() {
+                Some(s) => s.watch_release(w.db, &w.key),
+                None => {
+                    let owner = self.shared.worker_of_shard(w.shard);
+                    self.outbox[owner].push(super::Msg::Unwatch {
+                        db: w.db,
+                        shard: w.shard,
+                        key: w.key,
+                    });
+                }
+            }
+        }
+    }
+
+    /// `Msg::Unwatch`: a connection elsewhere stopped watching a key of our shard.
+    pub(super) fn txn_on_unwatch(&mut self, db: u8, shard: u32, key: &[u8]) {
+        if let Some(s) = self
+            .shards
+            .slots
+            .get_mut(shard as usize)
+            .and_then(|s| s.as_mut())
+        {
+            s.watch_release(db, key);
+        }
+    }
+
+    /// Whether this thread holds every shard in `shards` (`None`: every shard there is).
+    fn txn_holds(&self, shards: Option<&[u32]>) -> bool {
+        match shards {
+            None => self.shards.slots.iter().all(Option::is_some),
+            Some(ids) => ids
+                .iter()
+                .all(|&id| self.shards.slots[id as usize].is_some()),
+        }
+    }
+
+    /// Not all shards held: wait for earlier remote replies first (order), else go to the
+    /// coordinated pass, where every shard is held.
+    fn txn_elsewhere(conn: &Conn) -> Outcome {
+        let waiting_remote = conn
+            .pending
+            .iter()
+            .any(|p| matches!(p, super::Slot::Waiting(_)));
+        if waiting_remote {
+            Outcome::Blocked
+        } else {
+            Outcome::Retry
+        }
+    }
+
+    fn txn_watch(&mut self, conn: &mut Conn, args: &[&[u8]], now: u64) -> Outcome {
+        if conn.txn.in_multi {
+            conn.reply(|r| r.error("ERR WATCH inside MULTI is not allowed"));
+            return Outcome::Done;
+        }
+        // While loading no worker holds shards yet: nothing to register on.
+        if self
+            .shared
+            .loading
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
+            return Outcome::Done;
+        }
+        // An earlier parked command of this connection may write a key watched here: it
+        // must run first, as it would in Redis.
+        if conn.parked > 0 {
+            return Outcome::Blocked;
+        }
+        let ids: Vec<u32> = args[1..].iter().map(|k| self.shards.shard_id(k)).collect();
+        if !self.txn_holds(Some(&ids)) {
+            return Self::txn_elsewhere(conn);
+        }
+        let db = conn.db;
+        for (key, &shard) in args[1..].iter().zip(&ids) {
+            if conn
+                .txn
+                .watched
+                .iter()
+                .any(|w| w.db == db && w.key.as_slice() == *key)
+            {
+                continue;
+            }
+            let s = self.shards.slots[shard as usize]
+                .as_mut()
+                .expect("held: checked above");
+            match s.watch_register(db, key, now) {
+                Ok(mark) => conn.txn.watched.push(Watched {
+                    db,
+                    key: key.to_vec(),
+                    shard,
+                    mark,
+                }),
+                Err(e) => {
+                    let msg = crate::commands::storage_error(e);
+                    conn.reply(|r| r.error(&msg));
+                    return Outcome::Done;
+                }
+            }
+        }
+        conn.reply(|r| r.ok());
+        Outcome::Done
+    }
+
+    /// The shards EXEC must hold: watched keys and queued commands' keys; `None` = all.
+    fn txn_key_set(&self, conn: &Conn) -> Option<Vec<u32>> {
+        let mut ids: Vec<u32> = conn.txn.watched.iter().map(|w| w.shard).collect();
+        for cmd in &conn.txn.queued {
+            let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
+            let spec = lookup(refs[0]).expect("only known commands are queued");
+            match spec.kind {
+                Kind::Keyed => {
+                    for p in key_positions(spec, &refs) {
+                        ids.push(self.shards.shard_id(refs[p]));
+                    }
+                }
+                Kind::Local if needs_no_shard(spec.name) => {}
+                Kind::Local | Kind::AllShards => return None,
+            }
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Some(ids)
+    }
+
+    fn txn_exec(&mut self, conn: &mut Conn, slot: u32, now: u64) -> Outcome {
+        if !conn.txn.in_multi {
+            conn.reply(|r| r.error("ERR EXEC without MULTI"));
+            return Outcome::Done;
+        }
+        if conn.txn.aborted {
+            self.txn_reset(conn);
+            conn.reply(|r| r.error(ERR_EXECABORT));
+            return Outcome::Done;
+        }
+        if conn.parked > 0 {
+            return Outcome::Blocked;
+        }
+        let need = self.txn_key_set(conn);
+        if !self.txn_holds(need.as_deref()) {
+            return Self::txn_elsewhere(conn);
+        }
+        // Every shard of the transaction is held: from here to the reply nothing else runs
+        // on them.
+        let watched = std::mem::take(&mut conn.txn.watched);
+        let mut dirty = false;
+        for w in &watched {
+            let s = self.shards.slots[w.shard as usize]
+                .as_mut()
+                .expect("watched shards are in the key set");
+            // A read error fails the EXEC: better than running on a stale check.
+            if s.watch_changed(w.db, &w.key, w.mark, now).unwrap_or(true) {
+                dirty = true;
+                break;
+            }
+        }
+        self.txn_release(watched);
+        if dirty {
+            conn.txn.end_multi();
+            conn.reply(|r| r.null_array());
+            return Outcome::Done;
+        }
+        let queued = std::mem::take(&mut conn.txn.queued);
+        conn.txn.executing = queued.len();
+        let mut out = Vec::new();
+        ReplyBuf::new(&mut out, conn.proto).array(queued.len());
+        for cmd in &queued {
+            let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
+            let spec = lookup(refs[0]).expect("only known commands are queued");
+            if let Some(reason) = super::super::acl_cmd::recheck(self, conn, spec, &refs) {
+                let msg = format!("{ERR_ACL_CHANGED}{reason}");
+                ReplyBuf::new(&mut out, conn.proto).error(&msg);
+                continue;
+            }
+            if spec.may_write() {
+                self.round_writes = true;
+            }
+            match spec.kind {
+                Kind::Keyed => self.txn_run_keyed(spec, &refs, conn, now, &mut out),
+                Kind::AllShards => {
+                    let (db, proto) = (conn.db, conn.proto);
+                    self.exec_handler(spec, &refs, db, proto, now, &mut out);
+                }
+                Kind::Local => self.txn_run_local(conn, slot, spec, &refs, now, &mut out),
+            }
+            // As Redis: a queued command counts, and reaches MONITOR, when EXEC runs it.
+            self.commands_this_round += 1;
+            if self.shared.monitor_count.load(Ordering::Relaxed) > 0 {
+                self.feed_monitors(conn, &refs);
+            }
+        }
+        conn.txn.end_multi();
+        if conn.pending.is_empty() {
+            conn.out.extend_from_slice(&out);
+        } else {
+            conn.push_ready(out);
+        }
+        Outcome::Done
+    }
+
+    /// A queued keyed command: its reads go out together on the batch ring, then it runs.
+    fn txn_run_keyed(
+        &mut self,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        conn: &Conn,
+        now: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let (db, proto, max_bulk) = (conn.db, conn.proto, self.max_bulk);
+        if self.batch.is_none() {
+            match BatchReads::new() {
+                Ok(b) => self.batch = Some(b),
+                Err(e) => tracing::warn!("no batch-read ring ({e}): reading one by one"),
+            }
+        }
+        let Some(batch) = self.batch.as_mut() else {
+            return self.exec_handler(spec, args, db, proto, now, out);
+        };
+        let (fetched, fetched_shard) = batch.fetch(&mut self.shards, spec, args, db);
+        super::with_lent(&mut self.shards, fetched, fetched_shard, |shards| {
+            exec_on(shards, spec, args, db, proto, now, max_bulk, out)
+        });
+    }
+
+    /// A queued connection or server command: its reply is captured into `out`.
+    fn txn_run_local(
+        &mut self,
+        conn: &mut Conn,
+        slot: u32,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let saved_pending = std::mem::take(&mut conn.pending);
+        let saved_ready = std::mem::take(&mut conn.pending_ready_bytes);
+        let saved_out = std::mem::take(&mut conn.out);
+        let saved_cleared = std::mem::take(&mut conn.out_cleared);
+        let outcome = (self.run_connection_command)(self, conn, slot, spec, args, now);
+        let mut produced = std::mem::replace(&mut conn.out, saved_out);
+        for s in std::mem::replace(&mut conn.pending, saved_pending) {
+            if let super::Slot::Ready(b) = s {
+                produced.extend_from_slice(&b);
+            }
+        }
+        conn.pending_ready_bytes = saved_ready;
+        conn.out_cleared = saved_cleared;
+        if matches!(outcome, Outcome::Done) {
+            out.extend_from_slice(&produced);
+        } else {
+            // Every shard is held while a transaction with such a command runs, so a
+            // connection command has nothing to wait for; should one still ask to, its
+            // place in the reply array gets an error rather than a hole.
+            ReplyBuf::new(out, conn.proto).error("ERR command cannot run inside a transaction");
+        }
+    }
+}
