@@ -14,6 +14,7 @@
 pub mod bitmap;
 pub mod collection;
 pub mod dump;
+pub mod events;
 pub mod glob;
 pub mod hash;
 pub mod hyperloglog;
@@ -61,6 +62,15 @@ pub struct Ctx<'a> {
     pub now_ms: u64,
     /// `proto-max-bulk-len`: the largest string a command may create.
     pub max_bulk: usize,
+}
+
+impl Ctx<'_> {
+    /// Fires keyspace notification `event` of `class` (`events::STRING`, ...) for `key`
+    /// in this command's db; one atomic load when notifications are off (`events`).
+    #[inline]
+    pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
+        events::notify(class, event, key, self.db);
+    }
 }
 
 /// A command's error reply text (without the leading `-`).

@@ -132,7 +132,8 @@ pub fn permit(
         return true; // an unknown subcommand: the handler's error, as in Redis
     };
     let keys = key_refs(spec, args);
-    let Err(denied) = user.check(id, args, &keys, &[]) else {
+    let channels = channel_refs(spec, args);
+    let Err(denied) = user.check(id, args, &keys, &channels) else {
         return true;
     };
     let fullname = &catalog().commands[id].fullname;
@@ -158,6 +159,17 @@ pub fn permit(
     let msg = noperm_message(denied, &user.name, fullname);
     conn.reply(|r| r.error(&msg));
     false
+}
+
+/// The channel arguments ACL rules check, each with whether it is a pattern (Redis
+/// 7.2: PUBLISH, SPUBLISH, SUBSCRIBE, SSUBSCRIBE, PSUBSCRIBE; unsubscribing is free).
+fn channel_refs(spec: &CommandSpec, args: &[&[u8]]) -> Vec<(usize, bool)> {
+    match spec.name {
+        "publish" | "spublish" => vec![(1, false)],
+        "subscribe" | "ssubscribe" => (1..args.len()).map(|i| (i, false)).collect(),
+        "psubscribe" => (1..args.len()).map(|i| (i, true)).collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn key_refs(spec: &CommandSpec, args: &[&[u8]]) -> Vec<KeyRef> {

@@ -89,6 +89,8 @@ pub struct Conn {
     /// Leading bytes of `out` already cleared to leave (released from `held`
     /// or produced while nothing was held); the rest is this round's.
     pub out_cleared: usize,
+    /// Pub/Sub subscriptions (`pubsub.rs`).
+    pub subs: super::worker::pubsub::Subs,
 }
 
 impl Conn {
@@ -140,6 +142,7 @@ impl Conn {
             commands: 0,
             held: VecDeque::new(),
             out_cleared: 0,
+            subs: Default::default(),
         }
     }
 
@@ -265,7 +268,7 @@ impl Conn {
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi=-1 qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -273,8 +276,17 @@ impl Conn {
             name,
             now_ms.saturating_sub(self.created_ms) / 1000,
             now_ms.saturating_sub(self.last_cmd_ms) / 1000,
-            if self.monitor { "O" } else { "N" },
+            if self.monitor {
+                "O"
+            } else if self.subs.active() {
+                "P"
+            } else {
+                "N"
+            },
             self.db,
+            self.subs.channels.len(),
+            self.subs.patterns.len(),
+            self.subs.shard.len(),
             self.unparsed(),
             self.inbuf.capacity(),
             self.out.len() + self.sending.len(),

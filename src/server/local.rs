@@ -38,14 +38,24 @@ pub fn run(
             if a.len() > 2 {
                 return err(conn, &wrong_args("ping"));
             }
+            // RESP2 subscribed mode answers as a message: `*2 pong <arg or "">`.
+            let subscribed = conn.proto == Proto::Resp2 && conn.subs.active();
             conn.reply(|r| {
-                if a.len() == 2 {
+                if subscribed {
+                    r.array(2);
+                    r.bulk(b"pong");
+                    r.bulk(a.get(1).copied().unwrap_or(b""));
+                } else if a.len() == 2 {
                     r.bulk(a[1])
                 } else {
                     r.simple("PONG")
                 }
             });
             Outcome::Done
+        }
+        "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+        | "sunsubscribe" | "publish" | "spublish" | "pubsub" => {
+            w.pubsub_command(conn, slot, spec.name, a)
         }
         "echo" => {
             conn.reply(|r| r.bulk(a[1]));
@@ -74,6 +84,8 @@ pub fn run(
             conn.db = 0;
             conn.proto = Proto::Resp2;
             conn.name = None;
+            let subs = std::mem::take(&mut conn.subs);
+            w.forget_subscriptions(subs, slot, conn.gen);
             super::acl_cmd::reset_user(w, conn);
             refresh_registry(w, conn, now);
             if conn.monitor {
@@ -688,6 +700,10 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
             rt.slowlog_log_slower_than_us.to_string(),
         ),
         ("slowlog-max-len".into(), rt.slowlog_max_len.to_string()),
+        (
+            "notify-keyspace-events".into(),
+            crate::commands::events::render(crate::commands::events::flags()),
+        ),
         ("threads".into(), s.threads.to_string()),
         (
             "data-file".into(),
@@ -747,6 +763,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
+        let mut new_notify: Option<u32> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -775,6 +792,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
+                "notify-keyspace-events" => match crate::commands::events::parse(&val) {
+                    Some(f) => new_notify = Some(f),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")),
+                },
                 "client-output-buffer-limit" => {
                     if let Err(e) = rt.output_limits.apply(&val) {
                         return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
@@ -829,6 +850,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             }
         }
         *w.shared.runtime.write().expect("runtime lock") = rt;
+        if let Some(f) = new_notify {
+            crate::commands::events::set_flags(f);
+        }
         if let Some(p) = new_requirepass {
             super::acl_cmd::set_requirepass(w, p.as_deref());
         }
@@ -998,14 +1022,18 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         ));
     }
     if want("stats") {
+        let pubsub_counts = sh.pubsub.read().expect("pubsub lock").counts();
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            pubsub_counts.0,
+            pubsub_counts.1,
+            pubsub_counts.2,
             sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
             st.client_output_limit_closes.load(Ordering::Relaxed),

@@ -31,6 +31,10 @@ mod dpdk;
 #[path = "commit.rs"]
 mod commit;
 use commit::GroupCommit;
+// Pub/Sub and keyspace-notification delivery. A child module so it can reach the
+// worker's connections and outbox directly.
+#[path = "pubsub.rs"]
+pub mod pubsub;
 #[cfg(feature = "dpdk")]
 pub use dpdk::DpdkNet;
 
@@ -156,6 +160,8 @@ pub struct Worker {
     coordinated_flush_failed: bool,
     /// The normal class's `client-output-buffer-limit`, read with the slow-log threshold.
     output_limit: crate::config::output_limits::ClassLimit,
+    /// The pubsub class's limit, for connections with subscriptions.
+    output_limit_pubsub: crate::config::output_limits::ClassLimit,
     /// What this worker last added to `Stats::mem_clients_normal`.
     reported_client_bytes: u64,
     /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
@@ -233,6 +239,7 @@ impl Worker {
             coordinated_flush_failed: false,
             slowlog_threshold_us: 0,
             output_limit: Default::default(),
+            output_limit_pubsub: Default::default(),
             reported_client_bytes: 0,
             #[cfg(feature = "dpdk")]
             dpdk: None,
@@ -302,6 +309,7 @@ impl Worker {
             let round_start = Instant::now();
             self.drain_mailbox(now);
             self.process_ready(now, round_start);
+            self.publish_keyspace_events();
             self.flush_storage(now);
             self.send_outbox();
             self.enforce_output_limits(now);
@@ -640,6 +648,8 @@ impl Worker {
         }
         let id = conn.id;
         let was_monitor = conn.monitor;
+        let (subs, gen) = (std::mem::take(&mut conn.subs), conn.gen);
+        self.forget_subscriptions(subs, slot, gen);
         self.shared
             .stats
             .connected_clients
@@ -742,6 +752,7 @@ impl Worker {
                         self.maybe_free(token.slot);
                     }
                 }
+                Msg::Publish(p) => self.deliver(*p),
                 Msg::Monitor { token, line } => {
                     let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
@@ -994,6 +1005,10 @@ impl Worker {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
             return Outcome::Done;
         }
+        if let Some(e) = pubsub::subscribed_mode_error(conn, spec, args) {
+            conn.reply(|r| r.error(&e));
+            return Outcome::Done;
+        }
         // A connection's order: nothing keyed overtakes a parked write, and no write
         // overtakes a parked read (see `Conn::parked`).
         if conn.parked > 0
@@ -1046,6 +1061,7 @@ impl Worker {
         let rt = self.shared.runtime.read().expect("runtime lock");
         self.slowlog_threshold_us = rt.slowlog_log_slower_than_us;
         self.output_limit = rt.output_limits.normal;
+        self.output_limit_pubsub = rt.output_limits.pubsub;
     }
 
     fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
@@ -1558,7 +1574,7 @@ impl Worker {
     /// client without sending what it has queued) and reports the clients' buffer memory.
     fn enforce_output_limits(&mut self, now: u64) {
         use crate::config::output_limits::Verdict;
-        let limit = self.output_limit;
+        let (normal, pubsub) = (self.output_limit, self.output_limit_pubsub);
         let mut total = 0u64;
         let mut close = Vec::new();
         for (slot, c) in self.conns.iter_mut().enumerate() {
@@ -1569,6 +1585,7 @@ impl Worker {
             if conn.closing {
                 continue;
             }
+            let limit = if conn.subs.active() { pubsub } else { normal };
             match limit.judge(conn.output_bytes() as u64, conn.obuf_soft_since_ms, now) {
                 Verdict::Fine => conn.obuf_soft_since_ms = None,
                 Verdict::OverSoft(since) => conn.obuf_soft_since_ms = Some(since),
