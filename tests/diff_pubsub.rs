@@ -397,3 +397,120 @@ fn slow_subscriber_is_disconnected() {
     }
     assert_eq!(admin.call(&[b"PING"]), b"+PONG\r\n");
 }
+
+// notify-keyspace-events: CONFIG SET/GET with Redis's parsing, canonical form and error;
+// then the events of string, keyspace, hash, set, bitmap and HyperLogLog commands (and
+// `expired`) reach a pattern subscriber (RESP2) and a channel subscriber (RESP3) on any
+// worker, frame for frame as Redis sends them.
+#[test]
+fn keyspace_notifications() {
+    let mut p = Pair::start("pubsub-keyspace", &["--threads", "2"]);
+    for v in ["KEA", "Kg$lshzxetd", "$xE", "Amn", "nKgm", "gK", "", "Kq"] {
+        p.check(&["CONFIG", "SET", "notify-keyspace-events", v]);
+        p.check(&["CONFIG", "GET", "notify-keyspace-events"]);
+    }
+    let mut all = Two::open(&p, false);
+    all.cmd(&["PSUBSCRIBE", "__key*__:*"], 1);
+    let mut sets = Two::open(&p, true);
+    sets.cmd(&["SUBSCRIBE", "__keyevent@0__:set", "__keyspace@1__:k"], 2);
+    // Only K and $: string events on keyspace channels, nothing else.
+    p.check(&["CONFIG", "SET", "notify-keyspace-events", "K$"]);
+    let mut run = |p: &mut Pair, all: &mut Two, sets: &mut Two, cmd: &[&str]| {
+        if cmd[0] == "SPOP" {
+            // Which members are popped is random: only the events are compared.
+            let a: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+            p.both(&a);
+        } else {
+            p.check(cmd);
+        }
+        all.drain(&show(cmd));
+        sets.drain(&show(cmd));
+    };
+    run(&mut p, &mut all, &mut sets, &["SET", "s", "v"]);
+    run(&mut p, &mut all, &mut sets, &["HSET", "h0", "a", "1"]);
+    run(&mut p, &mut all, &mut sets, &["DEL", "h0"]);
+    p.check(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
+    let script: &[&[&str]] = &[
+        &["SET", "s", "v2", "EX", "100"],
+        &["SETNX", "s", "x"],
+        &["SETNX", "s2", "x"],
+        &["GETSET", "s2", "y"],
+        &["APPEND", "s2", "z"],
+        &["SETRANGE", "s2", "1", "ab"],
+        &["SETRANGE", "s2", "1", ""],
+        &["INCR", "n"],
+        &["INCRBY", "n", "5"],
+        &["DECR", "n"],
+        &["DECRBY", "n", "2"],
+        &["INCRBYFLOAT", "f", "1.5"],
+        &["MSET", "m1", "a", "m2", "b"],
+        &["MSETNX", "m3", "a", "m4", "b"],
+        &["MSETNX", "m3", "a", "m9", "b"],
+        &["GETEX", "s", "PERSIST"],
+        &["GETEX", "s", "EX", "100"],
+        &["GETEX", "s", "PERSIST"],
+        &["GETEX", "s", "PERSIST"],
+        &["GETDEL", "s2"],
+        &["GETDEL", "s2"],
+        &["SETEX", "e", "100", "v"],
+        &["PSETEX", "e", "100000", "v"],
+        &["EXPIRE", "n", "100"],
+        &["PERSIST", "n"],
+        &["PEXPIRE", "n", "100000"],
+        &["EXPIRE", "n", "-1"],
+        &["EXPIRE", "nothere", "10"],
+        &["RENAME", "m1", "m5"],
+        &["RENAMENX", "m5", "m2"],
+        &["RENAMENX", "m5", "m6"],
+        &["COPY", "m6", "m7"],
+        &["COPY", "m6", "m7", "DB", "1"],
+        &["DEL", "m6", "m7", "nothere"],
+        &["HSET", "h", "a", "1", "b", "2"],
+        &["HMSET", "h", "a", "1"],
+        &["HSETNX", "h", "a", "1"],
+        &["HSETNX", "h", "c", "3"],
+        &["HINCRBY", "h", "a", "2"],
+        &["HINCRBYFLOAT", "h", "a", "1.5"],
+        &["HDEL", "h", "a", "b", "zz"],
+        &["HDEL", "h", "zz"],
+        &["HDEL", "h", "c"],
+        &["SADD", "st", "a", "b", "c"],
+        &["SADD", "st", "a"],
+        &["SREM", "st", "a"],
+        &["SMOVE", "st", "st2", "b"],
+        &["SMOVE", "st", "st2", "c"],
+        &["SPOP", "st2"],
+        &["SADD", "x", "1", "2", "3"],
+        &["SADD", "y", "2", "3", "4"],
+        &["SINTERSTORE", "z", "x", "y"],
+        &["SUNIONSTORE", "z", "x", "y"],
+        &["SDIFFSTORE", "z", "x", "y"],
+        &["SINTERSTORE", "z", "x", "nothere"],
+        &["SINTERSTORE", "z", "x", "nothere"],
+        &["SADD", "sp", "1", "2", "3"],
+        &["SPOP", "sp", "2"],
+        &["SPOP", "sp", "5"],
+        &["SETBIT", "b", "7", "1"],
+        &["SETBIT", "b", "7", "1"],
+        &["BITOP", "OR", "b2", "b", "b"],
+        &["BITOP", "AND", "b2", "nothere"],
+        &["BITFIELD", "b", "SET", "u8", "0", "255"],
+        &["PFADD", "hl", "a", "b"],
+        &["PFADD", "hl", "a"],
+        &["PFMERGE", "hl2", "hl"],
+        &["SELECT", "1"],
+        &["SET", "k", "in-db-1"],
+        &["DEL", "k"],
+        &["SELECT", "0"],
+    ];
+    for cmd in script {
+        run(&mut p, &mut all, &mut sets, cmd);
+    }
+    // `expired`: from lazy or active expiry, whichever comes first on either server.
+    run(&mut p, &mut all, &mut sets, &["SET", "px", "v", "PX", "50"]);
+    std::thread::sleep(Duration::from_millis(250));
+    run(&mut p, &mut all, &mut sets, &["GET", "px"]);
+    // Off again: nothing is delivered.
+    p.check(&["CONFIG", "SET", "notify-keyspace-events", ""]);
+    run(&mut p, &mut all, &mut sets, &["SET", "s", "quiet"]);
+}

@@ -85,9 +85,8 @@ pub fn setbit(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             bytes[byte] &= !mask;
         }
         write_string(ctx, a[1], &bytes, ttl)?;
+        ctx.notify(super::events::STRING, "setbit", a[1]);
     }
-    // As Redis: `setbit` even when the bit already had that value.
-    ctx.notify(super::events::STRING, "setbit", a[1]);
     r.int(was as i64);
     Ok(())
 }

@@ -14,7 +14,8 @@
 pub mod bitmap;
 pub mod collection;
 pub mod dump;
-pub mod events;
+/// Keyspace notifications (lives in `runtime` so storage can fire `expired` too).
+pub use crate::runtime::events;
 pub mod glob;
 pub mod hash;
 pub mod hyperloglog;

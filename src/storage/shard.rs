@@ -1152,8 +1152,19 @@ impl Shard {
     /// Lazy expiry on access. If even the reserve is exhausted the key simply stays (expired,
     /// invisible) until space returns.
     fn expire_lazily(&mut self, db: Db, h: u64, found: Found) -> Result<(), StorageError> {
+        // The key is copied only when `expired` events are on (one load otherwise).
+        let key = (crate::runtime::events::flags() & crate::runtime::events::EXPIRED != 0)
+            .then(|| found.rec.key.clone());
         match self.remove_found(db, h, found) {
             Ok(()) => {
+                if let Some(key) = key {
+                    crate::runtime::events::notify(
+                        crate::runtime::events::EXPIRED,
+                        "expired",
+                        &key,
+                        db,
+                    );
+                }
                 self.counters.expired_keys += 1;
                 Ok(())
             }

@@ -15,6 +15,9 @@
 //! subscribers on every worker, with Redis's channels `__keyspace@<db>__:<key>`
 //! (message: the event) and `__keyevent@<db>__:<event>` (message: the key).
 //!
+//! Lives under `runtime` (below `commands` and `storage`) because the storage engine
+//! fires `expired` itself, from lazy and active expiry (`Shard::expire_lazily`).
+//!
 //! The setting is process-wide (a server has one), set from the config file or flag at
 //! start and by CONFIG SET.
 
@@ -96,16 +99,17 @@ pub fn parse(text: &str) -> Option<u32> {
 /// The canonical form CONFIG GET reports (`A` when every class it covers is on).
 pub fn render(flags: u32) -> String {
     let mut s = String::new();
+    // As Redis: `n` is printed only outside `A` (so `An` reads back as `A`).
     if flags & ALL == ALL {
         s.push('A');
     } else {
-        for (bit, letter) in CLASS_LETTERS {
+        for (bit, letter) in CLASS_LETTERS.iter().copied().chain([(NEW, 'n')]) {
             if flags & bit != 0 {
                 s.push(letter);
             }
         }
     }
-    for (bit, letter) in [(KEYSPACE, 'K'), (KEYEVENT, 'E'), (KEY_MISS, 'm'), (NEW, 'n')] {
+    for (bit, letter) in [(KEYSPACE, 'K'), (KEYEVENT, 'E'), (KEY_MISS, 'm')] {
         if flags & bit != 0 {
             s.push(letter);
         }
@@ -163,13 +167,14 @@ pub fn take() -> Vec<Event> {
 mod tests {
     use super::*;
 
-    // Parsing and rendering follow Redis: `A` folds, m and n stay outside it, bad letters fail.
+    // Parsing and rendering follow Redis: `A` folds, `n` shows only outside `A`, bad letters fail.
     #[test]
     fn parse_and_render_like_redis() {
         assert_eq!(render(parse("KEA").unwrap()), "AKE");
         assert_eq!(render(parse("Kg$lshzxetd").unwrap()), "AK");
         assert_eq!(render(parse("Ex$").unwrap()), "$xE");
-        assert_eq!(render(parse("Amn").unwrap()), "Amn");
+        assert_eq!(render(parse("Amn").unwrap()), "Am");
+        assert_eq!(render(parse("nKgm").unwrap()), "gnKm");
         assert_eq!(render(parse("").unwrap()), "");
         assert_eq!(parse("Kq"), None);
         assert_eq!(parse("k"), None);
