@@ -329,7 +329,16 @@ fn random_sequences() {
 #[test]
 fn acl_channel_permissions() {
     let mut p = Pair::start("pubsub-acl", &["--threads", "2"]);
-    p.check(&["ACL", "SETUSER", "u", "on", "nopass", "resetchannels", "&news*", "+@all"]);
+    p.check(&[
+        "ACL",
+        "SETUSER",
+        "u",
+        "on",
+        "nopass",
+        "resetchannels",
+        "&news*",
+        "+@all",
+    ]);
     p.check(&["AUTH", "u", "x"]);
     p.check(&["PUBLISH", "news1", "m"]);
     p.check_with(&["PUBLISH", "other", "m"], |b| to_72(b.to_vec()));
@@ -349,7 +358,12 @@ fn acl_channel_permissions() {
         let t = String::from_utf8_lossy(b).into_owned();
         (t.matches("channel").count(), t.matches("other").count())
     };
-    assert_eq!(fields(&l), fields(&r), "ACL LOG: {:?}", String::from_utf8_lossy(&l));
+    assert_eq!(
+        fields(&l),
+        fields(&r),
+        "ACL LOG: {:?}",
+        String::from_utf8_lossy(&l)
+    );
 }
 
 // A subscriber that stops reading is disconnected by the pubsub class of
@@ -359,7 +373,12 @@ fn slow_subscriber_is_disconnected() {
     let s = common::Server::start("pubsub-slow", &["--threads", "2"]);
     let mut admin = RespConn::connect(s.port);
     assert_eq!(
-        admin.call(&[b"CONFIG", b"SET", b"client-output-buffer-limit", b"pubsub 256kb 128kb 1"]),
+        admin.call(&[
+            b"CONFIG",
+            b"SET",
+            b"client-output-buffer-limit",
+            b"pubsub 256kb 128kb 1"
+        ]),
         b"+OK\r\n"
     );
     let mut slow = RespConn::connect(s.port);
@@ -374,11 +393,17 @@ fn slow_subscriber_is_disconnected() {
         sent += 1;
         // The reading subscriber keeps up.
         let m = fine.reply();
-        assert!(m.ends_with(&msg[..100]) || m.len() > msg.len(), "message to fine");
+        assert!(
+            m.ends_with(&msg[..100]) || m.len() > msg.len(),
+            "message to fine"
+        );
         if n == b":1\r\n" {
             break;
         }
-        assert!(Instant::now() < deadline, "slow subscriber never closed ({sent} sent)");
+        assert!(
+            Instant::now() < deadline,
+            "slow subscriber never closed ({sent} sent)"
+        );
     }
     let info = admin.call(&[b"INFO", b"stats"]);
     let closes: u64 = info_field(&info, "client_output_buffer_limit_disconnections")
@@ -415,7 +440,7 @@ fn keyspace_notifications() {
     sets.cmd(&["SUBSCRIBE", "__keyevent@0__:set", "__keyspace@1__:k"], 2);
     // Only K and $: string events on keyspace channels, nothing else.
     p.check(&["CONFIG", "SET", "notify-keyspace-events", "K$"]);
-    let mut run = |p: &mut Pair, all: &mut Two, sets: &mut Two, cmd: &[&str]| {
+    let run = |p: &mut Pair, all: &mut Two, sets: &mut Two, cmd: &[&str]| {
         if cmd[0] == "SPOP" {
             // Which members are popped is random: only the events are compared.
             let a: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();

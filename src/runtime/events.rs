@@ -53,7 +53,8 @@ pub const MODULE: u32 = 1 << 12;
 /// `n`: new-key events (excluded from `A`).
 pub const NEW: u32 = 1 << 13;
 /// `A`: alias of `g$lshzxetd`.
-pub const ALL: u32 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
+pub const ALL: u32 =
+    GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
 
 /// The letters of the classes `A` covers, in the order CONFIG GET prints them.
 const CLASS_LETTERS: [(u32, char); 10] = [

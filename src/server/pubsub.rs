@@ -140,13 +140,15 @@ impl Subs {
     }
 }
 
+/// A receiving connection, with the pattern it matched (`pmessage`) or `None`.
+pub type Target = (ConnToken, Option<Arc<[u8]>>);
+
 /// A message for subscribers on one other worker.
 pub struct Publication {
     pub shard: bool,
     pub channel: Arc<[u8]>,
     pub message: Arc<[u8]>,
-    /// Each receiving connection, with the pattern it matched (`pmessage`) or `None`.
-    pub targets: Vec<(ConnToken, Option<Arc<[u8]>>)>,
+    pub targets: Vec<Target>,
 }
 
 /// Commands a RESP2 client may send while subscribed (Redis's list).
@@ -238,8 +240,8 @@ impl Worker {
             return 0;
         }
         let workers = self.shared.workers.len();
-        let mut local: Vec<(ConnToken, Option<Arc<[u8]>>)> = Vec::new();
-        let mut remote: Vec<Vec<(ConnToken, Option<Arc<[u8]>>)>> = Vec::new();
+        let mut local: Vec<Target> = Vec::new();
+        let mut remote: Vec<Vec<Target>> = Vec::new();
         let mut count = 0;
         {
             let reg = self.shared.pubsub.read().expect("pubsub lock");
