@@ -1030,6 +1030,21 @@ mod tests {
         assert_eq!(c.dpdk_eal_args.as_deref(), Some("--no-huge -m 512"));
     }
 
+    // notify-keyspace-events from a config file (`""` too) or a flag; a bad class letter is
+    // refused at start with Redis's hint.
+    #[test]
+    fn notify_keyspace_events_setting() {
+        let args = config_file_args("notify-keyspace-events KEA\n").unwrap();
+        assert_eq!(args, vec!["--notify-keyspace-events=KEA"]);
+        let args = config_file_args("notify-keyspace-events \"\"\n").unwrap();
+        let s = settings(&[args[0].as_str()]).unwrap();
+        assert_eq!(s.cli.notify_keyspace_events, "");
+        let s = settings(&["--notify-keyspace-events", "Ex"]).unwrap();
+        assert_eq!(s.cli.notify_keyspace_events, "Ex");
+        let e = settings(&["--notify-keyspace-events", "Kq"]).unwrap_err();
+        assert!(e.contains("Invalid event class character"), "{e}");
+    }
+
     // A `user` line becomes one --user flag whose words split back exactly, quotes included.
     #[test]
     fn user_lines_round_trip() {
