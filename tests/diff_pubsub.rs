@@ -201,6 +201,7 @@ fn subscribed_mode_rules() {
 fn introspection() {
     let mut p = Pair::start("pubsub-intro", &["--threads", "2"]);
     let mut subs: Vec<Two> = (0..4).map(|i| Two::open(&p, i >= 2)).collect();
+    subs[0].one(&["CLIENT", "SETNAME", "sub0"]);
     subs[0].cmd(&["SUBSCRIBE", "c1", "c2", "x"], 3);
     subs[1].cmd(&["PSUBSCRIBE", "c*", "d*"], 2);
     subs[2].cmd(&["SUBSCRIBE", "c1"], 1);
@@ -230,6 +231,22 @@ fn introspection() {
     );
     for f in ["flags", "sub", "psub", "ssub"] {
         assert_eq!(client_field(&l, f), client_field(&r, f), "CLIENT INFO {f}");
+    }
+    // CLIENT LIST seen from another connection: the RESP2 subscriber's line.
+    let (l, r) = p.both(&[b"CLIENT", b"LIST"]);
+    let line = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .lines()
+            .find(|l| l.contains("name=sub0"))
+            .expect("sub0 listed")
+            .to_string()
+    };
+    for f in ["flags", "sub", "psub", "ssub"] {
+        let (lf, rf) = (
+            client_field(line(&l).as_bytes(), f),
+            client_field(line(&r).as_bytes(), f),
+        );
+        assert_eq!(lf, rf, "CLIENT LIST {f}");
     }
     subs[0].cmd(&["UNSUBSCRIBE", "c2"], 1);
     subs[1].cmd(&["PUNSUBSCRIBE", "d*"], 1);

@@ -55,7 +55,12 @@ pub fn run(
         }
         "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
         | "sunsubscribe" | "publish" | "spublish" | "pubsub" => {
-            w.pubsub_command(conn, slot, spec.name, a)
+            let outcome = w.pubsub_command(conn, slot, spec.name, a);
+            if spec.name.ends_with("subscribe") {
+                // CLIENT LIST on other connections shows the new sub/psub/ssub counts.
+                refresh_registry(w, conn, now);
+            }
+            outcome
         }
         "echo" => {
             conn.reply(|r| r.bulk(a[1]));
