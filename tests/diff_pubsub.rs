@@ -548,6 +548,22 @@ fn keyspace_notifications() {
     for cmd in script {
         run(&mut p, &mut all, &mut sets, cmd);
     }
+    // `n`: `new` when a key is created (before the command's own event), not on overwrite.
+    p.check(&["CONFIG", "SET", "notify-keyspace-events", "KEg$hsn"]);
+    for cmd in [
+        &["SET", "new1", "v"][..],
+        &["SET", "new1", "v2"],
+        &["HSET", "nh", "a", "1"],
+        &["HSET", "nh", "b", "1"],
+        &["SADD", "ns", "a"],
+        &["RENAME", "new1", "new2"],
+        &["COPY", "new2", "new3"],
+        &["MSET", "new4", "x", "new2", "y"],
+        &["DEL", "new2", "new3", "new4", "nh", "ns"],
+    ] {
+        run(&mut p, &mut all, &mut sets, cmd);
+    }
+    p.check(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]);
     // `expired`: from lazy or active expiry, whichever comes first on either server.
     run(&mut p, &mut all, &mut sets, &["SET", "px", "v", "PX", "50"]);
     std::thread::sleep(Duration::from_millis(250));

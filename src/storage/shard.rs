@@ -539,7 +539,15 @@ impl Shard {
         } else {
             self.put_large(db, key, kind, bytes, expire)?
         };
+        // Keyspace event `new` (class `n`): the key was absent (or only an expired record).
+        let created = crate::runtime::events::flags() & crate::runtime::events::NEW != 0
+            && old
+                .as_ref()
+                .is_none_or(|f| is_expired(&f.rec.header, self.last_now_ms));
         self.install(db, h, old, addr, len, expire, true);
+        if created {
+            crate::runtime::events::notify(crate::runtime::events::NEW, "new", key, db);
+        }
         Ok(())
     }
 
