@@ -381,6 +381,22 @@ fn acl_channel_permissions() {
         "ACL LOG: {:?}",
         String::from_utf8_lossy(&l)
     );
+    // An ACL change that takes a subscribed channel away disconnects that subscriber only.
+    let mut keep = Two::open(&p, false);
+    keep.one(&["AUTH", "u", "x"]);
+    keep.cmd(&["SUBSCRIBE", "news1"], 1);
+    p.check(&["ACL", "SETUSER", "u", "&other"]);
+    p.check(&["PUBSUB", "NUMSUB", "news1", "news"]);
+    p.check(&["ACL", "SETUSER", "u", "resetchannels", "&news1"]);
+    assert!(
+        s.l.closed() && s.r.closed(),
+        "subscriber of a refused channel stays"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    p.check(&["PUBSUB", "NUMSUB", "news1", "news"]);
+    p.check(&["PUBSUB", "NUMPAT"]);
+    p.check(&["PUBLISH", "news1", "still"]);
+    keep.drain("PUBLISH news1 after the ACL change");
 }
 
 // A subscriber that stops reading is disconnected by the pubsub class of

@@ -101,6 +101,30 @@ impl Registry {
         }
     }
 
+    /// Subscribers among `of` holding a subscription that `allowed(name, is_pattern)`
+    /// refuses (an ACL change took the channel away: Redis disconnects them).
+    pub fn subscribers_denied(
+        &self,
+        of: &[Subscriber],
+        allowed: impl Fn(&[u8], bool) -> bool,
+    ) -> Vec<Subscriber> {
+        let mut out: Vec<Subscriber> = Vec::new();
+        for (table, is_pattern) in [
+            (&self.channels, false),
+            (&self.shard, false),
+            (&self.patterns, true),
+        ] {
+            for (name, subs) in table {
+                for s in subs {
+                    if of.contains(s) && !out.contains(s) && !allowed(name, is_pattern) {
+                        out.push(*s);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Distinct channels, patterns and shard channels with at least one subscriber
     /// (INFO's `pubsub_channels`, `pubsub_patterns`, `pubsubshard_channels`).
     pub fn counts(&self) -> (usize, usize, usize) {
