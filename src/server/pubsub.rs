@@ -541,3 +541,68 @@ const HELP: &[&str] = &[
     "HELP",
     "    Prints this help.",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(worker: usize, slot: u32) -> Subscriber {
+        Subscriber {
+            worker,
+            token: ConnToken { slot, gen: 1 },
+        }
+    }
+
+    // The registry keeps one entry per (name, subscriber), drops empty names, and counts
+    // distinct names per kind.
+    #[test]
+    fn registry_add_remove_counts() {
+        let mut r = Registry::default();
+        r.add(SubKind::Channel, b"a", sub(0, 1));
+        r.add(SubKind::Channel, b"a", sub(0, 1));
+        r.add(SubKind::Channel, b"a", sub(1, 1));
+        r.add(SubKind::Pattern, b"a*", sub(1, 1));
+        r.add(SubKind::Shard, b"s", sub(0, 2));
+        assert_eq!(r.counts(), (1, 1, 1));
+        assert_eq!(r.channels[&b"a".to_vec()].len(), 2);
+        r.remove(SubKind::Channel, b"a", sub(0, 1));
+        r.remove(SubKind::Channel, b"a", sub(0, 9));
+        assert_eq!(r.channels[&b"a".to_vec()], vec![sub(1, 1)]);
+        r.remove(SubKind::Channel, b"a", sub(1, 1));
+        r.remove(SubKind::Shard, b"s", sub(0, 2));
+        assert_eq!(r.counts(), (0, 1, 0));
+    }
+
+    // Only the given subscribers are judged, each once, patterns as patterns.
+    #[test]
+    fn subscribers_denied_by_rule() {
+        let mut r = Registry::default();
+        r.add(SubKind::Channel, b"ok", sub(0, 1));
+        r.add(SubKind::Channel, b"no", sub(0, 2));
+        r.add(SubKind::Pattern, b"no*", sub(1, 3));
+        r.add(SubKind::Shard, b"no", sub(1, 4));
+        r.add(SubKind::Channel, b"no", sub(1, 5));
+        let of = [sub(0, 1), sub(0, 2), sub(1, 3), sub(1, 4)];
+        let allowed = |name: &[u8], is_pattern: bool| {
+            assert_eq!(is_pattern, name.ends_with(b"*"));
+            name == b"ok"
+        };
+        let mut denied = r.subscribers_denied(&of, allowed);
+        denied.sort_by_key(|s| s.token.slot);
+        assert_eq!(denied, vec![sub(0, 2), sub(1, 3), sub(1, 4)]);
+    }
+
+    // Subscription counts follow Redis: channels plus patterns, shard channels apart.
+    #[test]
+    fn subs_counts() {
+        let mut s = Subs::default();
+        assert!(!s.active());
+        s.list(SubKind::Channel).push(b"a".to_vec());
+        s.list(SubKind::Pattern).push(b"p*".to_vec());
+        s.list(SubKind::Shard).push(b"s".to_vec());
+        assert!(s.active());
+        assert_eq!(s.count(SubKind::Channel), 2);
+        assert_eq!(s.count(SubKind::Pattern), 2);
+        assert_eq!(s.count(SubKind::Shard), 1);
+    }
+}
