@@ -224,6 +224,17 @@ fn introspection() {
         }
     };
     check_all(&mut p);
+    // The commands' ACL category and COMMAND facts are Redis's.
+    p.check_with(&["ACL", "CAT", "pubsub"], sorted_elements);
+    for c in [
+        "subscribe",
+        "unsubscribe",
+        "psubscribe",
+        "punsubscribe",
+        "publish",
+    ] {
+        p.check(&["COMMAND", "INFO", c]);
+    }
     // CLIENT INFO of a RESP3 subscriber: flag P and the three counts.
     let (l, r) = (
         subs[2].l.call(&[b"CLIENT", b"INFO"]),
