@@ -82,6 +82,7 @@ const KEYSPACE_READ_SUB: &[&str] = &["keyspace", "read", "slow"];
 const KEYSPACE_SUB: &[&str] = &["keyspace", "slow"];
 const SCRIPTING_SUB: &[&str] = &["slow", "scripting"];
 const SCRIPTING_WRITE_SUB: &[&str] = &["write", "slow", "scripting"];
+const PUBSUB_SUB: &[&str] = &["pubsub", "slow"];
 /// A subcommand name, its arity (Redis's, counting the container and the subcommand)
 /// and its category names.
 type Subcommand = (&'static str, i32, &'static [&'static str]);
@@ -164,6 +165,17 @@ const SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
             ("help", 2, KEYSPACE_SUB),
             ("idletime", 3, KEYSPACE_READ_SUB),
             ("refcount", 3, KEYSPACE_READ_SUB),
+        ],
+    ),
+    (
+        "pubsub",
+        &[
+            ("channels", -2, PUBSUB_SUB),
+            ("help", 2, SLOW_SUB),
+            ("numpat", 2, PUBSUB_SUB),
+            ("numsub", -2, PUBSUB_SUB),
+            ("shardchannels", -2, PUBSUB_SUB),
+            ("shardnumsub", -2, PUBSUB_SUB),
         ],
     ),
     (

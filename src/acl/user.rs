@@ -618,6 +618,14 @@ impl User {
         Err(worst)
     }
 
+    /// Whether some selector lets this user use `channel` (a PSUBSCRIBE pattern, compared
+    /// literally, when `is_pattern`).
+    pub fn channel_permitted(&self, channel: &[u8], is_pattern: bool) -> bool {
+        self.selectors
+            .iter()
+            .any(|s| s.channel_allowed(channel, is_pattern))
+    }
+
     /// The fast path: everything allowed, nothing to look at per call.
     pub fn unrestricted(&self) -> bool {
         let r = self.root();

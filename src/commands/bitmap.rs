@@ -85,6 +85,7 @@ pub fn setbit(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             bytes[byte] &= !mask;
         }
         write_string(ctx, a[1], &bytes, ttl)?;
+        ctx.notify(super::events::STRING, "setbit", a[1]);
     }
     r.int(was as i64);
     Ok(())
@@ -305,12 +306,17 @@ pub fn bitop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if out_len > 0 {
         // The result replaces the destination whole, without its old expiry.
         write_string(ctx, dest, &out, None)?;
+        ctx.notify(super::events::STRING, "set", dest);
     } else {
         let (db, now) = (ctx.db, ctx.now_ms);
-        ctx.shards
+        if ctx
+            .shards
             .for_key(dest)
             .delete(db, dest, now)
-            .map_err(storage_error)?;
+            .map_err(storage_error)?
+        {
+            ctx.notify(super::events::GENERIC, "del", dest);
+        }
     }
     r.int(out_len as i64);
     Ok(())
@@ -580,6 +586,7 @@ fn bitfield_common(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, read_only: bool
     }
     if dirty {
         write_string(ctx, a[1], &bytes, ttl)?;
+        ctx.notify(super::events::STRING, "setbit", a[1]);
     }
     r.array(replies.len());
     for reply in replies {

@@ -110,6 +110,7 @@ pub fn restore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         // Already expired: Redis deletes the key it would replace and creates nothing.
         if exists {
             shard.delete(db, key, now).map_err(storage_error)?;
+            ctx.notify(crate::commands::events::GENERIC, "del", key);
         }
         r.ok();
         return Ok(());
@@ -124,6 +125,7 @@ pub fn restore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     shard
         .put(db, key, kind, &bytes, expire_at_ms, now)
         .map_err(storage_error)?;
+    ctx.notify(crate::commands::events::GENERIC, "restore", key);
     r.ok();
     Ok(())
 }

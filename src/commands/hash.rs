@@ -7,6 +7,7 @@ use super::collection::{
     distinct_indexes, load_hash, parse_cursor, parse_rand_count, parse_scan_opts, random_below,
     scan_reply, scan_step, store_hash, Loaded,
 };
+use super::events::{GENERIC, HASH};
 use super::{eq_ic, glob_match, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::encode::Proto;
 use crate::resp::parse::parse_i64;
@@ -33,6 +34,7 @@ fn set_pairs(ctx: &mut Ctx, a: &[&[u8]], name: &str) -> Result<i64, String> {
         added += h.value.set(pair[0], pair[1]) as i64;
     }
     store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    ctx.notify(HASH, "hset", a[1]);
     Ok(added)
 }
 
@@ -57,6 +59,7 @@ pub fn hsetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     h.value.prepare_write(1, a[2].len().max(a[3].len()));
     h.value.set(a[2], a[3]);
     store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    ctx.notify(HASH, "hset", a[1]);
     r.int(1);
     Ok(())
 }
@@ -92,6 +95,10 @@ pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let removed = a[2..].iter().filter(|f| h.value.remove(f)).count();
     if removed > 0 {
         store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+        ctx.notify(HASH, "hdel", a[1]);
+        if h.value.is_empty() {
+            ctx.notify(GENERIC, "del", a[1]);
+        }
     }
     r.int(removed as i64);
     Ok(())
@@ -163,6 +170,7 @@ pub fn hincrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         .ok_or("ERR increment or decrement would overflow")?;
     h.value.set(a[2], new.to_string().as_bytes());
     store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    ctx.notify(HASH, "hincrby", a[1]);
     r.int(new);
     Ok(())
 }
@@ -190,6 +198,7 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     })?;
     h.value.set(a[2], s.as_bytes());
     store_hash(ctx, a[1], &h.value, h.expire_at_ms)?;
+    ctx.notify(HASH, "hincrbyfloat", a[1]);
     r.bulk(s.as_bytes());
     Ok(())
 }

@@ -627,6 +627,7 @@ pub fn pfadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if updated {
         hll.invalidate_cache();
         write_string(ctx, key, hll.as_bytes(), ttl)?;
+        ctx.notify(super::events::STRING, "pfadd", key);
     }
     r.int(updated as i64);
     Ok(())
@@ -695,6 +696,7 @@ pub fn pfmerge(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     hll.invalidate_cache();
     write_string(ctx, a[1], hll.as_bytes(), ttl)?;
+    ctx.notify(super::events::STRING, "pfadd", a[1]);
     r.ok();
     Ok(())
 }

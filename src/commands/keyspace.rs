@@ -1,6 +1,7 @@
 //! Keyspace commands: DEL, EXISTS, TYPE, RENAME, COPY, EXPIRE family, TTL
 //! family, KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHDB, FLUSHALL, OBJECT ENCODING.
 
+use super::events::GENERIC;
 use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, Glob, ERR_SYNTAX};
 use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
@@ -18,6 +19,7 @@ pub fn del(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             .delete(db, key, now)
             .map_err(storage_error)?
         {
+            ctx.notify(GENERIC, "del", key);
             n += 1;
         }
     }
@@ -166,6 +168,8 @@ fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, Str
         .for_key(src)
         .delete(db, src, now)
         .map_err(storage_error)?;
+    ctx.notify(GENERIC, "rename_from", src);
+    ctx.notify(GENERIC, "rename_to", dst);
     Ok(true)
 }
 
@@ -221,6 +225,7 @@ pub fn copy(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     shard
         .put(dst_db, dst, v.kind, &v.bytes, v.expire_at_ms, now)
         .map_err(storage_error)?;
+    super::events::notify(GENERIC, "copy_to", dst, dst_db);
     r.int(1);
     Ok(())
 }
@@ -280,10 +285,12 @@ fn expire_generic(
     }
     if when <= now as i64 {
         shard.delete(db, a[1], now).map_err(storage_error)?;
+        ctx.notify(GENERIC, "del", a[1]);
     } else {
         shard
             .set_expiry(db, a[1], Some(when as u64), now)
             .map_err(storage_error)?;
+        ctx.notify(GENERIC, "expire", a[1]);
     }
     r.int(1);
     Ok(())
@@ -357,6 +364,7 @@ pub fn persist(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
                 .for_key(a[1])
                 .set_expiry(db, a[1], None, now)
                 .map_err(storage_error)?;
+            ctx.notify(GENERIC, "persist", a[1]);
             r.int(1);
         }
         _ => r.int(0),

@@ -15,6 +15,8 @@ pub mod bitmap;
 pub mod collection;
 pub mod dump;
 pub mod geo;
+/// Keyspace notifications (lives in `runtime` so storage can fire `expired` too).
+pub use crate::runtime::events;
 pub mod glob;
 pub mod hash;
 pub mod hyperloglog;
@@ -64,6 +66,15 @@ pub struct Ctx<'a> {
     pub now_ms: u64,
     /// `proto-max-bulk-len`: the largest string a command may create.
     pub max_bulk: usize,
+}
+
+impl Ctx<'_> {
+    /// Fires keyspace notification `event` of `class` (`events::STRING`, ...) for `key`
+    /// in this command's db; one atomic load when notifications are off (`events`).
+    #[inline]
+    pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
+        events::notify(class, event, key, self.db);
+    }
 }
 
 /// A command's error reply text (without the leading `-`).

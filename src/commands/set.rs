@@ -11,6 +11,7 @@ use super::collection::{
     distinct_indexes, load_set, parse_cursor, parse_rand_count, parse_scan_opts, random_below,
     scan_reply, scan_step, store_set, Loaded,
 };
+use super::events::{GENERIC, SET};
 use super::{eq_ic, glob_match, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{SetEncoding, SetValue};
@@ -37,6 +38,7 @@ pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let added = a[2..].iter().filter(|m| s.value.add(m)).count();
     if added > 0 {
         store_set(ctx, a[1], &s.value, s.expire_at_ms)?;
+        ctx.notify(SET, "sadd", a[1]);
     }
     r.int(added as i64);
     Ok(())
@@ -50,6 +52,10 @@ pub fn srem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let removed = a[2..].iter().filter(|m| s.value.remove(m)).count();
     if removed > 0 {
         store_set(ctx, a[1], &s.value, s.expire_at_ms)?;
+        ctx.notify(SET, "srem", a[1]);
+        if s.value.is_empty() {
+            ctx.notify(GENERIC, "del", a[1]);
+        }
     }
     r.int(removed as i64);
     Ok(())
@@ -141,6 +147,7 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let Some(count) = count else {
         let m = s.value.remove_at(random_below(s.value.len()));
         store_set(ctx, a[1], &s.value, s.expire_at_ms)?;
+        notify_popped(ctx, a[1], s.value.is_empty());
         r.bulk(&m);
         return Ok(());
     };
@@ -152,6 +159,7 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         // The whole set, as SUNION of it would list it; the key goes.
         let all = union_of(&[Some(&s.value)]);
         store_set(ctx, a[1], &SetValue::new(), None)?;
+        notify_popped(ctx, a[1], true);
         reply_members(r, all.members().iter().map(|m| m.as_slice()));
         return Ok(());
     }
@@ -166,6 +174,7 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         s.value.remove_at(i);
     }
     store_set(ctx, a[1], &s.value, s.expire_at_ms)?;
+    notify_popped(ctx, a[1], s.value.is_empty());
     reply_members(r, popped.iter().map(|m| m.as_slice()));
     Ok(())
 }
@@ -200,9 +209,16 @@ pub fn smove(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         value: SetValue::create(member, 1),
         expire_at_ms: None,
     });
-    dst.value.add(member);
+    let added = dst.value.add(member);
     store_set(ctx, src_key, &src.value, src.expire_at_ms)?;
     store_set(ctx, dst_key, &dst.value, dst.expire_at_ms)?;
+    ctx.notify(SET, "srem", src_key);
+    if src.value.is_empty() {
+        ctx.notify(GENERIC, "del", src_key);
+    }
+    if added {
+        ctx.notify(SET, "sadd", dst_key);
+    }
     r.int(1);
     Ok(())
 }
@@ -291,9 +307,35 @@ pub fn sinterstore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             out.add(m);
         }
     }
-    store_set(ctx, a[1], &out, None)?;
+    store_result(ctx, a[1], &out, "sinterstore")?;
     r.int(out.len() as i64);
     Ok(())
+}
+
+/// Writes a *STORE result; fires its event, or `del` when an empty result removed the key.
+fn store_result(ctx: &mut Ctx, dst: &[u8], out: &SetValue, event: &str) -> CmdResult {
+    let existed = out.is_empty() && {
+        let (db, now) = (ctx.db, ctx.now_ms);
+        ctx.shards
+            .for_key(dst)
+            .exists(db, dst, now)
+            .map_err(super::storage_error)?
+    };
+    store_set(ctx, dst, out, None)?;
+    if !out.is_empty() {
+        ctx.notify(SET, event, dst);
+    } else if existed {
+        ctx.notify(GENERIC, "del", dst);
+    }
+    Ok(())
+}
+
+/// SPOP's events: `spop`, then `del` when the set is gone.
+fn notify_popped(ctx: &Ctx, key: &[u8], emptied: bool) {
+    ctx.notify(SET, "spop", key);
+    if emptied {
+        ctx.notify(GENERIC, "del", key);
+    }
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit].
@@ -347,14 +389,14 @@ pub fn sdiff(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn sunionstore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let out = union_or_diff(ctx, &a[2..], false)?;
-    store_set(ctx, a[1], &out, None)?;
+    store_result(ctx, a[1], &out, "sunionstore")?;
     r.int(out.len() as i64);
     Ok(())
 }
 
 pub fn sdiffstore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let out = union_or_diff(ctx, &a[2..], true)?;
-    store_set(ctx, a[1], &out, None)?;
+    store_result(ctx, a[1], &out, "sdiffstore")?;
     r.int(out.len() as i64);
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! String commands (Redis 7 semantics, replies and error texts).
 
+use super::events::{GENERIC, STRING};
 use super::{
     eq_ic, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_NOT_INT, ERR_SYNTAX,
     ERR_WRONGTYPE,
@@ -166,6 +167,10 @@ pub fn set(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     } else {
         write_string(ctx, key, a[2], ttl)?;
     }
+    ctx.notify(STRING, "set", key);
+    if expire.is_some() {
+        ctx.notify(GENERIC, "expire", key);
+    }
     if get_old {
         match old {
             Some(v) => r.bulk(&v.bytes),
@@ -188,6 +193,7 @@ pub fn setnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         r.int(0);
     } else {
         write_string(ctx, a[1], a[2], None)?;
+        ctx.notify(STRING, "set", a[1]);
         r.int(1);
     }
     Ok(())
@@ -196,6 +202,8 @@ pub fn setnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 fn setex_common(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, unit: i64, cmd: &str) -> CmdResult {
     let at = expire_at(a[2], unit, false, ctx.now_ms, cmd)?;
     write_string(ctx, a[1], a[3], Some(at))?;
+    ctx.notify(STRING, "set", a[1]);
+    ctx.notify(GENERIC, "expire", a[1]);
     r.ok();
     Ok(())
 }
@@ -211,6 +219,7 @@ pub fn psetex(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 pub fn getset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let old = read_string(ctx, a[1])?;
     write_string(ctx, a[1], a[2], None)?;
+    ctx.notify(STRING, "set", a[1]);
     match old {
         Some(v) => r.bulk(&v.bytes),
         None => r.null(),
@@ -226,6 +235,7 @@ pub fn getdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
                 .for_key(a[1])
                 .delete(db, a[1], now)
                 .map_err(storage_error)?;
+            ctx.notify(GENERIC, "del", a[1]);
             r.bulk(&v.bytes);
         }
         None => r.null(),
@@ -270,14 +280,22 @@ pub fn getex(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
                 .for_key(a[1])
                 .delete(db, a[1], now)
                 .map_err(storage_error)?;
+            ctx.notify(GENERIC, "del", a[1]);
         }
-        Some(t) if t != v.expire_at_ms => {
-            ctx.shards
-                .for_key(a[1])
-                .set_expiry(db, a[1], t, now)
-                .map_err(storage_error)?;
+        Some(t) => {
+            if t != v.expire_at_ms {
+                ctx.shards
+                    .for_key(a[1])
+                    .set_expiry(db, a[1], t, now)
+                    .map_err(storage_error)?;
+            }
+            // As Redis: every EX/PX/EXAT/PXAT is an `expire`; PERSIST only of a TTL.
+            if t.is_some() {
+                ctx.notify(GENERIC, "expire", a[1]);
+            } else if v.expire_at_ms.is_some() {
+                ctx.notify(GENERIC, "persist", a[1]);
+            }
         }
-        Some(_) => {}
     }
     r.bulk(&v.bytes);
     Ok(())
@@ -310,6 +328,7 @@ pub fn mset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     for pair in a[1..].chunks(2) {
         write_string(ctx, pair[0], pair[1], None)?;
+        ctx.notify(STRING, "set", pair[0]);
     }
     r.ok();
     Ok(())
@@ -333,6 +352,7 @@ pub fn msetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     for pair in a[1..].chunks(2) {
         write_string(ctx, pair[0], pair[1], None)?;
+        ctx.notify(STRING, "set", pair[0]);
     }
     r.int(1);
     Ok(())
@@ -349,6 +369,7 @@ pub fn append(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     bytes.extend_from_slice(a[2]);
     write_string(ctx, a[1], &bytes, ttl)?;
+    ctx.notify(STRING, "append", a[1]);
     r.int(bytes.len() as i64);
     Ok(())
 }
@@ -410,6 +431,7 @@ pub fn setrange(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     bytes[offset as usize..end].copy_from_slice(val);
     write_string(ctx, a[1], &bytes, ttl)?;
+    ctx.notify(STRING, "setrange", a[1]);
     r.int(bytes.len() as i64);
     Ok(())
 }
@@ -427,6 +449,7 @@ fn incr_by(ctx: &mut Ctx, key: &[u8], delta: i64, r: &mut ReplyBuf) -> CmdResult
         .checked_add(delta)
         .ok_or("ERR increment or decrement would overflow")?;
     write_string(ctx, key, new.to_string().as_bytes(), ttl)?;
+    ctx.notify(STRING, "incrby", key);
     r.int(new);
     Ok(())
 }
@@ -461,6 +484,7 @@ pub fn incrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             _ => "ERR value is not a valid float".to_string(),
         })?;
     write_string(ctx, a[1], s.as_bytes(), old.and_then(|v| v.expire_at_ms))?;
+    ctx.notify(STRING, "incrbyfloat", a[1]);
     r.bulk(s.as_bytes());
     Ok(())
 }

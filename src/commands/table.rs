@@ -93,6 +93,9 @@ const ZWD_MOVABLE: &[&str] = &["write", "denyoom", "movablekeys"];
 const LMPOP: &[&str] = &["write", "movablekeys"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
+const PUBSUB_SUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
+const PUBSUB_PUB: &[&str] = &["pubsub", "loading", "stale", "fast"];
+const CONTAINER: &[&str] = &[];
 
 macro_rules! keyed {
     ($name:expr, $arity:expr, $flags:expr, $f:expr, $l:expr, $st:expr, $group:expr, $since:expr, $sum:expr, $h:expr) => {
@@ -402,6 +405,17 @@ pub static TABLE: &[CommandSpec] = &[
     local!("slowlog", -2, ADMIN, "server", "2.2.12", "A container for slow log commands."),
     local!("debug", -2, ADMIN, "server", "1.0.0", "A container for debugging commands."),
     local!("monitor", 1, ADMIN, "server", "1.0.0", "Listens for all requests received by the server in real-time."),
+    // pubsub (SSUBSCRIBE/SUNSUBSCRIBE/SPUBLISH name no keys here: their channels are not
+    // keys, and lavik has no cluster slots to check them against)
+    local!("subscribe", -2, PUBSUB_SUB, "pubsub", "2.0.0", "Listens for messages published to channels."),
+    local!("unsubscribe", -1, PUBSUB_SUB, "pubsub", "2.0.0", "Stops listening to messages posted to channels."),
+    local!("psubscribe", -2, PUBSUB_SUB, "pubsub", "2.0.0", "Listens for messages published to channels that match one or more patterns."),
+    local!("punsubscribe", -1, PUBSUB_SUB, "pubsub", "2.0.0", "Stops listening to messages published to channels that match one or more patterns."),
+    local!("publish", 3, PUBSUB_PUB, "pubsub", "2.0.0", "Posts a message to a channel."),
+    local!("pubsub", -2, CONTAINER, "pubsub", "2.8.0", "A container for Pub/Sub commands."),
+    local!("ssubscribe", -2, PUBSUB_SUB, "pubsub", "7.0.0", "Listens for messages published to shard channels."),
+    local!("sunsubscribe", -1, PUBSUB_SUB, "pubsub", "7.0.0", "Stops listening to messages posted to shard channels."),
+    local!("spublish", 3, PUBSUB_PUB, "pubsub", "7.0.0", "Post a message to a shard channel"),
     local!("defrag", 2, ADMIN, "server", "0.1.0", "lavik: pauses, resumes or reports online defragmentation of the data devices."),
     local!("tombraider", -2, ADMIN, "server", "0.1.0", "lavik: switches, paces or reports the tombstone sweep."),
 ];

@@ -92,6 +92,9 @@ pub struct Cli {
     /// as Redis's `client-output-buffer-limit`.
     #[arg(long)]
     pub client_output_buffer_limit: Vec<String>,
+    /// Keyspace notification classes (Redis's `notify-keyspace-events`, e.g. `KEA`).
+    #[arg(long, default_value = "")]
+    pub notify_keyspace_events: String,
     /// Per-client query buffer limit (e.g. 1gb).
     #[arg(long, default_value = "1gb")]
     pub client_query_buffer_limit: String,
@@ -382,6 +385,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "maxclients",
     "client-query-buffer-limit",
     "client-output-buffer-limit",
+    "notify-keyspace-events",
     "proto-max-bulk-len",
     "protected-mode",
     "busy-poll-us",
@@ -664,6 +668,12 @@ impl Settings {
             output_limits
                 .apply(g)
                 .map_err(|e| format!("--client-output-buffer-limit '{g}': {e}"))?;
+        }
+        if crate::commands::events::parse(&cli.notify_keyspace_events).is_none() {
+            return Err(format!(
+                "invalid --notify-keyspace-events '{}': Invalid event class character. Use 'Ag$lshzxeKEtmdn'.",
+                cli.notify_keyspace_events
+            ));
         }
         let client_query_buffer_limit_bytes = parse_memory(&cli.client_query_buffer_limit)
             .filter(|&n| n >= 1 << 20)
@@ -1018,6 +1028,21 @@ mod tests {
         );
         let c = cli(&args.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(c.dpdk_eal_args.as_deref(), Some("--no-huge -m 512"));
+    }
+
+    // notify-keyspace-events from a config file (`""` too) or a flag; a bad class letter is
+    // refused at start with Redis's hint.
+    #[test]
+    fn notify_keyspace_events_setting() {
+        let args = config_file_args("notify-keyspace-events KEA\n").unwrap();
+        assert_eq!(args, vec!["--notify-keyspace-events=KEA"]);
+        let args = config_file_args("notify-keyspace-events \"\"\n").unwrap();
+        let s = settings(&[args[0].as_str()]).unwrap();
+        assert_eq!(s.cli.notify_keyspace_events, "");
+        let s = settings(&["--notify-keyspace-events", "Ex"]).unwrap();
+        assert_eq!(s.cli.notify_keyspace_events, "Ex");
+        let e = settings(&["--notify-keyspace-events", "Kq"]).unwrap_err();
+        assert!(e.contains("Invalid event class character"), "{e}");
     }
 
     // A `user` line becomes one --user flag whose words split back exactly, quotes included.

@@ -95,6 +95,16 @@ impl<'a> ReplyBuf<'a> {
         let _ = write!(self.out, "*{n}\r\n");
     }
 
+    /// An out-of-band message of `n` elements (Pub/Sub): `>n` in RESP3, an array in RESP2.
+    pub fn push(&mut self, n: usize) {
+        match self.proto {
+            Proto::Resp2 => self.array(n),
+            Proto::Resp3 => {
+                let _ = write!(self.out, ">{n}\r\n");
+            }
+        }
+    }
+
     /// A map of `n` pairs: `%n` in RESP3, a flat array of 2n in RESP2.
     pub fn map(&mut self, n: usize) {
         match self.proto {

@@ -132,7 +132,8 @@ pub fn permit(
         return true; // an unknown subcommand: the handler's error, as in Redis
     };
     let keys = key_refs(spec, args);
-    let Err(denied) = user.check(id, args, &keys, &[]) else {
+    let channels = channel_refs(spec, args);
+    let Err(denied) = user.check(id, args, &keys, &channels) else {
         return true;
     };
     let fullname = &catalog().commands[id].fullname;
@@ -183,6 +184,17 @@ pub fn recheck(
         Err(Denied::Command) => Some(NO_COMMAND),
         Err(Denied::Key(_)) => Some("no permission to touch the specified keys"),
         Err(Denied::Channel(_)) => Some("no permission to touch the specified channels"),
+    }
+}
+
+/// The channel arguments ACL rules check, each with whether it is a pattern (Redis
+/// 7.2: PUBLISH, SPUBLISH, SUBSCRIBE, SSUBSCRIBE, PSUBSCRIBE; unsubscribing is free).
+fn channel_refs(spec: &CommandSpec, args: &[&[u8]]) -> Vec<(usize, bool)> {
+    match spec.name {
+        "publish" | "spublish" => vec![(1, false)],
+        "subscribe" | "ssubscribe" => (1..args.len()).map(|i| (i, false)).collect(),
+        "psubscribe" => (1..args.len()).map(|i| (i, true)).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -288,6 +300,55 @@ fn kill_clients_of(w: &Worker, conn: &mut Conn, users: &[String]) {
     }
 }
 
+/// After `name`'s rules changed: closes its connections subscribed to a channel or pattern
+/// the new rules refuse (Redis's behaviour), this connection after its reply.
+fn kill_denied_subscribers(w: &Worker, conn: &mut Conn, name: &str) {
+    if w.shared.pubsub_subscriptions.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let Some(user) = w.shared.acl.read().expect("acl lock").user(name).cloned() else {
+        return;
+    };
+    if user.root().allchannels {
+        return;
+    }
+    use super::worker::pubsub::Subscriber;
+    let mine: Vec<(u64, Subscriber)> = w
+        .shared
+        .clients
+        .lock()
+        .expect("clients lock")
+        .iter()
+        .filter(|(_, e)| registry_user(&e.info) == name)
+        .map(|(id, e)| {
+            (
+                *id,
+                Subscriber {
+                    worker: e.worker,
+                    token: e.token,
+                },
+            )
+        })
+        .collect();
+    let of: Vec<Subscriber> = mine.iter().map(|(_, s)| *s).collect();
+    let denied = w
+        .shared
+        .pubsub
+        .read()
+        .expect("pubsub lock")
+        .subscribers_denied(&of, |c, p| user.channel_permitted(c, p));
+    for (id, s) in mine {
+        if !denied.contains(&s) {
+            continue;
+        }
+        if id == conn.id {
+            conn.close_after_reply = true;
+        } else {
+            w.shared.workers[s.worker].send(Msg::Kill { token: s.token });
+        }
+    }
+}
+
 fn err(conn: &mut Conn, msg: &str) -> Outcome {
     conn.reply(|r| r.error(msg));
     Outcome::Done
@@ -317,6 +378,8 @@ pub fn acl(w: &mut Worker, conn: &mut Conn, a: &[&[u8]], now: u64) -> Outcome {
                 let disabled = !w.shared.acl.read().expect("acl lock").users[&name].enabled;
                 if disabled {
                     kill_clients_of(w, conn, &[name]);
+                } else {
+                    kill_denied_subscribers(w, conn, &name);
                 }
                 conn.reply(|r| r.ok());
             }

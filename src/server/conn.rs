@@ -91,6 +91,8 @@ pub struct Conn {
     pub out_cleared: usize,
     /// MULTI queue and WATCHed keys (`txn.rs`).
     pub txn: super::worker::txn::TxnState,
+    /// Pub/Sub subscriptions (`pubsub.rs`).
+    pub subs: super::worker::pubsub::Subs,
 }
 
 impl Conn {
@@ -143,6 +145,7 @@ impl Conn {
             held: VecDeque::new(),
             out_cleared: 0,
             txn: Default::default(),
+            subs: Default::default(),
         }
     }
 
@@ -268,7 +271,7 @@ impl Conn {
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -280,10 +283,15 @@ impl Conn {
                 "O"
             } else if self.txn.in_multi {
                 "x"
+            } else if self.subs.active() {
+                "P"
             } else {
                 "N"
             },
             self.db,
+            self.subs.channels.len(),
+            self.subs.patterns.len(),
+            self.subs.shard.len(),
             self.txn.multi_field(),
             self.unparsed(),
             self.inbuf.capacity(),

@@ -38,14 +38,29 @@ pub fn run(
             if a.len() > 2 {
                 return err(conn, &wrong_args("ping"));
             }
+            // RESP2 subscribed mode answers as a message: `*2 pong <arg or "">`.
+            let subscribed = conn.proto == Proto::Resp2 && conn.subs.active();
             conn.reply(|r| {
-                if a.len() == 2 {
+                if subscribed {
+                    r.array(2);
+                    r.bulk(b"pong");
+                    r.bulk(a.get(1).copied().unwrap_or(b""));
+                } else if a.len() == 2 {
                     r.bulk(a[1])
                 } else {
                     r.simple("PONG")
                 }
             });
             Outcome::Done
+        }
+        "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+        | "sunsubscribe" | "publish" | "spublish" | "pubsub" => {
+            let outcome = w.pubsub_command(conn, slot, spec.name, a);
+            if spec.name.ends_with("subscribe") {
+                // CLIENT LIST on other connections shows the new sub/psub/ssub counts.
+                refresh_registry(w, conn, now);
+            }
+            outcome
         }
         "echo" => {
             conn.reply(|r| r.bulk(a[1]));
@@ -78,6 +93,8 @@ pub fn run(
             conn.db = 0;
             conn.proto = Proto::Resp2;
             conn.name = None;
+            let subs = std::mem::take(&mut conn.subs);
+            w.forget_subscriptions(subs, slot, conn.gen);
             super::acl_cmd::reset_user(w, conn);
             refresh_registry(w, conn, now);
             if conn.monitor {
@@ -700,6 +717,10 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
             "lua-time-limit".into(),
             w.shared.scripts.busy_threshold_ms().to_string(),
         ),
+        (
+            "notify-keyspace-events".into(),
+            crate::commands::events::render(crate::commands::events::flags()),
+        ),
         ("threads".into(), s.threads.to_string()),
         (
             "data-file".into(),
@@ -760,6 +781,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
         let mut new_busy: Option<u64> = None;
+        let mut new_notify: Option<u32> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -792,6 +814,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
+                "notify-keyspace-events" => match crate::commands::events::parse(&val) {
+                    Some(f) => new_notify = Some(f),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")),
+                },
                 "client-output-buffer-limit" => {
                     if let Err(e) = rt.output_limits.apply(&val) {
                         return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
@@ -848,6 +874,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         *w.shared.runtime.write().expect("runtime lock") = rt;
         if let Some(ms) = new_busy {
             w.shared.scripts.set_busy_threshold_ms(ms);
+        }
+        if let Some(f) = new_notify {
+            crate::commands::events::set_flags(f);
         }
         if let Some(p) = new_requirepass {
             super::acl_cmd::set_requirepass(w, p.as_deref());
@@ -1018,14 +1047,18 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         ));
     }
     if want("stats") {
+        let pubsub_counts = sh.pubsub.read().expect("pubsub lock").counts();
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            pubsub_counts.0,
+            pubsub_counts.1,
+            pubsub_counts.2,
             sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
             st.client_output_limit_closes.load(Ordering::Relaxed),

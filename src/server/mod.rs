@@ -94,6 +94,8 @@ pub enum Msg {
     },
     /// Close a connection (CLIENT KILL).
     Kill { token: ConnToken },
+    /// A Pub/Sub message for subscribers on this worker (`pubsub::Publication`).
+    Publish(Box<worker::pubsub::Publication>),
     /// A MONITOR line for a monitoring connection on this worker.
     Monitor { token: ConnToken, line: Vec<u8> },
     /// A connection elsewhere stopped watching `key` of our shard `shard` (see `txn.rs`).
@@ -205,6 +207,10 @@ pub struct Shared {
     pub progress: Option<Arc<crate::storage::RecoveryProgress>>,
     /// Every script seen by EVAL or SCRIPT LOAD, for all workers' Lua states.
     pub scripts: Arc<crate::scripting::Catalog>,
+    /// Every Pub/Sub subscription of the server (`pubsub.rs`), and how many there are
+    /// (PUBLISH with no subscriber anywhere takes no lock).
+    pub pubsub: RwLock<worker::pubsub::Registry>,
+    pub pubsub_subscriptions: AtomicUsize,
 }
 
 impl Shared {
@@ -283,6 +289,9 @@ pub fn build_shared(
         slowlog_max_len: 128,
         output_limits: settings.output_limits,
     };
+    crate::commands::events::set_flags(
+        crate::commands::events::parse(&settings.cli.notify_keyspace_events).unwrap_or(0),
+    );
     let acl = acl_cmd::initial_acl(&settings).map_err(std::io::Error::other)?;
     let shared = Shared {
         acl: RwLock::new(acl),
@@ -310,6 +319,8 @@ pub fn build_shared(
         loading_start_s: AtomicU64::new(now_ms() / 1000),
         progress,
         scripts: Arc::new(crate::scripting::Catalog::default()),
+        pubsub: RwLock::new(Default::default()),
+        pubsub_subscriptions: AtomicUsize::new(0),
     };
     Ok((Arc::new(shared), rxs))
 }

@@ -35,6 +35,11 @@ use commit::GroupCommit;
 // Transactions (MULTI/EXEC/WATCH): a child module for the same reason as `commit`.
 #[path = "txn.rs"]
 pub(crate) mod txn;
+
+// Pub/Sub and keyspace-notification delivery. A child module so it can reach the
+// worker's connections and outbox directly.
+#[path = "pubsub.rs"]
+pub mod pubsub;
 #[cfg(feature = "dpdk")]
 pub use dpdk::DpdkNet;
 
@@ -160,6 +165,8 @@ pub struct Worker {
     coordinated_flush_failed: bool,
     /// The normal class's `client-output-buffer-limit`, read with the slow-log threshold.
     output_limit: crate::config::output_limits::ClassLimit,
+    /// The pubsub class's limit, for connections with subscriptions.
+    output_limit_pubsub: crate::config::output_limits::ClassLimit,
     /// What this worker last added to `Stats::mem_clients_normal`.
     reported_client_bytes: u64,
     /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
@@ -237,6 +244,7 @@ impl Worker {
             coordinated_flush_failed: false,
             slowlog_threshold_us: 0,
             output_limit: Default::default(),
+            output_limit_pubsub: Default::default(),
             reported_client_bytes: 0,
             #[cfg(feature = "dpdk")]
             dpdk: None,
@@ -306,6 +314,7 @@ impl Worker {
             let round_start = Instant::now();
             self.drain_mailbox(now);
             self.process_ready(now, round_start);
+            self.publish_keyspace_events();
             self.flush_storage(now);
             self.send_outbox();
             self.enforce_output_limits(now);
@@ -650,7 +659,9 @@ impl Worker {
         let id = conn.id;
         let was_monitor = conn.monitor;
         let watched = std::mem::take(&mut conn.txn.watched);
+        let (subs, gen) = (std::mem::take(&mut conn.subs), conn.gen);
         self.txn_release(watched);
+        self.forget_subscriptions(subs, slot, gen);
         self.shared
             .stats
             .connected_clients
@@ -754,6 +765,7 @@ impl Worker {
                     }
                 }
                 Msg::Unwatch { db, shard, key } => self.txn_on_unwatch(db, shard, &key),
+                Msg::Publish(p) => self.deliver(*p),
                 Msg::Monitor { token, line } => {
                     let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
@@ -1010,7 +1022,8 @@ impl Worker {
             Self::txn_flag_error(conn);
             return Outcome::Done;
         }
-        if Self::txn_queue(conn, spec, args) {
+        if let Some(e) = pubsub::subscribed_mode_error(conn, spec, args) {
+            conn.reply(|r| r.error(&e));
             return Outcome::Done;
         }
         // A script running past `busy-reply-threshold` on some worker: Redis answers -BUSY
@@ -1020,6 +1033,9 @@ impl Worker {
                 conn.reply(|r| r.error(busy));
                 return Outcome::Done;
             }
+        }
+        if Self::txn_queue(conn, spec, args) {
+            return Outcome::Done;
         }
         // A connection's order: nothing keyed overtakes a parked write, and no write
         // overtakes a parked read (see `Conn::parked`).
@@ -1073,6 +1089,7 @@ impl Worker {
         let rt = self.shared.runtime.read().expect("runtime lock");
         self.slowlog_threshold_us = rt.slowlog_log_slower_than_us;
         self.output_limit = rt.output_limits.normal;
+        self.output_limit_pubsub = rt.output_limits.pubsub;
     }
 
     fn feed_monitors(&mut self, conn: &Conn, args: &[&[u8]]) {
@@ -1588,7 +1605,7 @@ impl Worker {
     /// client without sending what it has queued) and reports the clients' buffer memory.
     fn enforce_output_limits(&mut self, now: u64) {
         use crate::config::output_limits::Verdict;
-        let limit = self.output_limit;
+        let (normal, pubsub) = (self.output_limit, self.output_limit_pubsub);
         let mut total = 0u64;
         let mut close = Vec::new();
         for (slot, c) in self.conns.iter_mut().enumerate() {
@@ -1599,6 +1616,7 @@ impl Worker {
             if conn.closing {
                 continue;
             }
+            let limit = if conn.subs.active() { pubsub } else { normal };
             match limit.judge(conn.output_bytes() as u64, conn.obuf_soft_since_ms, now) {
                 Verdict::Fine => conn.obuf_soft_since_ms = None,
                 Verdict::OverSoft(since) => conn.obuf_soft_since_ms = Some(since),

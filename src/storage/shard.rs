@@ -601,9 +601,17 @@ impl Shard {
         } else {
             self.put_large(db, key, kind, bytes, expire)?
         };
+        // Keyspace event `new` (class `n`): the key was absent (or only an expired record).
+        let created = crate::runtime::events::flags() & crate::runtime::events::NEW != 0
+            && old
+                .as_ref()
+                .is_none_or(|f| is_expired(&f.rec.header, self.last_now_ms));
         self.install(db, h, old, addr, len, expire, true);
         if !self.watches.is_empty() {
             self.watches.touch(db, key, false);
+        }
+        if created {
+            crate::runtime::events::notify(crate::runtime::events::NEW, "new", key, db);
         }
         Ok(())
     }
@@ -1291,8 +1299,19 @@ impl Shard {
     /// Lazy expiry on access. If even the reserve is exhausted the key simply stays (expired,
     /// invisible) until space returns.
     fn expire_lazily(&mut self, db: Db, h: u64, found: Found) -> Result<(), StorageError> {
+        // The key is copied only when `expired` events are on (one load otherwise).
+        let key = (crate::runtime::events::flags() & crate::runtime::events::EXPIRED != 0)
+            .then(|| found.rec.key.clone());
         match self.remove_found(db, h, found) {
             Ok(()) => {
+                if let Some(key) = key {
+                    crate::runtime::events::notify(
+                        crate::runtime::events::EXPIRED,
+                        "expired",
+                        &key,
+                        db,
+                    );
+                }
                 self.counters.expired_keys += 1;
                 Ok(())
             }

@@ -261,6 +261,9 @@ pub const PARTIAL: &[(&str, &str)] = &[
     ("command", "COMMAND, COUNT, DOCS, INFO, LIST only: no GETKEYS, GETKEYSANDFLAGS"),
     ("config", "GET, SET, RESETSTAT on the parameters lavik has only: no REWRITE"),
     ("debug", "only DEBUG SLEEP"),
+    ("spublish", "COMMAND reports no key position for the shard channel (Redis: 1 1 1, flag not_key); no cluster slot check"),
+    ("ssubscribe", "COMMAND reports no key positions for the shard channels (Redis: 1 -1 1, flag not_key); channels of any slot together"),
+    ("sunsubscribe", "COMMAND reports no key positions for the shard channels (Redis: 1 -1 1, flag not_key)"),
     ("save", "flushes and syncs every shard (no RDB file: the data devices are the persistent copy)"),
     ("touch", "counts the existing keys; lavik keeps no access times (no LRU/LFU)"),
 ];
