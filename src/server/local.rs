@@ -913,6 +913,12 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             .iter()
             .any(|s| s == "all" || s == "everything" || s == "default");
     let want = |name: &str| all_sections || wanted.iter().any(|s| s == name);
+    // Not in the default set (as Redis): only by name, `all` or `everything`.
+    let want_extra = |name: &str| {
+        wanted
+            .iter()
+            .any(|s| s == name || s == "all" || s == "everything")
+    };
     let sh = &w.shared;
     let st = &sh.stats;
     let uptime = sh.start.elapsed().as_secs();
@@ -999,13 +1005,14 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            sh.cmdstats.error_totals().0,
             sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
             st.client_output_limit_closes.load(Ordering::Relaxed),
@@ -1025,6 +1032,51 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         out.push_str(&format!(
             "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n"
         ));
+    }
+    if want_extra("commandstats") {
+        out.push_str("# Commandstats\r\n");
+        for t in sh.cmdstats.totals() {
+            if t.calls == 0 && t.rejected == 0 && t.failed == 0 {
+                continue;
+            }
+            out.push_str(&format!(
+                "cmdstat_{}:calls={},usec={},usec_per_call={:.2},rejected_calls={},failed_calls={}\r\n",
+                t.name,
+                t.calls,
+                t.usec,
+                if t.calls == 0 { 0.0 } else { t.usec as f64 / t.calls as f64 },
+                t.rejected,
+                t.failed
+            ));
+        }
+        out.push_str("\r\n");
+    }
+    if want("errorstats") {
+        out.push_str("# Errorstats\r\n");
+        for (prefix, n) in sh.cmdstats.error_totals().1 {
+            out.push_str(&format!("errorstat_{prefix}:count={n}\r\n"));
+        }
+        out.push_str("\r\n");
+    }
+    if want_extra("latencystats") {
+        out.push_str("# Latencystats\r\n");
+        let percentiles = sh.cmdstats.percentiles();
+        for t in sh.cmdstats.totals() {
+            let Some(h) = &t.hist else { continue };
+            let fields: Vec<String> = percentiles
+                .iter()
+                .map(|&p| {
+                    let ns = super::cmdstats::percentile(h, p);
+                    format!("p{p}={:.3}", ns as f64 / 1000.0)
+                })
+                .collect();
+            out.push_str(&format!(
+                "latency_percentiles_usec_{}:{}\r\n",
+                t.name,
+                fields.join(",")
+            ));
+        }
+        out.push_str("\r\n");
     }
     if want("storage") {
         out.push_str(&format!(

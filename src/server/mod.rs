@@ -29,6 +29,7 @@
 //! read), allocation-free cross-worker messages.
 
 pub mod acl_cmd;
+pub mod cmdstats;
 mod conn;
 #[cfg(any(test, feature = "dpdk"))]
 pub mod faults;
@@ -203,6 +204,8 @@ pub struct Shared {
     pub progress: Option<Arc<crate::storage::RecoveryProgress>>,
     /// Every script seen by EVAL or SCRIPT LOAD, for all workers' Lua states.
     pub scripts: Arc<crate::scripting::Catalog>,
+    /// Per-command counters, error counts and the latency monitor (`cmdstats`).
+    pub cmdstats: Arc<cmdstats::StatsHub>,
 }
 
 impl Shared {
@@ -282,6 +285,7 @@ pub fn build_shared(
         output_limits: settings.output_limits,
     };
     let acl = acl_cmd::initial_acl(&settings).map_err(std::io::Error::other)?;
+    let settings_threads = settings.threads;
     let shared = Shared {
         acl: RwLock::new(acl),
         acl_gen: AtomicU64::new(1),
@@ -308,6 +312,7 @@ pub fn build_shared(
         loading_start_s: AtomicU64::new(now_ms() / 1000),
         progress,
         scripts: Arc::new(crate::scripting::Catalog::default()),
+        cmdstats: Arc::new(cmdstats::StatsHub::new(settings_threads)),
     };
     Ok((Arc::new(shared), rxs))
 }
