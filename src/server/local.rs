@@ -179,6 +179,8 @@ pub fn run(
             conn.reply(|r| r.ok());
             Outcome::Done
         }
+        "memory" => super::ops_cmd::memory(w, conn, a, now),
+        "latency" => super::ops_cmd::latency(w, conn, a),
         "defrag" => defrag(w, conn, a),
         "tombraider" => tombraider(w, conn, a),
         other => err(conn, &format!("ERR command '{other}' is not implemented")),
@@ -717,6 +719,23 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
         ),
         ("storage".into(), s.cli.storage.clone()),
         ("network".into(), s.cli.network.clone()),
+        (
+            "latency-tracking".into(),
+            yes_no(w.shared.cmdstats.latency_tracking.load(Ordering::Relaxed)),
+        ),
+        (
+            "latency-tracking-info-percentiles".into(),
+            w.shared.cmdstats.percentiles_text(),
+        ),
+        (
+            "latency-monitor-threshold".into(),
+            w.shared
+                .cmdstats
+                .latency
+                .threshold_ms
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
     ]
 }
 
@@ -747,6 +766,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
+        let mut latency_tracking: Option<bool> = None;
+        let mut percentiles: Option<String> = None;
+        let mut latency_threshold: Option<u64> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -775,6 +797,23 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Err(_) => return err(conn, &bad()),
                 },
                 "save" | "appendonly" => {}
+                "latency-tracking" => match crate::config::parse_yes_no(&val) {
+                    Some(b) => latency_tracking = Some(b),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
+                },
+                "latency-tracking-info-percentiles" => {
+                    let ok = val.split_whitespace().all(|p| {
+                        p.parse::<f64>().is_ok_and(|p| (0.0..=100.0).contains(&p))
+                    });
+                    if !ok {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid latency-tracking-info-percentiles parameters"));
+                    }
+                    percentiles = Some(val);
+                }
+                "latency-monitor-threshold" => match val.parse::<u64>() {
+                    Ok(n) if n <= i64::MAX as u64 => latency_threshold = Some(n),
+                    _ => return err(conn, &bad()),
+                },
                 "client-output-buffer-limit" => {
                     if let Err(e) = rt.output_limits.apply(&val) {
                         return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
@@ -829,11 +868,24 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             }
         }
         *w.shared.runtime.write().expect("runtime lock") = rt;
+        let hub = &w.shared.cmdstats;
+        if let Some(b) = latency_tracking {
+            hub.latency_tracking.store(b, Ordering::Relaxed);
+        }
+        if let Some(p) = percentiles {
+            // Validated above; cannot fail.
+            let _ = hub.set_percentiles(&p);
+        }
+        if let Some(n) = latency_threshold {
+            hub.latency.threshold_ms.store(n, Ordering::Relaxed);
+        }
         if let Some(p) = new_requirepass {
             super::acl_cmd::set_requirepass(w, p.as_deref());
         }
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "resetstat") && a.len() == 2 {
+        // What Redis's CONFIG RESETSTAT resets (server stats, command and error tables;
+        // not the slow log nor the latency monitor), plus lavik's own event counters.
         let st = &w.shared.stats;
         for c in [
             &st.total_commands,
@@ -841,10 +893,16 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             &st.rejected_connections,
             &st.net_input_bytes,
             &st.net_output_bytes,
+            &st.keyspace_hits,
+            &st.keyspace_misses,
+            &st.client_output_limit_closes,
+            &st.foreground_budget_cuts,
+            &st.parked_commands,
+            &st.parked_reads,
         ] {
             c.store(0, Ordering::Relaxed);
         }
-        w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        w.shared.cmdstats.reset();
         w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") {

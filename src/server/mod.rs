@@ -36,6 +36,7 @@ pub mod faults;
 pub mod local;
 pub mod metrics;
 pub mod notify;
+mod ops_cmd;
 mod reads;
 mod worker;
 

@@ -597,6 +597,33 @@ impl Shard {
         Ok(true)
     }
 
+    /// MEMORY USAGE: the RAM `key` costs — its share of its db's index (the index keeps
+    /// no key bytes: its memory divided by its entries, rounded up) plus its expiry entry
+    /// if it has a TTL. `None` if the key is absent. The value lives on the device.
+    pub fn key_ram_bytes(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Option<u64>, StorageError> {
+        check_db(db)?;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(None);
+        };
+        if is_expired(&found.rec.header, now_ms) {
+            return Ok(None);
+        }
+        let ix = &self.indexes[db as usize];
+        let share = (ix.memory_bytes() as u64).div_ceil(ix.len().max(1) as u64);
+        let expiry = if found.rec.header.expire_at_ms != 0 {
+            EXPIRY_ENTRY_BYTES_ESTIMATE
+        } else {
+            0
+        };
+        Ok(Some(share + expiry))
+    }
+
     /// Exact (may include expired keys not yet reaped, as Redis DBSIZE does).
     pub fn key_count(&self, db: Db) -> u64 {
         self.indexes
