@@ -905,7 +905,17 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         w.shared.cmdstats.reset();
         w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
-    } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") {
+    } else if eq_ic(sub, "rewrite") && a.len() == 2 {
+        let Some(path) = w.shared.config_file.clone() else {
+            return err(conn, "ERR The server is running without a config file");
+        };
+        if let Err(e) = config_rewrite(w, &path) {
+            tracing::warn!("CONFIG REWRITE failed: {e}");
+            return err(conn, &format!("ERR Rewriting config file: {e}"));
+        }
+        tracing::info!("CONFIG REWRITE executed with success.");
+        conn.reply(|r| r.ok());
+    } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") || eq_ic(sub, "rewrite") {
         let msg = format!(
             "ERR wrong number of arguments for 'config|{}' command",
             String::from_utf8_lossy(sub).to_ascii_lowercase()
@@ -915,6 +925,84 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         return unknown_sub(conn, "config", sub);
     }
     Outcome::Done
+}
+
+/// The runtime-settable options CONFIG REWRITE writes, with their current values and
+/// whether each differs from its default (`config::rewrite` has the rules).
+fn rewrite_options(w: &Worker) -> Vec<crate::config::rewrite::OptionLines> {
+    use crate::config::rewrite::{quoted, OptionLines};
+    let params = config_params(w);
+    let value = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let defaults: [(&'static str, &str); 10] = [
+        ("maxclients", "10000"),
+        ("protected-mode", "yes"),
+        ("slowlog-log-slower-than", "10000"),
+        ("slowlog-max-len", "128"),
+        ("appendfsync", "everysec"),
+        ("cache-size", "67108864"),
+        ("shutdown-checkpoint", "no"),
+        ("latency-tracking", "yes"),
+        ("latency-tracking-info-percentiles", "50 99 99.9"),
+        ("latency-monitor-threshold", "0"),
+    ];
+    let mut out: Vec<OptionLines> = defaults
+        .iter()
+        .map(|&(name, default)| {
+            let v = value(name);
+            OptionLines {
+                name,
+                lines: vec![format!("{name} {v}")],
+                force: v != default,
+            }
+        })
+        .collect();
+    let pass = value("requirepass");
+    out.push(OptionLines {
+        name: "requirepass",
+        lines: vec![format!("requirepass {}", quoted(&pass))],
+        force: !pass.is_empty(),
+    });
+    out
+}
+
+/// CONFIG REWRITE: the new text to a temporary file beside the old one, synced, then
+/// renamed over it (a crash leaves the old file or the new one, never a mix).
+fn config_rewrite(w: &Worker, path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let old = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let new = crate::config::rewrite::rewrite(&old, &rewrite_options(w));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "lavik.conf".into());
+    let tmp = path.with_file_name(format!(".{name}.rewrite-{}", std::process::id()));
+    let res = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            f.set_permissions(meta.permissions())?;
+        }
+        f.write_all(new.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
 }
 
 fn rusage() -> (f64, f64) {

@@ -281,12 +281,22 @@ pub fn build_shared(
         requirepass: settings.cli.requirepass.clone().filter(|p| !p.is_empty()),
         maxclients: settings.cli.maxclients,
         protected_mode: settings.protected_mode,
-        slowlog_log_slower_than_us: 10_000,
-        slowlog_max_len: 128,
+        slowlog_log_slower_than_us: settings.cli.slowlog_log_slower_than,
+        slowlog_max_len: settings.cli.slowlog_max_len,
         output_limits: settings.output_limits,
     };
     let acl = acl_cmd::initial_acl(&settings).map_err(std::io::Error::other)?;
-    let settings_threads = settings.threads;
+    let cmdstats = Arc::new(cmdstats::StatsHub::new(settings.threads));
+    cmdstats
+        .set_percentiles(&settings.cli.latency_tracking_info_percentiles)
+        .map_err(|()| std::io::Error::other("invalid latency-tracking-info-percentiles"))?;
+    let tracking = crate::config::parse_yes_no(&settings.cli.latency_tracking)
+        .ok_or_else(|| std::io::Error::other("latency-tracking takes yes or no"))?;
+    cmdstats.latency_tracking.store(tracking, Ordering::Relaxed);
+    cmdstats
+        .latency
+        .threshold_ms
+        .store(settings.cli.latency_monitor_threshold, Ordering::Relaxed);
     let shared = Shared {
         acl: RwLock::new(acl),
         acl_gen: AtomicU64::new(1),
@@ -313,7 +323,7 @@ pub fn build_shared(
         loading_start_s: AtomicU64::new(now_ms() / 1000),
         progress,
         scripts: Arc::new(crate::scripting::Catalog::default()),
-        cmdstats: Arc::new(cmdstats::StatsHub::new(settings_threads)),
+        cmdstats,
     };
     Ok((Arc::new(shared), rxs))
 }

@@ -259,8 +259,11 @@ pub const PARTIAL: &[(&str, &str)] = &[
     ("bgsave", "flushes and syncs every shard before replying (no RDB file: the data devices are the persistent copy)"),
     ("client", "ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH only: no CACHING, GETREDIR, PAUSE, UNPAUSE, REPLY, TRACKING, TRACKINGINFO, UNBLOCK"),
     ("command", "COMMAND, COUNT, DOCS, INFO, LIST only: no GETKEYS, GETKEYSANDFLAGS"),
-    ("config", "GET, SET, RESETSTAT on the parameters lavik has only: no REWRITE"),
+    ("config", "GET, SET, RESETSTAT, REWRITE on the parameters lavik has only (REWRITE writes the runtime-settable ones)"),
     ("debug", "only DEBUG SLEEP"),
+    ("latency", "events are command, fast-command and lavik-commit; GRAPH and DOCTOR are lavik's own renderings"),
+    ("memory", "USAGE counts RAM only (index share and expiry entry; values live on the device); MALLOC-STATS answers as Redis on libc malloc"),
+    ("object", "FREQ always errs (no LFU), IDLETIME is 0 (no access times kept), REFCOUNT is Redis's figure for the same value"),
     ("save", "flushes and syncs every shard (no RDB file: the data devices are the persistent copy)"),
     ("touch", "counts the existing keys; lavik keeps no access times (no LRU/LFU)"),
 ];
