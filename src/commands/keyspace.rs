@@ -107,6 +107,9 @@ pub fn object(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         }
         return Ok(());
     }
+    if eq_ic(a[1], "help") {
+        return Err("ERR wrong number of arguments for 'object|help' command".into());
+    }
     let sub = ["encoding", "freq", "idletime", "refcount"]
         .into_iter()
         .find(|s| eq_ic(a[1], s));

@@ -802,11 +802,16 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
                 },
                 "latency-tracking-info-percentiles" => {
-                    let ok = val.split_whitespace().all(|p| {
-                        p.parse::<f64>().is_ok_and(|p| (0.0..=100.0).contains(&p))
-                    });
-                    if !ok {
-                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid latency-tracking-info-percentiles parameters"));
+                    let mut problem = None;
+                    for p in val.split_whitespace() {
+                        match p.parse::<f64>() {
+                            Err(_) => problem = problem.or(Some("Invalid latency-tracking-info-percentiles parameters")),
+                            Ok(p) if !(0.0..=100.0).contains(&p) => problem = problem.or(Some("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]")),
+                            Ok(_) => {}
+                        }
+                    }
+                    if let Some(problem) = problem {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {problem}"));
                     }
                     percentiles = Some(val);
                 }
