@@ -648,6 +648,10 @@ fn slowlog(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
 
 /// The configuration parameters CONFIG GET reports, with current values.
 fn config_params(w: &Worker) -> Vec<(String, String)> {
+    use crate::storage::collection::{
+        HASH_MAX_LISTPACK_ENTRIES, HASH_MAX_LISTPACK_VALUE_BYTES, SET_MAX_INTSET_ENTRIES,
+        SET_MAX_LISTPACK_ENTRIES, SET_MAX_LISTPACK_VALUE_BYTES,
+    };
     let s = &w.shared.settings;
     let rt = w.shared.runtime.read().expect("runtime lock").clone();
     let fsync = w.fsync.as_str();
@@ -723,6 +727,15 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
             "latency-tracking".into(),
             yes_no(w.shared.cmdstats.latency_tracking.load(Ordering::Relaxed)),
         ),
+        // The collection layer's fixed encoding thresholds (OBJECT ENCODING follows
+        // them); not settable: the encoding of stored collections depends on them.
+        ("hash-max-listpack-entries".into(), HASH_MAX_LISTPACK_ENTRIES.to_string()),
+        ("hash-max-listpack-value".into(), HASH_MAX_LISTPACK_VALUE_BYTES.to_string()),
+        ("hash-max-ziplist-entries".into(), HASH_MAX_LISTPACK_ENTRIES.to_string()),
+        ("hash-max-ziplist-value".into(), HASH_MAX_LISTPACK_VALUE_BYTES.to_string()),
+        ("set-max-intset-entries".into(), SET_MAX_INTSET_ENTRIES.to_string()),
+        ("set-max-listpack-entries".into(), SET_MAX_LISTPACK_ENTRIES.to_string()),
+        ("set-max-listpack-value".into(), SET_MAX_LISTPACK_VALUE_BYTES.to_string()),
         (
             "latency-tracking-info-percentiles".into(),
             w.shared.cmdstats.percentiles_text(),

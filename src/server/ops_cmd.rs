@@ -217,7 +217,7 @@ fn memory_stats_reply(r: &mut ReplyBuf, f: &MemoryFigures) {
         ("lua.caches", 0),
         ("functions.caches", 0),
     ];
-    r.map(ints.len() + f.per_db.len() + 19);
+    r.map(ints.len() + f.per_db.len() + 18);
     for (k, v) in ints {
         r.bulk_str(k);
         r.int(v as i64);
