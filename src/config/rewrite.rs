@@ -134,8 +134,16 @@ mod tests {
             &[
                 opt("maxclients", "maxclients 200", true),
                 opt("slowlog-max-len", "slowlog-max-len 128", false),
-                opt("slowlog-log-slower-than", "slowlog-log-slower-than 5000", true),
-                opt("latency-monitor-threshold", "latency-monitor-threshold 0", false),
+                opt(
+                    "slowlog-log-slower-than",
+                    "slowlog-log-slower-than 5000",
+                    true,
+                ),
+                opt(
+                    "latency-monitor-threshold",
+                    "latency-monitor-threshold 0",
+                    false,
+                ),
                 opt("appendfsync", "appendfsync always", true),
             ],
         );
@@ -146,7 +154,11 @@ mod tests {
             &new,
             &[
                 opt("maxclients", "maxclients 10000", false),
-                opt("slowlog-log-slower-than", "slowlog-log-slower-than 10000", false),
+                opt(
+                    "slowlog-log-slower-than",
+                    "slowlog-log-slower-than 10000",
+                    false,
+                ),
                 opt("shutdown-checkpoint", "shutdown-checkpoint yes", true),
             ],
         );

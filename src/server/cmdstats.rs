@@ -216,12 +216,17 @@ impl StatsHub {
     }
 
     /// CONFIG SET latency-tracking-info-percentiles: numbers from 0 to 100, space separated.
-    pub fn set_percentiles(&self, text: &str) -> Result<(), ()> {
+    pub fn set_percentiles(&self, text: &str) -> Result<(), String> {
         let mut v = Vec::new();
         for word in text.split_whitespace() {
-            let p: f64 = word.parse().map_err(|_| ())?;
+            let p: f64 = word
+                .parse()
+                .map_err(|_| "Invalid latency-tracking-info-percentiles parameters".to_string())?;
             if !(0.0..=100.0).contains(&p) {
-                return Err(());
+                return Err(
+                    "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]"
+                        .into(),
+                );
             }
             v.push(p);
         }
@@ -231,7 +236,10 @@ impl StatsHub {
 
     pub fn percentiles_text(&self) -> String {
         let v = self.percentiles();
-        v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" ")
+        v.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// CONFIG RESETSTAT: every worker's counters read as zero from now on.
@@ -354,7 +362,7 @@ pub fn command_id(spec: &CommandSpec, args: &[&[u8]]) -> Option<usize> {
     let base = TABLE.as_ptr() as usize;
     let at = spec as *const CommandSpec as usize;
     let size = std::mem::size_of::<CommandSpec>();
-    if at < base || at >= base + TABLE.len() * size {
+    if at < base || at >= base + std::mem::size_of_val(TABLE) {
         return None;
     }
     let index = (at - base) / size;
@@ -451,6 +459,9 @@ mod tests {
         assert_eq!(cat.commands[id].fullname, "config|get");
         assert_eq!(command_id(config, &[b"config", b"nope"]), None);
         let get = crate::commands::lookup(b"get").unwrap();
-        assert_eq!(cat.commands[command_id(get, &[b"get", b"k"]).unwrap()].fullname, "get");
+        assert_eq!(
+            cat.commands[command_id(get, &[b"get", b"k"]).unwrap()].fullname,
+            "get"
+        );
     }
 }

@@ -729,13 +729,34 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
         ),
         // The collection layer's fixed encoding thresholds (OBJECT ENCODING follows
         // them); not settable: the encoding of stored collections depends on them.
-        ("hash-max-listpack-entries".into(), HASH_MAX_LISTPACK_ENTRIES.to_string()),
-        ("hash-max-listpack-value".into(), HASH_MAX_LISTPACK_VALUE_BYTES.to_string()),
-        ("hash-max-ziplist-entries".into(), HASH_MAX_LISTPACK_ENTRIES.to_string()),
-        ("hash-max-ziplist-value".into(), HASH_MAX_LISTPACK_VALUE_BYTES.to_string()),
-        ("set-max-intset-entries".into(), SET_MAX_INTSET_ENTRIES.to_string()),
-        ("set-max-listpack-entries".into(), SET_MAX_LISTPACK_ENTRIES.to_string()),
-        ("set-max-listpack-value".into(), SET_MAX_LISTPACK_VALUE_BYTES.to_string()),
+        (
+            "hash-max-listpack-entries".into(),
+            HASH_MAX_LISTPACK_ENTRIES.to_string(),
+        ),
+        (
+            "hash-max-listpack-value".into(),
+            HASH_MAX_LISTPACK_VALUE_BYTES.to_string(),
+        ),
+        (
+            "hash-max-ziplist-entries".into(),
+            HASH_MAX_LISTPACK_ENTRIES.to_string(),
+        ),
+        (
+            "hash-max-ziplist-value".into(),
+            HASH_MAX_LISTPACK_VALUE_BYTES.to_string(),
+        ),
+        (
+            "set-max-intset-entries".into(),
+            SET_MAX_INTSET_ENTRIES.to_string(),
+        ),
+        (
+            "set-max-listpack-entries".into(),
+            SET_MAX_LISTPACK_ENTRIES.to_string(),
+        ),
+        (
+            "set-max-listpack-value".into(),
+            SET_MAX_LISTPACK_VALUE_BYTES.to_string(),
+        ),
         (
             "latency-tracking-info-percentiles".into(),
             w.shared.cmdstats.percentiles_text(),
@@ -933,7 +954,11 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         }
         tracing::info!("CONFIG REWRITE executed with success.");
         conn.reply(|r| r.ok());
-    } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") || eq_ic(sub, "rewrite") {
+    } else if eq_ic(sub, "get")
+        || eq_ic(sub, "set")
+        || eq_ic(sub, "resetstat")
+        || eq_ic(sub, "rewrite")
+    {
         let msg = format!(
             "ERR wrong number of arguments for 'config|{}' command",
             String::from_utf8_lossy(sub).to_ascii_lowercase()

@@ -289,7 +289,7 @@ pub fn build_shared(
     let cmdstats = Arc::new(cmdstats::StatsHub::new(settings.threads));
     cmdstats
         .set_percentiles(&settings.cli.latency_tracking_info_percentiles)
-        .map_err(|()| std::io::Error::other("invalid latency-tracking-info-percentiles"))?;
+        .map_err(std::io::Error::other)?;
     let tracking = crate::config::parse_yes_no(&settings.cli.latency_tracking)
         .ok_or_else(|| std::io::Error::other("latency-tracking takes yes or no"))?;
     cmdstats.latency_tracking.store(tracking, Ordering::Relaxed);

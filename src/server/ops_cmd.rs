@@ -456,7 +456,13 @@ fn latency_graph(name: &str, e: &super::cmdstats::LatencyEvent, now_s: u64) -> S
         let line: String = e
             .samples
             .iter()
-            .map(|s| if s.1 * GRAPH_ROWS >= row * max { '#' } else { ' ' })
+            .map(|s| {
+                if s.1 * GRAPH_ROWS >= row * max {
+                    '#'
+                } else {
+                    ' '
+                }
+            })
             .collect();
         out.push_str(line.trim_end());
         out.push('\n');
