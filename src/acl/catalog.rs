@@ -78,6 +78,7 @@ const ADMIN_SUB: &[&str] = &["admin", "slow", "dangerous"];
 const ADMIN_CONN_SUB: &[&str] = &["admin", "slow", "dangerous", "connection"];
 const CONN_SUB: &[&str] = &["slow", "connection"];
 const SLOW_SUB: &[&str] = &["slow"];
+const READ_SUB: &[&str] = &["read", "slow"];
 const KEYSPACE_READ_SUB: &[&str] = &["keyspace", "read", "slow"];
 const KEYSPACE_SUB: &[&str] = &["keyspace", "slow"];
 const SCRIPTING_SUB: &[&str] = &["slow", "scripting"];
@@ -176,6 +177,29 @@ const SUBCOMMANDS: &[(&str, &[Subcommand])] = &[
             ("numsub", -2, PUBSUB_SUB),
             ("shardchannels", -2, PUBSUB_SUB),
             ("shardnumsub", -2, PUBSUB_SUB),
+        ],
+    ),
+    (
+        "memory",
+        &[
+            ("doctor", 2, SLOW_SUB),
+            ("help", 2, SLOW_SUB),
+            ("malloc-stats", 2, SLOW_SUB),
+            ("purge", 2, SLOW_SUB),
+            ("stats", 2, SLOW_SUB),
+            ("usage", -3, READ_SUB),
+        ],
+    ),
+    (
+        "latency",
+        &[
+            ("doctor", 2, ADMIN_SUB),
+            ("graph", 3, ADMIN_SUB),
+            ("help", 2, SLOW_SUB),
+            ("histogram", -2, ADMIN_SUB),
+            ("history", 3, ADMIN_SUB),
+            ("latest", 2, ADMIN_SUB),
+            ("reset", -2, ADMIN_SUB),
         ],
     ),
     (

@@ -85,7 +85,15 @@ fn encoding_name(v: &crate::storage::Value) -> Result<&'static str, String> {
     })
 }
 
-/// OBJECT ENCODING key | OBJECT HELP.
+/// OBJECT ENCODING | FREQ | IDLETIME | REFCOUNT key, OBJECT HELP.
+///
+/// lavik keeps no per-key access time, access frequency or reference count (RAM per
+/// key is the index entry only), so: FREQ gives Redis's error for a policy that is not
+/// LFU (lavik has no LFU policy, nor any eviction); IDLETIME is 0 (no access time is
+/// kept: "just accessed" is the answer that never claims a key is cold); REFCOUNT is
+/// what Redis reports for the same value — 2147483647 for the integers 0..9999 Redis
+/// shares, 1 otherwise — since lavik shares nothing and Redis's answer is the one
+/// clients compare against. See `docs/operations.md`.
 pub fn object(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if eq_ic(a[1], "help") && a.len() == 2 {
         let lines = [
@@ -93,8 +101,17 @@ pub fn object(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             "ENCODING <key>",
             "    Return the kind of internal representation used in order to store the value",
             "    associated with a <key>.",
+            "FREQ <key>",
+            "    Return the access frequency index of the <key>. The returned integer is",
+            "    proportional to the logarithm of the recent access frequency of the key.",
+            "IDLETIME <key>",
+            "    Return the idle time of the <key>, that is the approximated number of",
+            "    seconds elapsed since the last access to the key.",
+            "REFCOUNT <key>",
+            "    Return the number of references of the value associated with the specified",
+            "    <key>.",
             "HELP",
-            "    Print this help.",
+            "    Prints this help.",
         ];
         r.array(lines.len());
         for l in lines {
@@ -102,25 +119,80 @@ pub fn object(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         }
         return Ok(());
     }
-    if !eq_ic(a[1], "encoding") {
+    if eq_ic(a[1], "help") {
+        return Err("ERR wrong number of arguments for 'object|help' command".into());
+    }
+    let sub = ["encoding", "freq", "idletime", "refcount"]
+        .into_iter()
+        .find(|s| eq_ic(a[1], s));
+    let Some(sub) = sub else {
         return Err(format!(
             "ERR unknown subcommand '{}'. Try OBJECT HELP.",
             String::from_utf8_lossy(a[1])
         ));
-    }
+    };
     if a.len() != 3 {
-        return Err("ERR wrong number of arguments for 'object|encoding' command".into());
+        return Err(format!(
+            "ERR wrong number of arguments for 'object|{sub}' command"
+        ));
     }
     let (db, now) = (ctx.db, ctx.now_ms);
-    match ctx
+    let Some(v) = ctx
         .shards
         .for_key(a[2])
         .get(db, a[2], now)
         .map_err(storage_error)?
-    {
-        Some(v) => r.bulk_str(encoding_name(&v)?),
-        None => r.null(),
+    else {
+        r.null();
+        return Ok(());
+    };
+    match sub {
+        "encoding" => r.bulk_str(encoding_name(&v)?),
+        "freq" => return Err(ERR_NO_LFU.into()),
+        "idletime" => r.int(0),
+        _ => {
+            let shared_int = v.kind == ValueKind::String
+                && v.bytes.len() <= 4
+                && parse_i64(&v.bytes).is_some_and(|n| (0..10_000).contains(&n));
+            r.int(if shared_int { i32::MAX as i64 } else { 1 });
+        }
     }
+    Ok(())
+}
+
+const ERR_NO_LFU: &str = "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.";
+
+/// MOVE key db: to another db of the same shard (the db is part of the index key, the
+/// shard is chosen by the key's slot alone). Reads (source, destination) before writing.
+pub fn move_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let n = parse_int(a[2])?;
+    if n < i32::MIN as i64 || n > i32::MAX as i64 {
+        return Err(
+            "ERR value is out of range, value must between -2147483648 and 2147483647".into(),
+        );
+    }
+    if !(0..DBS as i64).contains(&n) {
+        return Err("ERR DB index is out of range".into());
+    }
+    let dst_db = n as Db;
+    if dst_db == ctx.db {
+        return Err("ERR source and destination objects are the same".into());
+    }
+    let (db, now, key) = (ctx.db, ctx.now_ms, a[1]);
+    let shard = ctx.shards.for_key(key);
+    let Some(v) = shard.get(db, key, now).map_err(storage_error)? else {
+        r.int(0);
+        return Ok(());
+    };
+    if shard.exists(dst_db, key, now).map_err(storage_error)? {
+        r.int(0);
+        return Ok(());
+    }
+    shard
+        .put(dst_db, key, v.kind, &v.bytes, v.expire_at_ms, now)
+        .map_err(storage_error)?;
+    shard.delete(db, key, now).map_err(storage_error)?;
+    r.int(1);
     Ok(())
 }
 

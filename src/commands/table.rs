@@ -297,6 +297,7 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("type", 2, RF, 1, 1, 1, "generic", "1.0.0", "Determines the type of value stored at a key.", k::type_),
     keyed!("rename", 3, WD, 1, 2, 1, "generic", "1.0.0", "Renames a key and overwrites the destination.", k::rename),
     keyed!("renamenx", 3, WDF, 1, 2, 1, "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", k::renamenx),
+    keyed!("move", 3, WDF, 1, 1, 1, "generic", "1.0.0", "Moves a key to another database.", k::move_),
     keyed!("copy", -3, W, 1, 2, 1, "generic", "6.2.0", "Copies the value of a key to a new key.", k::copy),
     keyed!("dump", 2, R, 1, 1, 1, "generic", "2.6.0", "Returns a serialized representation of the value stored at a key.", d::dump),
     keyed!("restore", -4, W, 1, 1, 1, "generic", "2.6.0", "Creates a key from the serialized representation of a value.", d::restore),
@@ -404,6 +405,8 @@ pub static TABLE: &[CommandSpec] = &[
     local!("lastsave", 1, LOADING_STALE, "server", "1.0.0", "Returns the Unix timestamp of the last successful save to disk."),
     local!("slowlog", -2, ADMIN, "server", "2.2.12", "A container for slow log commands."),
     local!("debug", -2, ADMIN, "server", "1.0.0", "A container for debugging commands."),
+    local!("memory", -2, &[], "server", "4.0.0", "A container for memory diagnostics commands."),
+    local!("latency", -2, &[], "server", "2.8.13", "A container for latency diagnostics commands."),
     local!("monitor", 1, ADMIN, "server", "1.0.0", "Listens for all requests received by the server in real-time."),
     // pubsub (SSUBSCRIBE/SUNSUBSCRIBE/SPUBLISH name no keys here: their channels are not
     // keys, and lavik has no cluster slots to check them against)

@@ -8,6 +8,7 @@
 //! never silently runs with a default.
 
 pub mod output_limits;
+pub mod rewrite;
 use clap::Parser;
 use std::path::PathBuf;
 
@@ -133,6 +134,21 @@ pub struct Cli {
     /// completes (to see that other connections are served meanwhile).
     #[arg(long, default_value_t = 0, hide = true)]
     pub debug_read_delay_ms: u64,
+    /// Slow log threshold in microseconds (negative: off), as Redis's.
+    #[arg(long, default_value_t = 10_000, allow_hyphen_values = true)]
+    pub slowlog_log_slower_than: i64,
+    /// Slow log entries kept.
+    #[arg(long, default_value_t = 128)]
+    pub slowlog_max_len: usize,
+    /// Latency monitor threshold in milliseconds (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub latency_monitor_threshold: u64,
+    /// Per-command latency histograms for INFO latencystats (yes|no).
+    #[arg(long, default_value = "yes")]
+    pub latency_tracking: String,
+    /// Percentiles INFO latencystats reports, space separated.
+    #[arg(long, default_value = "50 99 99.9")]
+    pub latency_tracking_info_percentiles: String,
     /// Durability: always | everysec | no.
     #[arg(long, default_value = "everysec")]
     pub appendfsync: String,
@@ -402,6 +418,11 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "defrag-sleep-ms",
     "defrag-record-sleep-us",
     "spdk-max-completions-per-poll",
+    "slowlog-log-slower-than",
+    "slowlog-max-len",
+    "latency-monitor-threshold",
+    "latency-tracking",
+    "latency-tracking-info-percentiles",
     "direct-io",
     "dpdk-eal-args",
     "dpdk-port",
@@ -487,7 +508,7 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
             }
             continue;
         }
-        if name == "client-output-buffer-limit" {
+        if name == "client-output-buffer-limit" || name == "latency-tracking-info-percentiles" {
             // One class group per line, its four words as one value.
             out.push(format!("--{name}={}", values.join(" ")));
             continue;

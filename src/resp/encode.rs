@@ -9,6 +9,16 @@ pub enum Proto {
     Resp3,
 }
 
+thread_local! {
+    /// Told about every error reply this thread encodes (the server's `errorstats`).
+    static ERROR_HOOK: std::cell::Cell<Option<fn(&str)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes `hook` see every error reply this thread encodes from now on.
+pub fn set_error_hook(hook: fn(&str)) {
+    ERROR_HOOK.with(|h| h.set(Some(hook)));
+}
+
 /// A reply sink: appends encoded replies to a byte vector.
 pub struct ReplyBuf<'a> {
     pub out: &'a mut Vec<u8>,
@@ -34,6 +44,9 @@ impl<'a> ReplyBuf<'a> {
     /// `ERR syntax error` or `WRONGTYPE ...`. CR/LF are replaced by spaces
     /// as Redis does, so an error can never break the framing.
     pub fn error(&mut self, msg: &str) {
+        if let Some(hook) = ERROR_HOOK.with(|h| h.get()) {
+            hook(msg);
+        }
         self.out.push(b'-');
         for &b in msg.as_bytes() {
             self.out

@@ -301,6 +301,10 @@ impl Worker {
             let synced_from = epoch.synced_from.unwrap_or(end);
             let st = &self.shared.stats;
             st.commit_epochs.fetch_add(1, Ordering::Relaxed);
+            self.shared.cmdstats.latency.add_if_needed(
+                "lavik-commit",
+                end.duration_since(epoch.started).as_millis() as u64,
+            );
             st.commit_write_us.fetch_add(
                 synced_from.duration_since(epoch.started).as_micros() as u64,
                 Ordering::Relaxed,

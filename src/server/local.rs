@@ -200,6 +200,8 @@ pub fn run(
             conn.reply(|r| r.ok());
             Outcome::Done
         }
+        "memory" => super::ops_cmd::memory(w, conn, a, now),
+        "latency" => super::ops_cmd::latency(w, conn, a),
         "defrag" => defrag(w, conn, a),
         "tombraider" => tombraider(w, conn, a),
         other => err(conn, &format!("ERR command '{other}' is not implemented")),
@@ -667,6 +669,10 @@ fn slowlog(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
 
 /// The configuration parameters CONFIG GET reports, with current values.
 fn config_params(w: &Worker) -> Vec<(String, String)> {
+    use crate::storage::collection::{
+        HASH_MAX_LISTPACK_ENTRIES, HASH_MAX_LISTPACK_VALUE_BYTES, SET_MAX_INTSET_ENTRIES,
+        SET_MAX_LISTPACK_ENTRIES, SET_MAX_LISTPACK_VALUE_BYTES,
+    };
     let s = &w.shared.settings;
     let rt = w.shared.runtime.read().expect("runtime lock").clone();
     let fsync = w.fsync.as_str();
@@ -750,6 +756,53 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
         ),
         ("storage".into(), s.cli.storage.clone()),
         ("network".into(), s.cli.network.clone()),
+        (
+            "latency-tracking".into(),
+            yes_no(w.shared.cmdstats.latency_tracking.load(Ordering::Relaxed)),
+        ),
+        // The collection layer's fixed encoding thresholds (OBJECT ENCODING follows
+        // them); not settable: the encoding of stored collections depends on them.
+        (
+            "hash-max-listpack-entries".into(),
+            HASH_MAX_LISTPACK_ENTRIES.to_string(),
+        ),
+        (
+            "hash-max-listpack-value".into(),
+            HASH_MAX_LISTPACK_VALUE_BYTES.to_string(),
+        ),
+        (
+            "hash-max-ziplist-entries".into(),
+            HASH_MAX_LISTPACK_ENTRIES.to_string(),
+        ),
+        (
+            "hash-max-ziplist-value".into(),
+            HASH_MAX_LISTPACK_VALUE_BYTES.to_string(),
+        ),
+        (
+            "set-max-intset-entries".into(),
+            SET_MAX_INTSET_ENTRIES.to_string(),
+        ),
+        (
+            "set-max-listpack-entries".into(),
+            SET_MAX_LISTPACK_ENTRIES.to_string(),
+        ),
+        (
+            "set-max-listpack-value".into(),
+            SET_MAX_LISTPACK_VALUE_BYTES.to_string(),
+        ),
+        (
+            "latency-tracking-info-percentiles".into(),
+            w.shared.cmdstats.percentiles_text(),
+        ),
+        (
+            "latency-monitor-threshold".into(),
+            w.shared
+                .cmdstats
+                .latency
+                .threshold_ms
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
     ]
 }
 
@@ -782,6 +835,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_requirepass: Option<Option<String>> = None;
         let mut new_busy: Option<u64> = None;
         let mut new_notify: Option<u32> = None;
+        let mut latency_tracking: Option<bool> = None;
+        let mut percentiles: Option<String> = None;
+        let mut latency_threshold: Option<u64> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -817,6 +873,28 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 "notify-keyspace-events" => match crate::commands::events::parse(&val) {
                     Some(f) => new_notify = Some(f),
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")),
+                },
+                "latency-tracking" => match crate::config::parse_yes_no(&val) {
+                    Some(b) => latency_tracking = Some(b),
+                    None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
+                },
+                "latency-tracking-info-percentiles" => {
+                    let mut problem = None;
+                    for p in val.split_whitespace() {
+                        match p.parse::<f64>() {
+                            Err(_) => problem = problem.or(Some("Invalid latency-tracking-info-percentiles parameters")),
+                            Ok(p) if !(0.0..=100.0).contains(&p) => problem = problem.or(Some("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]")),
+                            Ok(_) => {}
+                        }
+                    }
+                    if let Some(problem) = problem {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {problem}"));
+                    }
+                    percentiles = Some(val);
+                }
+                "latency-monitor-threshold" => match val.parse::<u64>() {
+                    Ok(n) if n <= i64::MAX as u64 => latency_threshold = Some(n),
+                    _ => return err(conn, &bad()),
                 },
                 "client-output-buffer-limit" => {
                     if let Err(e) = rt.output_limits.apply(&val) {
@@ -878,11 +956,24 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         if let Some(f) = new_notify {
             crate::commands::events::set_flags(f);
         }
+        let hub = &w.shared.cmdstats;
+        if let Some(b) = latency_tracking {
+            hub.latency_tracking.store(b, Ordering::Relaxed);
+        }
+        if let Some(p) = percentiles {
+            // Validated above; cannot fail.
+            let _ = hub.set_percentiles(&p);
+        }
+        if let Some(n) = latency_threshold {
+            hub.latency.threshold_ms.store(n, Ordering::Relaxed);
+        }
         if let Some(p) = new_requirepass {
             super::acl_cmd::set_requirepass(w, p.as_deref());
         }
         conn.reply(|r| r.ok());
     } else if eq_ic(sub, "resetstat") && a.len() == 2 {
+        // What Redis's CONFIG RESETSTAT resets (server stats, command and error tables;
+        // not the slow log nor the latency monitor), plus lavik's own event counters.
         let st = &w.shared.stats;
         for c in [
             &st.total_commands,
@@ -890,13 +981,33 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             &st.rejected_connections,
             &st.net_input_bytes,
             &st.net_output_bytes,
+            &st.keyspace_hits,
+            &st.keyspace_misses,
+            &st.client_output_limit_closes,
+            &st.foreground_budget_cuts,
+            &st.parked_commands,
+            &st.parked_reads,
         ] {
             c.store(0, Ordering::Relaxed);
         }
-        w.shared.slowlog.lock().expect("slowlog lock").1.clear();
+        w.shared.cmdstats.reset();
         w.shared.acl.write().expect("acl lock").log.denied = [0; 4];
         conn.reply(|r| r.ok());
-    } else if eq_ic(sub, "get") || eq_ic(sub, "set") || eq_ic(sub, "resetstat") {
+    } else if eq_ic(sub, "rewrite") && a.len() == 2 {
+        let Some(path) = w.shared.config_file.clone() else {
+            return err(conn, "ERR The server is running without a config file");
+        };
+        if let Err(e) = config_rewrite(w, &path) {
+            tracing::warn!("CONFIG REWRITE failed: {e}");
+            return err(conn, &format!("ERR Rewriting config file: {e}"));
+        }
+        tracing::info!("CONFIG REWRITE executed with success.");
+        conn.reply(|r| r.ok());
+    } else if eq_ic(sub, "get")
+        || eq_ic(sub, "set")
+        || eq_ic(sub, "resetstat")
+        || eq_ic(sub, "rewrite")
+    {
         let msg = format!(
             "ERR wrong number of arguments for 'config|{}' command",
             String::from_utf8_lossy(sub).to_ascii_lowercase()
@@ -906,6 +1017,84 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         return unknown_sub(conn, "config", sub);
     }
     Outcome::Done
+}
+
+/// The runtime-settable options CONFIG REWRITE writes, with their current values and
+/// whether each differs from its default (`config::rewrite` has the rules).
+fn rewrite_options(w: &Worker) -> Vec<crate::config::rewrite::OptionLines> {
+    use crate::config::rewrite::{quoted, OptionLines};
+    let params = config_params(w);
+    let value = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let defaults: [(&'static str, &str); 10] = [
+        ("maxclients", "10000"),
+        ("protected-mode", "yes"),
+        ("slowlog-log-slower-than", "10000"),
+        ("slowlog-max-len", "128"),
+        ("appendfsync", "everysec"),
+        ("cache-size", "67108864"),
+        ("shutdown-checkpoint", "no"),
+        ("latency-tracking", "yes"),
+        ("latency-tracking-info-percentiles", "50 99 99.9"),
+        ("latency-monitor-threshold", "0"),
+    ];
+    let mut out: Vec<OptionLines> = defaults
+        .iter()
+        .map(|&(name, default)| {
+            let v = value(name);
+            OptionLines {
+                name,
+                lines: vec![format!("{name} {v}")],
+                force: v != default,
+            }
+        })
+        .collect();
+    let pass = value("requirepass");
+    out.push(OptionLines {
+        name: "requirepass",
+        lines: vec![format!("requirepass {}", quoted(&pass))],
+        force: !pass.is_empty(),
+    });
+    out
+}
+
+/// CONFIG REWRITE: the new text to a temporary file beside the old one, synced, then
+/// renamed over it (a crash leaves the old file or the new one, never a mix).
+fn config_rewrite(w: &Worker, path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let old = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let new = crate::config::rewrite::rewrite(&old, &rewrite_options(w));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "lavik.conf".into());
+    let tmp = path.with_file_name(format!(".{name}.rewrite-{}", std::process::id()));
+    let res = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            f.set_permissions(meta.permissions())?;
+        }
+        f.write_all(new.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
 }
 
 fn rusage() -> (f64, f64) {
@@ -962,6 +1151,12 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             .iter()
             .any(|s| s == "all" || s == "everything" || s == "default");
     let want = |name: &str| all_sections || wanted.iter().any(|s| s == name);
+    // Not in the default set (as Redis): only by name, `all` or `everything`.
+    let want_extra = |name: &str| {
+        wanted
+            .iter()
+            .any(|s| s == name || s == "all" || s == "everything")
+    };
     let sh = &w.shared;
     let st = &sh.stats;
     let uptime = sh.start.elapsed().as_secs();
@@ -1049,7 +1244,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     if want("stats") {
         let pubsub_counts = sh.pubsub.read().expect("pubsub lock").counts();
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
@@ -1059,6 +1254,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             pubsub_counts.0,
             pubsub_counts.1,
             pubsub_counts.2,
+            sh.cmdstats.error_totals().0,
             sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
             st.client_output_limit_closes.load(Ordering::Relaxed),
@@ -1078,6 +1274,51 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         out.push_str(&format!(
             "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n"
         ));
+    }
+    if want_extra("commandstats") {
+        out.push_str("# Commandstats\r\n");
+        for t in sh.cmdstats.totals() {
+            if t.calls == 0 && t.rejected == 0 && t.failed == 0 {
+                continue;
+            }
+            out.push_str(&format!(
+                "cmdstat_{}:calls={},usec={},usec_per_call={:.2},rejected_calls={},failed_calls={}\r\n",
+                t.name,
+                t.calls,
+                t.usec,
+                if t.calls == 0 { 0.0 } else { t.usec as f64 / t.calls as f64 },
+                t.rejected,
+                t.failed
+            ));
+        }
+        out.push_str("\r\n");
+    }
+    if want("errorstats") {
+        out.push_str("# Errorstats\r\n");
+        for (prefix, n) in sh.cmdstats.error_totals().1 {
+            out.push_str(&format!("errorstat_{prefix}:count={n}\r\n"));
+        }
+        out.push_str("\r\n");
+    }
+    if want_extra("latencystats") {
+        out.push_str("# Latencystats\r\n");
+        let percentiles = sh.cmdstats.percentiles();
+        for t in sh.cmdstats.totals() {
+            let Some(h) = &t.hist else { continue };
+            let fields: Vec<String> = percentiles
+                .iter()
+                .map(|&p| {
+                    let ns = super::cmdstats::percentile(h, p);
+                    format!("p{p}={:.3}", ns as f64 / 1000.0)
+                })
+                .collect();
+            out.push_str(&format!(
+                "latency_percentiles_usec_{}:{}\r\n",
+                t.name,
+                fields.join(",")
+            ));
+        }
+        out.push_str("\r\n");
     }
     if want("storage") {
         out.push_str(&format!(

@@ -29,12 +29,14 @@
 //! read), allocation-free cross-worker messages.
 
 pub mod acl_cmd;
+pub mod cmdstats;
 mod conn;
 #[cfg(any(test, feature = "dpdk"))]
 pub mod faults;
 pub mod local;
 pub mod metrics;
 pub mod notify;
+mod ops_cmd;
 mod reads;
 mod worker;
 
@@ -211,6 +213,8 @@ pub struct Shared {
     /// (PUBLISH with no subscriber anywhere takes no lock).
     pub pubsub: RwLock<worker::pubsub::Registry>,
     pub pubsub_subscriptions: AtomicUsize,
+    /// Per-command counters, error counts and the latency monitor (`cmdstats`).
+    pub cmdstats: Arc<cmdstats::StatsHub>,
 }
 
 impl Shared {
@@ -285,14 +289,25 @@ pub fn build_shared(
         requirepass: settings.cli.requirepass.clone().filter(|p| !p.is_empty()),
         maxclients: settings.cli.maxclients,
         protected_mode: settings.protected_mode,
-        slowlog_log_slower_than_us: 10_000,
-        slowlog_max_len: 128,
+        slowlog_log_slower_than_us: settings.cli.slowlog_log_slower_than,
+        slowlog_max_len: settings.cli.slowlog_max_len,
         output_limits: settings.output_limits,
     };
     crate::commands::events::set_flags(
         crate::commands::events::parse(&settings.cli.notify_keyspace_events).unwrap_or(0),
     );
     let acl = acl_cmd::initial_acl(&settings).map_err(std::io::Error::other)?;
+    let cmdstats = Arc::new(cmdstats::StatsHub::new(settings.threads));
+    cmdstats
+        .set_percentiles(&settings.cli.latency_tracking_info_percentiles)
+        .map_err(std::io::Error::other)?;
+    let tracking = crate::config::parse_yes_no(&settings.cli.latency_tracking)
+        .ok_or_else(|| std::io::Error::other("latency-tracking takes yes or no"))?;
+    cmdstats.latency_tracking.store(tracking, Ordering::Relaxed);
+    cmdstats
+        .latency
+        .threshold_ms
+        .store(settings.cli.latency_monitor_threshold, Ordering::Relaxed);
     let shared = Shared {
         acl: RwLock::new(acl),
         acl_gen: AtomicU64::new(1),
@@ -321,6 +336,7 @@ pub fn build_shared(
         scripts: Arc::new(crate::scripting::Catalog::default()),
         pubsub: RwLock::new(Default::default()),
         pubsub_subscriptions: AtomicUsize::new(0),
+        cmdstats,
     };
     Ok((Arc::new(shared), rxs))
 }

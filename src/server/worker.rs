@@ -294,6 +294,7 @@ impl Worker {
 
     pub fn run(mut self) {
         crate::scripting::install_catalog(self.shared.scripts.clone());
+        super::cmdstats::install(self.shared.cmdstats.clone(), self.id);
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
         }
@@ -1007,10 +1008,12 @@ impl Worker {
         {
             let msg = crate::commands::wrong_args(spec.name);
             conn.reply(|r| r.error(&msg));
+            super::cmdstats::record_rejected(spec, args);
             Self::txn_flag_error(conn);
             return Outcome::Done;
         }
         if !super::acl_cmd::permit(self, conn, spec, args, now) {
+            super::cmdstats::record_rejected(spec, args);
             Self::txn_flag_error(conn);
             return Outcome::Done;
         }
@@ -1019,6 +1022,7 @@ impl Worker {
                 || matches!(spec.name, "save" | "bgsave" | "defrag" | "tombraider"))
         {
             conn.reply(|r| r.error("LOADING Redis is loading the dataset in memory"));
+            super::cmdstats::record_rejected(spec, args);
             Self::txn_flag_error(conn);
             return Outcome::Done;
         }
@@ -1045,8 +1049,9 @@ impl Worker {
         {
             return Outcome::Blocked;
         }
-        // Timing costs two clock reads per command: only when the slow log is on.
-        let started = (self.slowlog_threshold_us >= 0).then(Instant::now);
+        // Two clock reads per command: INFO commandstats and the slow log.
+        let started = Instant::now();
+        let errors_before = super::cmdstats::errors_seen();
         if spec.may_write() {
             self.round_writes = true;
         }
@@ -1077,9 +1082,14 @@ impl Worker {
             if self.shared.monitor_count.load(Ordering::Relaxed) > 0 && spec.name != "monitor" {
                 self.feed_monitors(conn, args);
             }
-            if let Some(started) = started {
-                let micros = started.elapsed().as_micros() as u64;
-                self.maybe_slowlog(conn, args, micros);
+            let ns = started.elapsed().as_nanos() as u64;
+            // Keyed commands count where their handler runs (`exec_on`).
+            if spec.kind != Kind::Keyed {
+                let failed = super::cmdstats::errors_seen() != errors_before;
+                super::cmdstats::record_call(spec, args, ns, failed);
+            }
+            if self.slowlog_threshold_us >= 0 {
+                self.maybe_slowlog(conn, args, ns / 1000);
             }
         }
         outcome
@@ -1781,10 +1791,13 @@ fn exec_on(
     };
     let mut r = ReplyBuf::new(out, proto);
     let mark = r.out.len();
+    let (started, errors_before) = (Instant::now(), super::cmdstats::errors_seen());
     if let Err(e) = handler(&mut ctx, args, &mut r) {
         r.out.truncate(mark);
         r.error(&e);
     }
+    let failed = super::cmdstats::errors_seen() != errors_before;
+    super::cmdstats::record_call(spec, args, started.elapsed().as_nanos() as u64, failed);
 }
 
 fn write_all_now(fd: &OwnedFd, msg: &[u8]) -> std::io::Result<()> {

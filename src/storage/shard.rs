@@ -735,6 +735,39 @@ impl Shard {
             .is_some_and(|f| is_expired(&f.rec.header, now_ms)))
     }
 
+    /// MEMORY USAGE: the RAM `key` costs — its share of its db's index (the index keeps
+    /// no key bytes: its memory divided by its entries, rounded up, capped as below) plus its expiry entry
+    /// if it has a TTL. `None` if the key is absent. The value lives on the device.
+    pub fn key_ram_bytes(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Option<u64>, StorageError> {
+        check_db(db)?;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(None);
+        };
+        if is_expired(&found.rec.header, now_ms) {
+            return Ok(None);
+        }
+        // A small index's preallocated table is a fixed cost of the db, not of a key:
+        // the share is capped at what an entry costs at the lowest load a grown index
+        // keeps (8-byte entries, shrink below SHRINK_LOAD_UNITS/16 full: 12.8 B).
+        let ix = &self.indexes[db as usize];
+        let cap = (8 * 16u64).div_ceil(super::index::SHRINK_LOAD_UNITS);
+        let share = (ix.memory_bytes() as u64)
+            .div_ceil(ix.len().max(1) as u64)
+            .min(cap);
+        let expiry = if found.rec.header.expire_at_ms != 0 {
+            EXPIRY_ENTRY_BYTES_ESTIMATE
+        } else {
+            0
+        };
+        Ok(Some(share + expiry))
+    }
+
     /// Keys watched on this shard (INFO's `watching_keys`-like figures, tests).
     pub fn watched_key_count(&self) -> usize {
         self.watches.len()
