@@ -89,6 +89,9 @@ pub struct Conn {
     /// Leading bytes of `out` already cleared to leave (released from `held`
     /// or produced while nothing was held); the rest is this round's.
     pub out_cleared: usize,
+    /// The TLS session of a connection accepted on `--tls-port` (`None`: plaintext).
+    /// Received bytes pass through it into `inbuf`; `out` is sealed by it into `sending`.
+    pub tls: Option<Box<super::tls::TlsSession>>,
 }
 
 impl Conn {
@@ -140,6 +143,7 @@ impl Conn {
             commands: 0,
             held: VecDeque::new(),
             out_cleared: 0,
+            tls: None,
         }
     }
 

@@ -650,7 +650,7 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
     let rt = w.shared.runtime.read().expect("runtime lock").clone();
     let fsync = w.fsync.as_str();
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
-    vec![
+    let mut params = vec![
         ("bind".into(), s.binds.join(" ")),
         ("port".into(), s.cli.port.to_string()),
         (
@@ -717,7 +717,9 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
         ),
         ("storage".into(), s.cli.storage.clone()),
         ("network".into(), s.cli.network.clone()),
-    ]
+    ];
+    params.extend(w.shared.tls.settings().params());
+    params
 }
 
 fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
@@ -747,6 +749,8 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
+        // TLS parameters change together: one new context for all of them.
+        let mut new_tls: Option<(String, crate::config::tls::TlsSettings)> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -774,6 +778,13 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Ok(n) => rt.slowlog_max_len = n,
                     Err(_) => return err(conn, &bad()),
                 },
+                _ if crate::config::tls::SETTABLE.contains(&name.as_str()) => {
+                    let (_, tls) = new_tls
+                        .get_or_insert_with(|| (name.clone(), w.shared.tls.settings()));
+                    if let Err(e) = tls.set(&name, &val) {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
+                    }
+                }
                 "save" | "appendonly" => {}
                 "client-output-buffer-limit" => {
                     if let Err(e) = rt.output_limits.apply(&val) {
@@ -796,6 +807,15 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
                 }
                 _ => return err(conn, &format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")),
+            }
+        }
+        if let Some((first, tls)) = new_tls {
+            // Before anything else applies: a context that fails to build changes nothing.
+            if let Err(e) = w.shared.tls.apply(tls) {
+                tracing::warn!(
+                    "Failed applying new TLS configuration ({e}); the previous one stays"
+                );
+                return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{first}') - Unable to update TLS configuration. Check server logs."));
             }
         }
         if let Some(p) = new_fsync {

@@ -36,6 +36,7 @@ pub mod local;
 pub mod metrics;
 pub mod notify;
 mod reads;
+pub mod tls;
 mod worker;
 
 use crate::commands::ShardSet;
@@ -203,6 +204,8 @@ pub struct Shared {
     pub progress: Option<Arc<crate::storage::RecoveryProgress>>,
     /// Every script seen by EVAL or SCRIPT LOAD, for all workers' Lua states.
     pub scripts: Arc<crate::scripting::Catalog>,
+    /// The TLS context for connections on `--tls-port` (CONFIG SET rebuilds it).
+    pub tls: tls::TlsContext,
 }
 
 impl Shared {
@@ -282,6 +285,8 @@ pub fn build_shared(
         output_limits: settings.output_limits,
     };
     let acl = acl_cmd::initial_acl(&settings).map_err(std::io::Error::other)?;
+    let tls = tls::TlsContext::new(&settings.tls)
+        .map_err(|e| std::io::Error::other(format!("TLS configuration: {e}")))?;
     let shared = Shared {
         acl: RwLock::new(acl),
         acl_gen: AtomicU64::new(1),
@@ -308,6 +313,7 @@ pub fn build_shared(
         loading_start_s: AtomicU64::new(now_ms() / 1000),
         progress,
         scripts: Arc::new(crate::scripting::Catalog::default()),
+        tls,
     };
     Ok((Arc::new(shared), rxs))
 }
