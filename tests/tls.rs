@@ -492,3 +492,95 @@ fn tls_only_from_config_file() {
     assert!(err.contains("/nonexistent/c.pem"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts Debian's redis-server with TLS beside a plaintext port (the oracle for CONFIG
+/// replies); `None` if it did not come up.
+fn start_redis(pki: &Pki, dir: &Path, port: u16, tls_port: u16) -> Option<std::process::Child> {
+    let mut args: Vec<String> = vec![
+        "--port".into(),
+        port.to_string(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--save".into(),
+        "".into(),
+        "--appendonly".into(),
+        "no".into(),
+    ];
+    args.extend(pki.server_flags(tls_port, "optional"));
+    let mut child = Command::new("redis-server")
+        .args(&args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (tools/test installs it)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if pong(&cli(pki, tls_port, "ca", None, &["PING"])) {
+            return Some(child);
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    None
+}
+
+// CONFIG GET/SET of the tls-* parameters answer byte for byte as redis-server does
+// (refused files, values and suites included), and both keep serving TLS afterwards.
+#[test]
+fn config_replies_match_redis() {
+    use common::diff::RespConn;
+    let pki = Pki::new("tls-diff");
+    let dir = temp_dir("tls-diff-redis");
+    let (redis_port, redis_tls) = (free_port(), free_port());
+    let mut redis = start_redis(&pki, &dir, redis_port, redis_tls).expect("redis-server with TLS");
+    let lavik_tls = free_port();
+    let s = start("tls-diff", &pki.server_flags(lavik_tls, "optional"));
+    let mut a = RespConn::connect(redis_port);
+    let mut b = RespConn::connect(s.port);
+    let cases: &[&[&str]] = &[
+        &["CONFIG", "GET", "tls-auth-clients"],
+        &["CONFIG", "SET", "tls-cert-file", "/nonexistent/cert.pem"],
+        &["CONFIG", "SET", "tls-key-file", "/nonexistent/key.pem"],
+        &["CONFIG", "SET", "tls-ca-cert-file", "/nonexistent/ca.pem"],
+        &["CONFIG", "SET", "tls-auth-clients", "maybe"],
+        &["CONFIG", "SET", "tls-ciphersuites", "bogus"],
+        &["CONFIG", "SET", "tls-ciphers", "bogus"],
+        &["CONFIG", "SET", "tls-protocols", "TLSv1.2 bogus"],
+        &["CONFIG", "SET", "tls-session-caching", "maybe"],
+        &["CONFIG", "SET", "tls-session-cache-size", "many"],
+        &[
+            "CONFIG",
+            "SET",
+            "tls-ciphersuites",
+            "TLS_AES_256_GCM_SHA384",
+        ],
+        &["CONFIG", "GET", "tls-ciphersuites"],
+        &["CONFIG", "SET", "tls-protocols", "TLSv1.3"],
+        &["CONFIG", "SET", "tls-auth-clients", "no"],
+        &["CONFIG", "GET", "tls-auth-clients"],
+        &["CONFIG", "GET", "tls-protocols"],
+        &["CONFIG", "GET", "tls-session-caching"],
+        &["CONFIG", "GET", "tls-session-cache-size"],
+        &["CONFIG", "GET", "tls-replication"],
+    ];
+    for cmd in cases {
+        let args: Vec<&[u8]> = cmd.iter().map(|x| x.as_bytes()).collect();
+        let (want, got) = (a.call(&args), b.call(&args));
+        assert!(
+            want == got,
+            "{cmd:?}: redis {:?}, lavik {:?}",
+            String::from_utf8_lossy(&want),
+            String::from_utf8_lossy(&got)
+        );
+    }
+    for port in [redis_tls, lavik_tls] {
+        assert!(pong(&cli(&pki, port, "ca", None, &["PING"])), "port {port}");
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -266,9 +266,7 @@ fn select_suites(
     for n in names {
         let want = n.to_ascii_uppercase();
         for c in &all {
-            if suite_names(*c).contains(&want)
-                && !chosen.iter().any(|x| x.suite() == c.suite())
-            {
+            if suite_names(*c).contains(&want) && !chosen.iter().any(|x| x.suite() == c.suite()) {
                 chosen.push(*c);
             }
         }
