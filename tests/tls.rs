@@ -525,6 +525,7 @@ fn start_redis(pki: &Pki, dir: &Path, port: u16, tls_port: u16) -> Option<std::p
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = child.kill();
+    let _ = child.wait();
     None
 }
 

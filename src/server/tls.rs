@@ -359,15 +359,6 @@ impl TlsSession {
         }))
     }
 
-    /// The handshake is done (for tests and CLIENT-style introspection).
-    pub fn is_handshaking(&self) -> bool {
-        self.conn.is_handshaking()
-    }
-
-    pub fn failed(&self) -> bool {
-        self.failed
-    }
-
     /// Takes received ciphertext and appends what it decrypts to `plain`. `Ok(true)`
     /// when the client has closed the session (close_notify). On a fault the session
     /// keeps the alert to send; the caller closes the connection after [`seal`].
