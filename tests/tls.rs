@@ -585,3 +585,78 @@ fn config_replies_match_redis() {
     let _ = redis.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `openssl s_client` for one PING (`-sess_out`/`-sess_in` file `sess`, `resume`
+/// chooses which) and returns its report line, `New, ...` or `Reused, ...`.
+fn s_client_session(pki: &Pki, port: u16, version: &str, sess: &Path, resume: bool) -> String {
+    use std::io::BufRead;
+    let mut c = Command::new("openssl");
+    c.args([
+        "s_client",
+        "-connect",
+        &format!("127.0.0.1:{port}"),
+        version,
+    ]);
+    c.args(["-CAfile", &pki.path("ca.crt")]);
+    c.args([
+        "-cert",
+        &pki.path("ca-client.crt"),
+        "-key",
+        &pki.path("ca-client.key"),
+    ]);
+    c.arg(if resume { "-sess_in" } else { "-sess_out" })
+        .arg(sess);
+    let mut child = c
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"PING\r\n").unwrap();
+    let mut report = String::new();
+    // The PONG comes after any TLS 1.3 ticket, so the saved session has one.
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.starts_with("New,") || line.starts_with("Reused,") {
+            report = line.clone();
+        }
+        if line.contains("+PONG") {
+            break;
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    report
+}
+
+// With tls-session-caching yes a client resumes its TLS 1.2 and 1.3 sessions; under a
+// context made with caching off it is offered no session to resume.
+#[test]
+fn session_resumption() {
+    let pki = Pki::new("tls-resume");
+    let tls_port = free_port();
+    let s = start("tls-resume", &pki.server_flags(tls_port, "yes"));
+    for version in ["-tls1_2", "-tls1_3"] {
+        let sess = pki.dir.join(format!("session{version}.pem"));
+        let first = s_client_session(&pki, tls_port, version, &sess, false);
+        assert!(first.starts_with("New,"), "{version}: {first}");
+        let again = s_client_session(&pki, tls_port, version, &sess, true);
+        assert!(again.starts_with("Reused,"), "{version}: {again}");
+    }
+    s.raw().expect(
+        &[b"CONFIG", b"SET", b"tls-session-caching", b"no"],
+        b"+OK\r\n",
+    );
+    for version in ["-tls1_2", "-tls1_3"] {
+        let sess = pki.dir.join(format!("nocache{version}.pem"));
+        let first = s_client_session(&pki, tls_port, version, &sess, false);
+        assert!(first.starts_with("New,"), "{version}: {first}");
+        // s_client saves a session only when the server offered one to resume
+        // (a session id or a ticket): none now.
+        assert!(
+            !sess.exists(),
+            "{version}: a resumable session without caching"
+        );
+    }
+}
