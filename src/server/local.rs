@@ -746,11 +746,11 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         });
     } else if eq_ic(sub, "set") && a.len() >= 4 && a.len().is_multiple_of(2) {
         let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
+        // TLS parameters change together: one new context for all of them.
+        let mut new_tls: Option<(String, crate::config::tls::TlsSettings)> = None;
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
-        // TLS parameters change together: one new context for all of them.
-        let mut new_tls: Option<(String, crate::config::tls::TlsSettings)> = None;
         for pair in a[2..].chunks(2) {
             let name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
             let val = String::from_utf8_lossy(pair[1]).into_owned();
@@ -778,13 +778,6 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Ok(n) => rt.slowlog_max_len = n,
                     Err(_) => return err(conn, &bad()),
                 },
-                _ if crate::config::tls::SETTABLE.contains(&name.as_str()) => {
-                    let (_, tls) = new_tls
-                        .get_or_insert_with(|| (name.clone(), w.shared.tls.settings()));
-                    if let Err(e) = tls.set(&name, &val) {
-                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
-                    }
-                }
                 "save" | "appendonly" => {}
                 "client-output-buffer-limit" => {
                     if let Err(e) = rt.output_limits.apply(&val) {
@@ -803,6 +796,13 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Some(b) => w.shared.shutdown_checkpoint.store(b, Ordering::SeqCst),
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
                 },
+                _ if crate::config::tls::SETTABLE.contains(&name.as_str()) => {
+                    let (_, tls) = new_tls
+                        .get_or_insert_with(|| (name.clone(), w.shared.tls.settings()));
+                    if let Err(e) = tls.set(&name, &val) {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
+                    }
+                }
                 _ if config_params(w).iter().any(|(k, _)| *k == name) => {
                     return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
                 }
