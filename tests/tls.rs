@@ -567,6 +567,9 @@ fn config_replies_match_redis() {
         &["CONFIG", "GET", "tls-session-caching"],
         &["CONFIG", "GET", "tls-session-cache-size"],
         &["CONFIG", "GET", "tls-replication"],
+        &["CONFIG", "SET", "tls-prefer-server-ciphers", "maybe"],
+        &["CONFIG", "SET", "tls-prefer-server-ciphers", "yes"],
+        &["CONFIG", "GET", "tls-prefer-server-ciphers"],
     ];
     for cmd in cases {
         let args: Vec<&[u8]> = cmd.iter().map(|x| x.as_bytes()).collect();
@@ -589,14 +592,17 @@ fn config_replies_match_redis() {
 /// Runs `openssl s_client` for one PING (`-sess_out`/`-sess_in` file `sess`, `resume`
 /// chooses which) and returns its report line, `New, ...` or `Reused, ...`.
 fn s_client_session(pki: &Pki, port: u16, version: &str, sess: &Path, resume: bool) -> String {
+    let sess = sess.display().to_string();
+    let flag = if resume { "-sess_in" } else { "-sess_out" };
+    s_client(pki, port, &[version, flag, &sess])
+}
+
+/// Runs `openssl s_client` with `extra` arguments for one PING and returns its report
+/// line (`New, TLSv1.2, Cipher is ...` or `Reused, ...`).
+fn s_client(pki: &Pki, port: u16, extra: &[&str]) -> String {
     use std::io::BufRead;
     let mut c = Command::new("openssl");
-    c.args([
-        "s_client",
-        "-connect",
-        &format!("127.0.0.1:{port}"),
-        version,
-    ]);
+    c.args(["s_client", "-connect", &format!("127.0.0.1:{port}")]);
     c.args(["-CAfile", &pki.path("ca.crt")]);
     c.args([
         "-cert",
@@ -604,8 +610,7 @@ fn s_client_session(pki: &Pki, port: u16, version: &str, sess: &Path, resume: bo
         "-key",
         &pki.path("ca-client.key"),
     ]);
-    c.arg(if resume { "-sess_in" } else { "-sess_out" })
-        .arg(sess);
+    c.args(extra);
     let mut child = c
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -613,7 +618,8 @@ fn s_client_session(pki: &Pki, port: u16, version: &str, sess: &Path, resume: bo
         .spawn()
         .expect("openssl s_client");
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"PING\r\n").unwrap();
+    // A refused handshake may end s_client before this lands.
+    let _ = stdin.write_all(b"PING\r\n");
     let mut report = String::new();
     // The PONG comes after any TLS 1.3 ticket, so the saved session has one.
     for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
@@ -659,4 +665,34 @@ fn session_resumption() {
             "{version}: a resumable session without caching"
         );
     }
+}
+
+// tls-ciphers narrows the TLS 1.2 suites, and tls-prefer-server-ciphers decides whose
+// order picks among those both sides have: the client's (no, the default) or the server's.
+#[test]
+fn cipher_order() {
+    let pki = Pki::new("tls-ciphers");
+    let tls_port = free_port();
+    let mut flags = pki.server_flags(tls_port, "yes");
+    flags.extend([
+        "--tls-ciphers".into(),
+        "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES128-GCM-SHA256".into(),
+    ]);
+    let s = start("tls-ciphers", &flags);
+    let client_order = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305";
+    let got = s_client(&pki, tls_port, &["-tls1_2", "-cipher", client_order]);
+    assert!(got.ends_with("ECDHE-ECDSA-AES128-GCM-SHA256"), "{got}");
+    s.raw().expect(
+        &[b"CONFIG", b"SET", b"tls-prefer-server-ciphers", b"yes"],
+        b"+OK\r\n",
+    );
+    let got = s_client(&pki, tls_port, &["-tls1_2", "-cipher", client_order]);
+    assert!(got.ends_with("ECDHE-ECDSA-CHACHA20-POLY1305"), "{got}");
+    // A suite outside tls-ciphers is never chosen: the handshake fails.
+    let got = s_client(
+        &pki,
+        tls_port,
+        &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"],
+    );
+    assert!(!got.contains("AES256"), "{got}");
 }

@@ -206,6 +206,9 @@ pub struct Cli {
     /// Sessions kept for resumption.
     #[arg(long, default_value_t = 20480)]
     pub tls_session_cache_size: usize,
+    /// Choose the cipher suite by the server's order rather than the client's (yes/no).
+    #[arg(long, default_value = "no")]
+    pub tls_prefer_server_ciphers: String,
 }
 
 /// Settings after merging file and flags and validating values.
@@ -451,6 +454,7 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "tls-ciphers",
     "tls-session-caching",
     "tls-session-cache-size",
+    "tls-prefer-server-ciphers",
 ];
 /// Redis directives for what lavik does not do: accepted when they ask for nothing
 /// (`no`), refused otherwise, so a config file never silently loses a promise.

@@ -50,6 +50,7 @@ pub struct TlsSettings {
     pub ciphers: String,
     pub session_caching: bool,
     pub session_cache_size: usize,
+    pub prefer_server_ciphers: bool,
 }
 
 /// The parameters CONFIG SET may change (all but `tls-port`), in CONFIG GET order.
@@ -64,6 +65,7 @@ pub const SETTABLE: &[&str] = &[
     "tls-ciphers",
     "tls-session-caching",
     "tls-session-cache-size",
+    "tls-prefer-server-ciphers",
 ];
 
 impl TlsSettings {
@@ -80,6 +82,13 @@ impl TlsSettings {
                 cli.tls_session_caching
             )
         })?;
+        let prefer_server_ciphers = super::parse_yes_no(&cli.tls_prefer_server_ciphers)
+            .ok_or_else(|| {
+                format!(
+                    "--tls-prefer-server-ciphers takes yes or no, got '{}'",
+                    cli.tls_prefer_server_ciphers
+                )
+            })?;
         let s = TlsSettings {
             port: cli.tls_port,
             cert_file: cli.tls_cert_file.clone().unwrap_or_default(),
@@ -92,6 +101,7 @@ impl TlsSettings {
             ciphers: cli.tls_ciphers.clone(),
             session_caching,
             session_cache_size: cli.tls_session_cache_size,
+            prefer_server_ciphers,
         };
         if s.port != 0 && cli.port == s.port {
             return Err(format!(
@@ -119,6 +129,10 @@ impl TlsSettings {
             (
                 "tls-session-cache-size".into(),
                 self.session_cache_size.to_string(),
+            ),
+            (
+                "tls-prefer-server-ciphers".into(),
+                yes_no(self.prefer_server_ciphers),
             ),
             // What lavik does not do, reported as off (CONFIG SET refuses them).
             ("tls-replication".into(), "no".into()),
@@ -150,6 +164,10 @@ impl TlsSettings {
                 self.session_cache_size = value
                     .parse::<usize>()
                     .map_err(|_| "argument couldn't be parsed into an integer".to_string())?
+            }
+            "tls-prefer-server-ciphers" => {
+                self.prefer_server_ciphers = super::parse_yes_no(value)
+                    .ok_or_else(|| "argument must be 'yes' or 'no'".to_string())?
             }
             _ => return Err(format!("not a settable TLS parameter: {name}")),
         }

@@ -140,6 +140,7 @@ pub fn build_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| format!("{} / {}: {e}", s.cert_file, s.key_file))?;
+    config.ignore_client_order = s.prefer_server_ciphers;
     if s.session_caching && s.session_cache_size > 0 {
         config.session_storage = ServerSessionMemoryCache::new(s.session_cache_size);
         config.send_tls13_tickets = TLS13_TICKETS_PER_HANDSHAKE;
