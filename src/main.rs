@@ -111,6 +111,40 @@ fn pause(period: Duration) {
     }
 }
 
+/// Opens one `SO_REUSEPORT` listener per worker on every address, or exits (a busy
+/// port is reported as Redis reports it).
+fn open_listeners(binds: &[String], port: u16, per_worker: &mut [Vec<OwnedFd>]) {
+    for addr in binds {
+        // SO_REUSEPORT would let a second server share the port with a running
+        // one (same user): probe with a plain bind first, as Redis fails then.
+        // A server that just died (SIGKILL) can hold the port for a moment while
+        // the kernel tears its io_uring down: give that a little time.
+        let mut probed = probe_port(addr, port);
+        let until = std::time::Instant::now() + Duration::from_secs(2);
+        while matches!(&probed, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(20));
+            probed = probe_port(addr, port);
+        }
+        if let Err(e) = probed {
+            tracing::error!("cannot listen on {addr}:{port}: {e}");
+            eprintln!("lavik: cannot listen on {addr}:{port}: {e}");
+            std::process::exit(1);
+        }
+        for l in per_worker.iter_mut() {
+            match listen(addr, port) {
+                Ok(fd) => l.push(fd),
+                Err(e) => {
+                    tracing::error!("cannot listen on {addr}:{port}: {e}");
+                    eprintln!("lavik: cannot listen on {addr}:{port}: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // Offline tools: they never start a server.
@@ -208,35 +242,11 @@ fn main() {
     // addresses given with an explicit `--bind` (e.g. a loopback admin port).
     let kernel_listeners = settings.dpdk.is_none() || !settings.cli.bind.is_empty();
     if settings.cli.port != 0 && kernel_listeners {
-        for addr in &settings.binds {
-            // SO_REUSEPORT would let a second server share the port with a running
-            // one (same user): probe with a plain bind first, as Redis fails then.
-            // A server that just died (SIGKILL) can hold the port for a moment while
-            // the kernel tears its io_uring down: give that a little time.
-            let mut probed = probe_port(addr, settings.cli.port);
-            let until = std::time::Instant::now() + Duration::from_secs(2);
-            while matches!(&probed, Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
-                && std::time::Instant::now() < until
-            {
-                std::thread::sleep(Duration::from_millis(20));
-                probed = probe_port(addr, settings.cli.port);
-            }
-            if let Err(e) = probed {
-                tracing::error!("cannot listen on {addr}:{}: {e}", settings.cli.port);
-                eprintln!("lavik: cannot listen on {addr}:{}: {e}", settings.cli.port);
-                std::process::exit(1);
-            }
-            for l in per_worker.iter_mut() {
-                match listen(addr, settings.cli.port) {
-                    Ok(fd) => l.push(fd),
-                    Err(e) => {
-                        tracing::error!("cannot listen on {addr}:{}: {e}", settings.cli.port);
-                        eprintln!("lavik: cannot listen on {addr}:{}: {e}", settings.cli.port);
-                        std::process::exit(1);
-                    }
-                }
-            }
-        }
+        open_listeners(&settings.binds, settings.cli.port, &mut per_worker);
+    }
+    // The TLS port's listeners follow; a worker tells a TLS connection by its local port.
+    if settings.tls.port != 0 && kernel_listeners {
+        open_listeners(&settings.binds, settings.tls.port, &mut per_worker);
     }
     let pin = settings.pin_workers;
     let cpus = settings.cpus.clone();
@@ -332,12 +342,16 @@ fn main() {
         handles.push(h);
     }
     tracing::info!(
-        "listening on port {}{}; commands wait for recovery (-LOADING)",
+        "listening on port {}{}{}; commands wait for recovery (-LOADING)",
         shared.settings.cli.port,
         if shared.settings.dpdk.is_some() {
             " (userspace TCP over DPDK, worker 0)"
         } else {
             ""
+        },
+        match shared.settings.tls.port {
+            0 => String::new(),
+            p => format!(", TLS port {p}"),
         }
     );
     // Instantaneous ops/s as Redis computes it: mean of recent 100 ms samples.

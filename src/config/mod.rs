@@ -9,6 +9,7 @@
 
 pub mod output_limits;
 pub mod rewrite;
+pub mod tls;
 use clap::Parser;
 use std::path::PathBuf;
 
@@ -191,6 +192,42 @@ pub struct Cli {
     /// Ethernet address to use instead of the port's own (turns on promiscuous mode).
     #[arg(long)]
     pub dpdk_mac: Option<String>,
+    /// TLS port (0: no TLS listener), beside or instead of `--port` (see docs/tls.md).
+    #[arg(long, default_value_t = 0)]
+    pub tls_port: u16,
+    /// The server's certificate chain (PEM).
+    #[arg(long)]
+    pub tls_cert_file: Option<String>,
+    /// The server certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub tls_key_file: Option<String>,
+    /// CA certificates (PEM) that client certificates must chain to.
+    #[arg(long)]
+    pub tls_ca_cert_file: Option<String>,
+    /// A directory of CA certificates (PEM files), as `--tls-ca-cert-file`.
+    #[arg(long)]
+    pub tls_ca_cert_dir: Option<String>,
+    /// Client certificates: `yes` (required), `optional` (checked if sent) or `no`.
+    #[arg(long, default_value = "yes")]
+    pub tls_auth_clients: String,
+    /// TLS versions to accept, e.g. "TLSv1.2 TLSv1.3" (empty: both).
+    #[arg(long, default_value = "")]
+    pub tls_protocols: String,
+    /// TLS 1.3 cipher suites, colon separated (e.g. TLS_AES_256_GCM_SHA384; empty: all).
+    #[arg(long, default_value = "")]
+    pub tls_ciphersuites: String,
+    /// TLS 1.2 ciphers, colon separated OpenSSL names (e.g. ECDHE-RSA-AES128-GCM-SHA256).
+    #[arg(long, default_value = "")]
+    pub tls_ciphers: String,
+    /// Keep server-side TLS sessions for resumption (yes/no).
+    #[arg(long, default_value = "yes")]
+    pub tls_session_caching: String,
+    /// Sessions kept for resumption.
+    #[arg(long, default_value_t = 20480)]
+    pub tls_session_cache_size: usize,
+    /// Choose the cipher suite by the server's order rather than the client's (yes/no).
+    #[arg(long, default_value = "no")]
+    pub tls_prefer_server_ciphers: String,
 }
 
 /// Settings after merging file and flags and validating values.
@@ -218,6 +255,8 @@ pub struct Settings {
     pub acl_users: Vec<Vec<Vec<u8>>>,
     /// Appliance networking (`--network=dpdk`); `None` in kernel mode.
     pub dpdk: Option<DpdkSettings>,
+    /// The TLS listener's settings as given at start (`server::tls` builds the context).
+    pub tls: tls::TlsSettings,
 }
 
 /// Validated `--network=dpdk` settings. Parsing needs no DPDK, so it is built and tested
@@ -429,7 +468,22 @@ const FLAG_DIRECTIVES: &[&str] = &[
     "dpdk-ip",
     "dpdk-gateway",
     "dpdk-mac",
+    "tls-port",
+    "tls-cert-file",
+    "tls-key-file",
+    "tls-ca-cert-file",
+    "tls-ca-cert-dir",
+    "tls-auth-clients",
+    "tls-protocols",
+    "tls-ciphersuites",
+    "tls-ciphers",
+    "tls-session-caching",
+    "tls-session-cache-size",
+    "tls-prefer-server-ciphers",
 ];
+/// Redis directives for what lavik does not do: accepted when they ask for nothing
+/// (`no`), refused otherwise, so a config file never silently loses a promise.
+const OFF_ONLY_DIRECTIVES: &[&str] = &["tls-replication", "tls-cluster"];
 const BOOL_FLAGS: &[&str] = &[
     "pin-workers",
     "logtostderr",
@@ -481,6 +535,14 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
             }
             continue;
         }
+        if OFF_ONLY_DIRECTIVES.contains(&name.as_str()) {
+            if values.first().and_then(|v| parse_yes_no(v)) != Some(false) {
+                return Err(format!(
+                    "config line {lineno}: '{name}' is not supported (only '{name} no')"
+                ));
+            }
+            continue;
+        }
         if name == "user" {
             if values.is_empty() {
                 return Err(format!("config line {lineno}: 'user' needs a username"));
@@ -508,7 +570,10 @@ pub fn config_file_args(text: &str) -> Result<Vec<String>, String> {
             }
             continue;
         }
-        if name == "client-output-buffer-limit" || name == "latency-tracking-info-percentiles" {
+        if name == "client-output-buffer-limit"
+            || name == "latency-tracking-info-percentiles"
+            || name == "tls-protocols"
+        {
             // One class group per line, its four words as one value.
             out.push(format!("--{name}={}", values.join(" ")));
             continue;
@@ -770,7 +835,9 @@ impl Settings {
             None => 1 << 30,
         };
         let acl_users = acl_users(&cli)?;
+        let tls = tls::TlsSettings::from_cli(&cli)?;
         Ok(Settings {
+            tls,
             acl_users,
             pin_workers: !cli.no_pin_workers,
             data_file_growth,

@@ -93,6 +93,9 @@ pub struct Conn {
     pub txn: super::worker::txn::TxnState,
     /// Pub/Sub subscriptions (`pubsub.rs`).
     pub subs: super::worker::pubsub::Subs,
+    /// The TLS session of a connection accepted on `--tls-port` (`None`: plaintext).
+    /// Received bytes pass through it into `inbuf`; `out` is sealed by it into `sending`.
+    pub tls: Option<Box<super::tls::TlsSession>>,
 }
 
 impl Conn {
@@ -146,6 +149,7 @@ impl Conn {
             out_cleared: 0,
             txn: Default::default(),
             subs: Default::default(),
+            tls: None,
         }
     }
 

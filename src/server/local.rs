@@ -677,7 +677,7 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
     let rt = w.shared.runtime.read().expect("runtime lock").clone();
     let fsync = w.fsync.as_str();
     let yes_no = |b: bool| if b { "yes" } else { "no" }.to_string();
-    vec![
+    let mut params = vec![
         ("bind".into(), s.binds.join(" ")),
         ("port".into(), s.cli.port.to_string()),
         (
@@ -803,7 +803,9 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
                 .load(Ordering::Relaxed)
                 .to_string(),
         ),
-    ]
+    ];
+    params.extend(w.shared.tls.settings().params());
+    params
 }
 
 fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
@@ -830,6 +832,8 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         });
     } else if eq_ic(sub, "set") && a.len() >= 4 && a.len().is_multiple_of(2) {
         let mut rt = w.shared.runtime.read().expect("runtime lock").clone();
+        // TLS parameters change together: one new context for all of them.
+        let mut new_tls: Option<(String, crate::config::tls::TlsSettings)> = None;
         let mut new_fsync: Option<crate::storage::FsyncPolicy> = None;
         let mut new_cache: Option<u64> = None;
         let mut new_requirepass: Option<Option<String>> = None;
@@ -913,10 +917,26 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                     Some(b) => w.shared.shutdown_checkpoint.store(b, Ordering::SeqCst),
                     None => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'")),
                 },
+                _ if crate::config::tls::SETTABLE.contains(&name.as_str()) => {
+                    let (_, tls) = new_tls
+                        .get_or_insert_with(|| (name.clone(), w.shared.tls.settings()));
+                    if let Err(e) = tls.set(&name, &val) {
+                        return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {e}"));
+                    }
+                }
                 _ if config_params(w).iter().any(|(k, _)| *k == name) => {
                     return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"));
                 }
                 _ => return err(conn, &format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")),
+            }
+        }
+        if let Some((first, tls)) = new_tls {
+            // Before anything else applies: a context that fails to build changes nothing.
+            if let Err(e) = w.shared.tls.apply(tls) {
+                tracing::warn!(
+                    "Failed applying new TLS configuration ({e}); the previous one stays"
+                );
+                return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{first}') - Unable to update TLS configuration. Check server logs."));
             }
         }
         if let Some(p) = new_fsync {

@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod notify;
 mod ops_cmd;
 mod reads;
+pub mod tls;
 mod worker;
 
 use crate::commands::ShardSet;
@@ -215,6 +216,8 @@ pub struct Shared {
     pub pubsub_subscriptions: AtomicUsize,
     /// Per-command counters, error counts and the latency monitor (`cmdstats`).
     pub cmdstats: Arc<cmdstats::StatsHub>,
+    /// The TLS context for connections on `--tls-port` (CONFIG SET rebuilds it).
+    pub tls: tls::TlsContext,
 }
 
 impl Shared {
@@ -308,6 +311,8 @@ pub fn build_shared(
         .latency
         .threshold_ms
         .store(settings.cli.latency_monitor_threshold, Ordering::Relaxed);
+    let tls = tls::TlsContext::new(&settings.tls)
+        .map_err(|e| std::io::Error::other(format!("TLS configuration: {e}")))?;
     let shared = Shared {
         acl: RwLock::new(acl),
         acl_gen: AtomicU64::new(1),
@@ -337,6 +342,7 @@ pub fn build_shared(
         pubsub: RwLock::new(Default::default()),
         pubsub_subscriptions: AtomicUsize::new(0),
         cmdstats,
+        tls,
     };
     Ok((Arc::new(shared), rxs))
 }

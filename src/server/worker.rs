@@ -480,14 +480,23 @@ impl Worker {
             .map(|a| a.to_string())
             .unwrap_or_else(|| "?:0".into());
         let loopback = peer.is_some_and(|a| a.ip().is_loopback());
+        let tls = match super::tls::accepts_tls(&self.shared.tls, local_addr) {
+            Ok(tls) => tls,
+            Err(()) => return,
+        };
         let authenticated = match self.admit(loopback) {
             Ok(authenticated) => authenticated,
+            // No plaintext on a TLS socket: a refused TLS client is just closed.
+            Err(_) if tls.is_some() => return,
             Err(refusal) => {
                 let _ = write_all_now(&fd, refusal);
                 return;
             }
         };
         let slot = self.install_conn(Transport::Kernel(fd), addr, laddr, authenticated, now);
+        if let Some(conn) = self.conns[slot as usize].as_mut() {
+            conn.tls = tls;
+        }
         self.arm_recv(slot);
     }
 
@@ -568,8 +577,12 @@ impl Worker {
             let data_len = res as usize;
             if let Some(conn) = self.conns.get_mut(slot as usize).and_then(|c| c.as_mut()) {
                 if conn.gen == (token >> 32) as u32 && !conn.closing {
-                    conn.inbuf
-                        .extend_from_slice(self.bufring.data(bid, data_len));
+                    let data = self.bufring.data(bid, data_len);
+                    if conn.tls.is_none() {
+                        conn.inbuf.extend_from_slice(data);
+                    } else {
+                        super::tls::received(conn, data);
+                    }
                 }
             }
             self.bufring.recycle(bid);
@@ -1672,7 +1685,14 @@ impl Worker {
             let Some(fd) = conn.fd.kernel_fd() else {
                 continue;
             };
-            if conn.sending.is_empty() && !conn.out.is_empty() {
+            if let Some(tls) = conn.tls.as_deref_mut() {
+                // Replies, handshake messages and alerts, encrypted into `sending`.
+                if conn.sending.is_empty() {
+                    tls.seal(&mut conn.out, &mut conn.sending);
+                    conn.out_cleared = 0;
+                    conn.send_off = 0;
+                }
+            } else if conn.sending.is_empty() && !conn.out.is_empty() {
                 std::mem::swap(&mut conn.sending, &mut conn.out);
                 conn.out_cleared = 0;
                 conn.send_off = 0;
