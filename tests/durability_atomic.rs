@@ -89,6 +89,20 @@ fn mset_family(c: &mut RespConn, f: usize, version: u64) -> Vec<u8> {
 #[test]
 #[ignore = "fails today: a cross-shard MSET/RENAME can be half-recovered after SIGKILL (docs/atomic-writes.md)"]
 fn cross_worker_writes_are_all_or_nothing_after_sigkill() {
+    kill_rounds("dur-atomic", 0x15a7, true);
+}
+
+// Every acknowledged cross-worker MSET is present after SIGKILL (appendfsync always): the
+// coordinated pass's reply waits for the lent shards' sync and the coordinator's own epoch.
+#[test]
+fn acknowledged_cross_worker_msets_survive_sigkill() {
+    kill_rounds("dur-acked", 0xac4ed, false);
+}
+
+/// Runs the load and SIGKILL rounds; `atomic` also checks all-or-nothing (MSET families
+/// at one version, the renamed value under exactly one name). Without it each key must hold
+/// a version between its family's last acknowledged and last sent MSET.
+fn kill_rounds(tag: &str, seed: u64, atomic: bool) {
     for f in 0..FAMILIES {
         let shards: std::collections::BTreeSet<u32> =
             (0..FAMILY_KEYS).map(|i| shard_of(&fam_key(f, i))).collect();
@@ -102,9 +116,12 @@ fn cross_worker_writes_are_all_or_nothing_after_sigkill() {
         .map(|k| &*Box::leak(k.into_boxed_str()))
         .expect("a name on the other worker");
 
-    let mut s = Server::start("dur-atomic", &["--threads", "2", "--appendfsync", "always"]);
-    let mut rng = Rng::new(0x15a7);
-    let mut versions = [0u64; FAMILIES];
+    let mut s = Server::start(tag, &["--threads", "2", "--appendfsync", "always"]);
+    let mut rng = Rng::new(seed);
+    // Per family: the lowest version any key holds (what must survive with no new ack) and
+    // the highest (new MSETs go above it).
+    let mut floor = [0u64; FAMILIES];
+    let mut top = [0u64; FAMILIES];
     {
         let mut c = RespConn::connect(s.port);
         assert_eq!(c.call(&[b"SET", ren_a.as_bytes(), b"moving"]), b"+OK\r\n");
@@ -112,11 +129,13 @@ fn cross_worker_writes_are_all_or_nothing_after_sigkill() {
     for round in 0..5 {
         let stop = Arc::new(AtomicBool::new(false));
         let progress: Arc<Mutex<[Progress; FAMILIES]>> =
-            Arc::new(Mutex::new(versions.map(|v| Progress { acked: v, sent: v })));
+            Arc::new(Mutex::new(std::array::from_fn(|f| Progress {
+                acked: floor[f],
+                sent: top[f],
+            })));
         let mut hs = Vec::new();
-        for f in 0..FAMILIES {
+        for (f, &start) in top.iter().enumerate() {
             let (stop, progress, port) = (stop.clone(), progress.clone(), s.port);
-            let start = versions[f];
             hs.push(std::thread::spawn(move || {
                 let mut c = RespConn::connect(port);
                 c.set_timeout(Duration::from_secs(10));
@@ -174,34 +193,45 @@ fn cross_worker_writes_are_all_or_nothing_after_sigkill() {
                 .iter()
                 .map(|b| b.as_deref().and_then(version_of))
                 .collect();
-            let first = vs[0];
-            assert!(
-                vs.iter().all(|v| *v == first),
-                "round {round}: family {f} recovered a partial MSET: {vs:?} (acked {}, sent {})",
-                p[f].acked,
-                p[f].sent
-            );
-            let v = first.unwrap_or(0);
-            assert!(
-                v >= p[f].acked && v <= p[f].sent,
-                "round {round}: family {f} at version {v}, acked {}, sent {}",
-                p[f].acked,
-                p[f].sent
-            );
-            for (k, b) in keys.iter().zip(&got) {
+            if atomic {
+                assert!(
+                    vs.iter().all(|v| *v == vs[0]),
+                    "round {round}: family {f} recovered a partial MSET: {vs:?} (acked {}, sent {})",
+                    p[f].acked,
+                    p[f].sent
+                );
+            }
+            for ((k, b), v) in keys.iter().zip(&got).zip(&vs) {
+                let v = v.unwrap_or(0);
+                assert!(
+                    v >= p[f].acked && v <= p[f].sent,
+                    "round {round}: {k} at version {v}, acked {}, sent {}",
+                    p[f].acked,
+                    p[f].sent
+                );
                 if let Some(b) = b {
                     assert_eq!(b, &fam_value(v, k), "round {round}: {k}");
                 }
             }
-            versions[f] = v;
+            floor[f] = vs.iter().map(|v| v.unwrap_or(0)).min().unwrap_or(0);
+            top[f] = vs.iter().map(|v| v.unwrap_or(0)).max().unwrap_or(0);
         }
         let a = c.call(&[b"EXISTS", ren_a.as_bytes()]);
         let b = c.call(&[b"EXISTS", ren_b.as_bytes()]);
         let count = |r: &[u8]| if r == b":1\r\n" { 1 } else { 0 };
-        assert_eq!(
-            count(&a) + count(&b),
-            1,
-            "round {round}: a cross-worker RENAME was half recovered"
-        );
+        let names = count(&a) + count(&b);
+        if atomic {
+            assert_eq!(
+                names, 1,
+                "round {round}: a cross-worker RENAME was half recovered"
+            );
+        } else if names != 1 {
+            // Today a half-recovered RENAME can lose the value or duplicate it: start over.
+            assert_eq!(
+                c.call(&[b"DEL", ren_a.as_bytes(), ren_b.as_bytes()])[0],
+                b':'
+            );
+            assert_eq!(c.call(&[b"SET", ren_a.as_bytes(), b"moving"]), b"+OK\r\n");
+        }
     }
 }
