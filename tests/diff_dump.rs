@@ -344,6 +344,8 @@ fn zset_payloads_as_redis() {
     p.check(&["ZADD", "zl", "1", &long, "2", "b"]);
     p.check(&["OBJECT", "ENCODING", "zl"]);
     p.check(&["DUMP", "zl"]);
+}
+
 /// Pushes `n` random elements to `key` on both servers, all at the tail unless `head`.
 fn build_list(p: &mut Pair, rng: &mut Rng, key: &str, n: usize, head: bool) {
     let cmd: &[u8] = if head { b"LPUSH" } else { b"RPUSH" };
