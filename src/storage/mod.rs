@@ -42,6 +42,7 @@ mod alloc;
 mod cache;
 pub mod check;
 mod checkpoint;
+pub mod expiry;
 pub mod collection;
 pub mod format;
 pub mod grow;
