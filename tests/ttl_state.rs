@@ -30,7 +30,10 @@ fn shard_sum(c: &mut redis::Connection, name: &str) -> u64 {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 /// Loads `n` keys `prefix:i` with `extra` arguments after the value, pipelined.
@@ -52,7 +55,7 @@ fn load(c: &mut redis::Connection, prefix: &str, n: u64, extra: &[String]) {
 }
 
 // Proves active expiry reclaims 200k keys that all expire in the same second within a bound
-// (DBSIZE 0, expired_keys 200k, no TTL entries left, keyspace line gone) while no expired key
+// (DBSIZE 0, the shards' expired_keys 200k, no TTL entries left, keyspace line gone) while no expired key
 // is ever served.
 #[test]
 fn mass_expiry_is_reclaimed_and_never_served() {
@@ -81,11 +84,13 @@ fn mass_expiry_is_reclaimed_and_never_served() {
     while now_ms() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    // From now on no key may be served, while active expiry drains them.
+    // From now on no key may be served, while active expiry drains them. The bound: 100k
+    // keys/s (2 s) in a release build; a debug build on the shared machine managed ~4.4k/s.
+    let bound = Duration::from_secs(if cfg!(debug_assertions) { 180 } else { 2 });
     let started = Instant::now();
     let mut probe = 7u64;
     loop {
-        let expired = info_u64(&mut c, "stats", "expired_keys");
+        let expired = shard_sum(&mut c, "expired_keys");
         let dbsize: u64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
         if dbsize == 0 {
             assert_eq!(expired, n);
@@ -93,13 +98,15 @@ fn mass_expiry_is_reclaimed_and_never_served() {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "not reclaimed in 30 s: dbsize {dbsize}, expired_keys {expired}"
+            started.elapsed() < bound,
+            "not reclaimed in {bound:?}: dbsize {dbsize}, expired_keys {expired}"
         );
         let mut p = redis::pipe();
         for _ in 0..50 {
-            probe = (probe * 6364136223846793005 + 1442695040888963407) % n;
-            p.cmd("EXISTS").arg(format!("m:{probe}"));
+            probe = probe
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            p.cmd("EXISTS").arg(format!("m:{}", (probe >> 20) % n));
         }
         let hits: Vec<u64> = p.query(&mut c).unwrap();
         assert!(hits.iter().all(|&h| h == 0), "an expired key was served");

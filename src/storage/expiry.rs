@@ -147,14 +147,24 @@ impl ExpirySet {
         let e = (expire_at_ms, addr.0);
         let Some((&k, c)) = self.chunks.range_mut(..=e).next_back() else {
             // Before every chunk (or the set is empty).
-            match self.chunks.first_key_value().map(|(&k, c)| (k, c.data.len())) {
+            match self
+                .chunks
+                .first_key_value()
+                .map(|(&k, c)| (k, c.data.len()))
+            {
                 Some((k, len)) if len < CHUNK_MAX_BYTES / 2 => {
                     let mut all = vec![e];
                     let c = self.take(k);
                     decode(k, &c.data, &mut all);
                     self.put_run(&all);
                 }
-                _ => self.put_chunk(e, Chunk { last: e, data: Vec::new() }),
+                _ => self.put_chunk(
+                    e,
+                    Chunk {
+                        last: e,
+                        data: Vec::new(),
+                    },
+                ),
             }
             self.len += 1;
             return true;
@@ -167,7 +177,13 @@ impl ExpirySet {
             encode_step(&mut step, c.last, e);
             if c.data.len() + step.len() > CHUNK_MAX_BYTES {
                 // The chunk is full: start the next one (the left one stays full).
-                self.put_chunk(e, Chunk { last: e, data: Vec::new() });
+                self.put_chunk(
+                    e,
+                    Chunk {
+                        last: e,
+                        data: Vec::new(),
+                    },
+                );
             } else {
                 let cap = c.data.capacity();
                 if c.data.len() + step.len() > cap {

@@ -3,6 +3,7 @@
 //! block allocator, taken once per block.
 use super::alloc::{BlockId, BlockIdHashing, StoreShared};
 use super::cache::RecordCache;
+use super::expiry::ExpirySet;
 use super::format::{
     decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES,
@@ -15,7 +16,6 @@ use super::prefetch::Fetched;
 use super::tombraider::TombRaider;
 use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
 use crate::device::AlignedBuf;
-use super::expiry::ExpirySet;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::Arc;
