@@ -44,6 +44,7 @@ mod cache;
 pub mod check;
 mod checkpoint;
 pub mod collection;
+pub mod expiry;
 pub mod format;
 pub mod grow;
 mod hash;

@@ -617,7 +617,7 @@ impl Shard {
             if w > self.watermarks[d] {
                 self.watermarks[d] = w;
                 self.indexes[d] = Index::new();
-                self.expiry[d] = std::collections::BTreeSet::new();
+                self.expiry[d].clear();
                 for info in self.blocks.values_mut() {
                     info.live_bytes[d] = 0;
                 }

@@ -3,6 +3,7 @@
 //! block allocator, taken once per block.
 use super::alloc::{BlockId, BlockIdHashing, StoreShared};
 use super::cache::RecordCache;
+use super::expiry::ExpirySet;
 use super::format::{
     decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
     RecordRef, RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG,
@@ -15,7 +16,7 @@ use super::prefetch::Fetched;
 use super::tombraider::TombRaider;
 use super::{Db, FsyncPolicy, StorageError, StoreConfig, Value, ValueKind};
 use crate::device::AlignedBuf;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
@@ -24,9 +25,6 @@ const READ_WINDOW_BYTES: usize = 8192;
 /// Bytes per root-record fragment address entry and root payload header.
 const ROOT_ENTRY_BYTES: usize = 8;
 const ROOT_HEADER_BYTES: usize = 24;
-/// Estimated bytes per entry of an expiry set: a 16-byte (expiry, address) pair in BTree
-/// leaves of 11 entries, about two-thirds full, plus node headers.
-const EXPIRY_ENTRY_BYTES_ESTIMATE: u64 = 26;
 /// Rough cost of one unit of background work, used to turn a time budget into a work count.
 const BACKGROUND_UNIT_US: u64 = 10;
 /// Work units charged for reading a whole block when a defrag job starts.
@@ -238,7 +236,7 @@ pub struct Shard {
     pub(crate) dirty_devices: Vec<bool>,
     pub(crate) pending_frees: Vec<BlockId>,
     /// Per db: (expire_at_ms, address) of every current record that has an expiry.
-    pub(crate) expiry: Vec<BTreeSet<(u64, Address)>>,
+    pub(crate) expiry: Vec<ExpirySet>,
     /// No entry of `expiry` (any db) expires before this (`u64::MAX`: none can exist).
     /// A lower bound kept by `expiry_add` and made exact when active expiry finds
     /// nothing due, so the background pass of every loop round skips the per-db walk
@@ -380,7 +378,7 @@ impl Shard {
             first_unflushed_ms: None,
             dirty_devices: vec![false; device_count],
             pending_frees: Vec::new(),
-            expiry: (0..DB_COUNT).map(|_| BTreeSet::new()).collect(),
+            expiry: (0..DB_COUNT).map(|_| ExpirySet::new()).collect(),
             expiry_earliest_ms: u64::MAX,
             expiry_cursor_db: 0,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
@@ -790,7 +788,7 @@ impl Shard {
         self.watermarks_dirty = true;
         self.mark_unflushed();
         self.indexes[d] = Index::new();
-        self.expiry[d] = BTreeSet::new();
+        self.expiry[d].clear();
         let mut dead_extents = Vec::new();
         self.defrag_idle = None;
         for (b, info) in self.blocks.iter_mut() {
@@ -995,7 +993,7 @@ impl Shard {
                 + self.read_buf.len()
                 + self.defrag_job.as_ref().map_or(0, |j| j.image.len()))
                 as u64,
-            expiry_bytes: self.volatile_count() * EXPIRY_ENTRY_BYTES_ESTIMATE,
+            expiry_bytes: self.expiry.iter().map(|e| e.memory_bytes() as u64).sum(),
             tomb_raider_bytes: self.raider.memory_bytes() as u64,
             block_table_bytes: (self.blocks.capacity() * (std::mem::size_of::<BlockInfo>() + 8))
                 as u64,
@@ -1250,13 +1248,13 @@ impl Shard {
     pub(crate) fn expiry_add(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
         if expire_at_ms != 0 {
             self.expiry_earliest_ms = self.expiry_earliest_ms.min(expire_at_ms);
-            self.expiry[db as usize].insert((expire_at_ms, addr));
+            self.expiry[db as usize].insert(expire_at_ms, addr);
         }
     }
 
     pub(crate) fn expiry_remove(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
         if expire_at_ms != 0 {
-            self.expiry[db as usize].remove(&(expire_at_ms, addr));
+            self.expiry[db as usize].remove(expire_at_ms, addr);
         }
     }
 
@@ -1975,18 +1973,26 @@ impl Shard {
             return Ok(());
         }
         let mut idle_dbs = 0;
+        let mut due = Vec::new();
         while *work > 0 && idle_dbs < DB_COUNT {
             let d = self.expiry_cursor_db;
-            match self.expiry[d].first() {
-                Some(&(expire_at_ms, addr)) if expire_at_ms <= now_ms => {
-                    self.expiry[d].pop_first();
-                    *work -= 1;
-                    idle_dbs = 0;
-                    self.expire_if_current(d as Db, addr, now_ms)?;
-                }
-                _ => {
-                    idle_dbs += 1;
-                    self.expiry_cursor_db = (d + 1) % DB_COUNT;
+            due.clear();
+            let max = (*work).min(256) as usize;
+            let n = self.expiry[d].pop_due(now_ms, max, &mut due);
+            if n == 0 {
+                idle_dbs += 1;
+                self.expiry_cursor_db = (d + 1) % DB_COUNT;
+                continue;
+            }
+            *work -= n as u64;
+            idle_dbs = 0;
+            for i in 0..due.len() {
+                if let Err(e) = self.expire_if_current(d as Db, due[i].1, now_ms) {
+                    // Keep the entries not yet handled (as before, the failing one is dropped).
+                    for &(at, addr) in &due[i + 1..] {
+                        self.expiry[d].insert(at, addr);
+                    }
+                    return Err(e);
                 }
             }
         }
@@ -1995,7 +2001,7 @@ impl Shard {
             self.expiry_earliest_ms = self
                 .expiry
                 .iter()
-                .filter_map(|e| e.first().map(|&(at, _)| at))
+                .filter_map(|e| e.first().map(|(at, _)| at))
                 .min()
                 .unwrap_or(u64::MAX);
         }

@@ -14,9 +14,10 @@ use std::fmt::Write as _;
 /// `docs/benchmarks/storage-10m/README.md` (113,103,488 B / 10,000,000 = 11.31 B/key; the
 /// table itself counts 9.58 B/key in `docs/index.md`, the rest is growth slack).
 pub const INDEX_BYTES_PER_KEY: f64 = 11.31;
-/// Expiry state per key with a TTL: (expire-at, address) in a per-db BTreeSet,
-/// `docs/storage.md` "RAM budget per key" (≈ 26 B per volatile key, `stats().expiry_bytes`).
-pub const TTL_BYTES_PER_VOLATILE_KEY: f64 = 26.0;
+/// Expiry state per key with a TTL: delta-encoded (expire-at, address) chunks,
+/// `docs/benchmarks/ttl-state/README.md` (1M keys `SET k v EX 86400`: 1.45 B/key of
+/// `used_memory`, rounded up; random deadlines cost up to ~8, `docs/index.md` "TTL state").
+pub const TTL_BYTES_PER_VOLATILE_KEY: f64 = 2.0;
 /// Block table bytes per data block in use (`docs/storage.md`: ~130 B per block).
 pub const BLOCK_TABLE_BYTES_PER_BLOCK: f64 = 130.0;
 /// Per shard: the staging buffer (one block, 1 MiB by default) plus an 8 KiB read buffer
@@ -406,7 +407,7 @@ mod tests {
     fn ttls_cost_ram_not_device() {
         let a = plan(&input(1_000_000, 0.0));
         let b = plan(&input(1_000_000, 0.5));
-        assert_eq!(b.ram_ttl, 13_000_000);
+        assert_eq!(b.ram_ttl, 1_000_000);
         assert_eq!(a.device_live, b.device_live);
         assert!(b.redis_ram > a.redis_ram + 16_000_000);
     }
