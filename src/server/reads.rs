@@ -76,11 +76,60 @@ pub enum ReadDest {
     },
 }
 
+/// A parked command's arguments in one allocation: each argument's length (4 bytes,
+/// little-endian) followed by its bytes.
+pub struct ArgList {
+    data: Vec<u8>,
+    count: usize,
+}
+
+/// Arguments a parked command runs with before `ArgList::with_refs` needs the heap.
+const ARGS_ON_STACK: usize = 16;
+
+impl ArgList {
+    pub fn new(args: &[&[u8]]) -> ArgList {
+        let total = args.iter().map(|a| a.len() + 4).sum();
+        let mut data = Vec::with_capacity(total);
+        for a in args {
+            data.extend_from_slice(&(a.len() as u32).to_le_bytes());
+            data.extend_from_slice(a);
+        }
+        ArgList {
+            data,
+            count: args.len(),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest = self.data.as_slice();
+        std::iter::from_fn(move || {
+            let (len, tail) = rest.split_first_chunk::<4>()?;
+            let (arg, tail) = tail.split_at(u32::from_le_bytes(*len) as usize);
+            rest = tail;
+            Some(arg)
+        })
+    }
+
+    /// Runs `f` on the arguments as a slice of slices (on the stack for short commands).
+    pub fn with_refs<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        if self.count <= ARGS_ON_STACK {
+            let mut refs: [&[u8]; ARGS_ON_STACK] = [&[]; ARGS_ON_STACK];
+            for (slot, a) in refs.iter_mut().zip(self.iter()) {
+                *slot = a;
+            }
+            f(&refs[..self.count])
+        } else {
+            let refs: Vec<&[u8]> = self.iter().collect();
+            f(&refs)
+        }
+    }
+}
+
 /// A command waiting for device reads.
 pub struct Parked {
     pub dest: ReadDest,
     pub spec: &'static CommandSpec,
-    pub args: Vec<Vec<u8>>,
+    pub args: ArgList,
     pub db: u8,
     pub proto: Proto,
     /// Records fetched so far, with the shard each belongs to.
@@ -104,7 +153,7 @@ impl Parked {
     pub fn new(
         dest: ReadDest,
         spec: &'static CommandSpec,
-        args: Vec<Vec<u8>>,
+        args: ArgList,
         db: u8,
         proto: Proto,
     ) -> Parked {
@@ -283,6 +332,8 @@ impl Reads {
     ) {
         debug_assert!(!reads.is_empty());
         self.stats.parked_commands += 1;
+        p.fetched.reserve(reads.len());
+        p.fetched_shard.reserve(reads.len());
         p.unsubmitted = reads;
         let idx = match self.free_parked.pop() {
             Some(i) => i,
@@ -523,10 +574,10 @@ impl Reads {
         p.rounds += 1;
         let mut more = Vec::new();
         if p.error.is_none() && p.rounds < PLAN_ROUNDS_MAX {
-            let args: Vec<&[u8]> = p.args.iter().map(|a| a.as_slice()).collect();
-            plan(
-                io.shards, io.own, p.spec, &args, p.db, &p.fetched, &mut more,
-            );
+            let (spec, db, fetched) = (p.spec, p.db, &p.fetched);
+            p.args.with_refs(|args| {
+                plan(io.shards, io.own, spec, args, db, fetched, &mut more);
+            });
         }
         if more.is_empty() {
             if let Some(p) = self.parked[pidx].take() {

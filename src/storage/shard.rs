@@ -758,8 +758,11 @@ impl Shard {
         let share = (ix.memory_bytes() as u64)
             .div_ceil(ix.len().max(1) as u64)
             .min(cap);
+        // A volatile key's share of its db's expiry set (entries are delta-coded: the
+        // average, rounded up).
         let expiry = if found.rec.header.expire_at_ms != 0 {
-            EXPIRY_ENTRY_BYTES_ESTIMATE
+            let set = &self.expiry[db as usize];
+            (set.memory_bytes() as u64).div_ceil(set.len().max(1) as u64)
         } else {
             0
         };
@@ -932,6 +935,12 @@ impl Shard {
             self.defrag_step(&mut work)?;
         }
         Ok(())
+    }
+
+    /// Some key of this shard may be due to expire (a lower bound: active expiry makes it
+    /// exact when it finds nothing due).
+    pub fn expiry_due(&self, now_ms: u64) -> bool {
+        self.expiry_earliest_ms <= now_ms
     }
 
     /// What `DEFRAG STATUS` reports for this shard.
