@@ -80,7 +80,10 @@ fn mass_expiry_is_reclaimed_and_never_served() {
     assert!(loaded < deadline, "load took {} ms", loaded - t0);
     let dbsize: u64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
     assert_eq!(dbsize, n);
-    assert_eq!(info_field(&mut c, "keyspace", "db0"), format!("keys={n}"));
+    assert_eq!(
+        info_field(&mut c, "keyspace", "db0"),
+        format!("keys={n},expires={n}")
+    );
     assert_eq!(shard_sum(&mut c, "volatile_entries"), n);
     // Before the deadline the keys are served.
     let v: Option<String> = redis::cmd("GET").arg("m:12345").query(&mut c).unwrap();

@@ -1147,18 +1147,20 @@ pub fn heap_bytes() -> u64 {
 
 fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     let all: Vec<usize> = (0..w.shared.workers.len()).collect();
-    let Some((keys_per_db, shard_stats, growth)) = w.with_workers(&all, |w| {
+    let Some(((keys_per_db, expires_per_db), shard_stats, growth)) = w.with_workers(&all, |w| {
         let mut keys = [0u64; 16];
+        let mut expires = [0u64; 16];
         let mut stats = Vec::new();
         let mut growth = None;
         for s in w.shards.held() {
             for (db, k) in keys.iter_mut().enumerate() {
                 *k += s.key_count(db as u8);
+                expires[db] += s.volatile_count_db(db as u8);
             }
             stats.push((s.id(), s.stats()));
             growth = growth.or_else(|| s.growth_status());
         }
-        (keys, stats, growth)
+        ((keys, expires), stats, growth)
     }) else {
         return Outcome::Retry;
     };
@@ -1368,7 +1370,10 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         out.push_str("# Keyspace\r\n");
         for (db, &k) in keys_per_db.iter().enumerate() {
             if k > 0 {
-                out.push_str(&format!("db{db}:keys={k}\r\n"));
+                // Redis also prints `avg_ttl=`, an estimate from its expiry sampling;
+                // lavik keeps no such estimate and leaves the field out.
+                let e = expires_per_db[db];
+                out.push_str(&format!("db{db}:keys={k},expires={e}\r\n"));
             }
         }
         out.push_str("\r\n");

@@ -1267,6 +1267,11 @@ impl Shard {
         }
     }
 
+    /// Keys of `db` with an expiry (INFO keyspace `expires=`).
+    pub fn volatile_count_db(&self, db: Db) -> u64 {
+        self.expiry.get(db as usize).map_or(0, |e| e.len() as u64)
+    }
+
     fn volatile_count(&self) -> u64 {
         self.expiry.iter().map(|e| e.len() as u64).sum()
     }
