@@ -36,7 +36,7 @@ fn loaded_new() -> Loaded<ListValue> {
 }
 
 /// Pops up to `count` (>= 1) elements from `end` of the list at `key` (see the module
-/// comment): `None` when there is no list.
+/// comment): `None` when there is no list. Fires `lpop`/`rpop` (and `del` when emptied).
 pub fn pop_from(
     ctx: &mut Ctx,
     key: &[u8],
@@ -68,7 +68,8 @@ fn end_event(end: End, head: &'static str, tail: &'static str) -> &'static str {
 }
 
 /// Pushes `elements` one by one at `end` of the list at `key` (creating it when `create`);
-/// returns the new length, 0 when the key is missing and not created.
+/// returns the new length, 0 when the key is missing and not created. Fires `lpush`/`rpush`
+/// when it pushed.
 pub fn push_to(
     ctx: &mut Ctx,
     key: &[u8],
@@ -125,7 +126,7 @@ pub fn move_element(
 }
 
 /// LMOVE's events in Redis's order: the push on `dst`, the pop on `src`, `del` of an
-/// emptied `src`.
+/// emptied `src` (Redis 7 pushes before it pops, though its docs promise the reverse).
 fn notify_moved(ctx: &Ctx, src: &[u8], dst: &[u8], from: End, to: End, emptied: bool) {
     ctx.notify(LIST, end_event(to, "lpush", "rpush"), dst);
     ctx.notify(LIST, end_event(from, "lpop", "rpop"), src);

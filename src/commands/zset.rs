@@ -844,7 +844,8 @@ pub fn pop_pairs(z: &mut ZSetValue, max: bool, count: usize) -> Vec<(f64, Vec<u8
 }
 
 /// Pops up to `count` pairs from the sorted set at `key` and writes the key back (deleted
-/// when emptied). `Ok(None)`: no such key. The seam for BZPOPMIN/BZPOPMAX/BZMPOP.
+/// when emptied). `Ok(None)`: no such key. The seam for BZPOPMIN/BZPOPMAX/BZMPOP. Fires
+/// `zpopmin`/`zpopmax` (and `del` when emptied) when it popped.
 pub fn pop_from_key(
     ctx: &mut Ctx,
     key: &[u8],
