@@ -14,8 +14,8 @@
 //! order, and COUNT n ANY returns the n members with the lowest scores among the matches,
 //! not the first n Redis's cell walk meets.
 
-use super::collection::{load_zset, store_zset};
-use super::zset::{parse_score, zadd};
+use super::collection::load_zset;
+use super::zset::{parse_score, store_result, zadd};
 use super::{eq_ic, parse_int, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::encode::Proto;
 use crate::resp::ReplyBuf;
@@ -431,7 +431,8 @@ fn search_generic(
     let Some(z) = zobj else {
         match store_key {
             Some(k) => {
-                store_zset(ctx, k, &ZSetValue::new(), None)?;
+                // Redis deletes the destination (a `del` event when it existed).
+                store_result(ctx, k, &ZSetValue::new(), "geosearchstore")?;
                 r.int(0);
             }
             None => r.array(0),
@@ -492,7 +493,7 @@ fn search_generic(
             })
             .collect();
         let out = ZSetValue::from_pairs(pairs);
-        store_zset(ctx, k, &out, None)?;
+        store_result(ctx, k, &out, "geosearchstore")?;
         r.int(out.len() as i64);
         return Ok(());
     }

@@ -23,6 +23,7 @@
 use super::collection::{load_list, parse_rand_count, store_list, Loaded};
 use super::{eq_ic, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
+use crate::runtime::events::{GENERIC, LIST};
 use crate::storage::list_codec::{End, ListValue};
 
 const ERR_POSITIVE: &str = "ERR value is out of range, must be positive";
@@ -35,7 +36,7 @@ fn loaded_new() -> Loaded<ListValue> {
 }
 
 /// Pops up to `count` (>= 1) elements from `end` of the list at `key` (see the module
-/// comment): `None` when there is no list.
+/// comment): `None` when there is no list. Fires `lpop`/`rpop` (and `del` when emptied).
 pub fn pop_from(
     ctx: &mut Ctx,
     key: &[u8],
@@ -50,11 +51,25 @@ pub fn pop_from(
     let popped: Vec<Vec<u8>> = (0..n).filter_map(|_| l.value.pop(end)).collect();
     l.value.after_shrink();
     store_list(ctx, key, &l.value, l.expire_at_ms)?;
+    // Redis's listElementsRemoved: one pop event per command, `del` once emptied.
+    ctx.notify(LIST, end_event(end, "lpop", "rpop"), key);
+    if l.value.is_empty() {
+        ctx.notify(GENERIC, "del", key);
+    }
     Ok(Some(popped))
 }
 
+/// The event name for `end`: `head` at the head, `tail` at the tail.
+fn end_event(end: End, head: &'static str, tail: &'static str) -> &'static str {
+    match end {
+        End::Head => head,
+        End::Tail => tail,
+    }
+}
+
 /// Pushes `elements` one by one at `end` of the list at `key` (creating it when `create`);
-/// returns the new length, 0 when the key is missing and not created.
+/// returns the new length, 0 when the key is missing and not created. Fires `lpush`/`rpush`
+/// when it pushed.
 pub fn push_to(
     ctx: &mut Ctx,
     key: &[u8],
@@ -72,6 +87,7 @@ pub fn push_to(
         l.value.push(end, e);
     }
     store_list(ctx, key, &l.value, l.expire_at_ms)?;
+    ctx.notify(LIST, end_event(end, "lpush", "rpush"), key);
     Ok(l.value.len())
 }
 
@@ -95,6 +111,7 @@ pub fn move_element(
         // Redis runs the source's shrinking check after the push, on the same list.
         s.value.after_shrink();
         store_list(ctx, src, &s.value, s.expire_at_ms)?;
+        notify_moved(ctx, src, dst, from, to, false);
         return Ok(Some(e));
     }
     let mut d = load_list(ctx, dst)?.unwrap_or_else(loaded_new);
@@ -104,7 +121,18 @@ pub fn move_element(
     s.value.after_shrink();
     store_list(ctx, dst, &d.value, d.expire_at_ms)?;
     store_list(ctx, src, &s.value, s.expire_at_ms)?;
+    notify_moved(ctx, src, dst, from, to, s.value.is_empty());
     Ok(Some(e))
+}
+
+/// LMOVE's events in Redis's order: the push on `dst`, the pop on `src`, `del` of an
+/// emptied `src` (Redis 7 pushes before it pops, though its docs promise the reverse).
+fn notify_moved(ctx: &Ctx, src: &[u8], dst: &[u8], from: End, to: End, emptied: bool) {
+    ctx.notify(LIST, end_event(to, "lpush", "rpush"), dst);
+    ctx.notify(LIST, end_event(from, "lpop", "rpop"), src);
+    if emptied {
+        ctx.notify(GENERIC, "del", src);
+    }
 }
 
 fn reply_elements(r: &mut ReplyBuf, items: &[Vec<u8>]) {
@@ -221,6 +249,7 @@ pub fn lset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     l.value.set(i, a[3]);
     l.value.after_shrink();
     store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+    ctx.notify(LIST, "lset", a[1]);
     r.ok();
     Ok(())
 }
@@ -278,6 +307,11 @@ pub fn ltrim(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if changed || l.value.encoding() != before {
         store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
     }
+    // Redis fires `ltrim` whenever the list exists, trimmed or not.
+    ctx.notify(LIST, "ltrim", a[1]);
+    if l.value.is_empty() {
+        ctx.notify(GENERIC, "del", a[1]);
+    }
     r.ok();
     Ok(())
 }
@@ -308,6 +342,7 @@ pub fn linsert(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     };
     l.value.insert(at, after, a[4]);
     store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+    ctx.notify(LIST, "linsert", a[1]);
     r.int(l.value.len() as i64);
     Ok(())
 }
@@ -347,6 +382,10 @@ pub fn lrem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         l.value.retain_indexed(|i, _| !drop[i]);
         l.value.after_shrink();
         store_list(ctx, a[1], &l.value, l.expire_at_ms)?;
+        ctx.notify(LIST, "lrem", a[1]);
+        if l.value.is_empty() {
+            ctx.notify(GENERIC, "del", a[1]);
+        }
     }
     r.int(marked as i64);
     Ok(())

@@ -24,6 +24,7 @@ use super::{
 use crate::resp::encode::Proto;
 use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
+use crate::runtime::events::{GENERIC, ZSET};
 use crate::storage::collection::SetValue;
 pub use crate::storage::zset::format_score;
 use crate::storage::zset::{ZSetEncoding, ZSetValue};
@@ -511,6 +512,7 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
     }
     if added + updated > 0 {
         store_zset(ctx, key, &z.value, z.expire_at_ms)?;
+        ctx.notify(ZSET, if f.incr { "zincr" } else { "zadd" }, key);
     }
     if f.incr {
         if processed > 0 {
@@ -535,9 +537,18 @@ pub fn zrem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         .count();
     if removed > 0 {
         store_zset(ctx, a[1], &z.value, z.expire_at_ms)?;
+        notify_removed(ctx, a[1], "zrem", z.value.is_empty());
     }
     r.int(removed as i64);
     Ok(())
+}
+
+/// A removal's event, then `del` when it emptied the key (Redis's order).
+fn notify_removed(ctx: &Ctx, key: &[u8], event: &str, emptied: bool) {
+    ctx.notify(ZSET, event, key);
+    if emptied {
+        ctx.notify(GENERIC, "del", key);
+    }
 }
 
 pub fn zcard(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
@@ -702,7 +713,7 @@ fn zrange_generic(
     };
     let Some(z) = load_zset(ctx, a[src_at])? else {
         if store {
-            store_zset(ctx, a[1], &ZSetValue::new(), None)?;
+            store_result(ctx, a[1], &ZSetValue::new(), "zrangestore")?;
             r.int(0);
         } else {
             r.array(0);
@@ -731,7 +742,7 @@ fn zrange_generic(
     let p = z.pairs();
     if store {
         let out = ZSetValue::from_pairs(picked.iter().map(|&i| p[i].clone()).collect());
-        store_zset(ctx, a[1], &out, None)?;
+        store_result(ctx, a[1], &out, "zrangestore")?;
         r.int(out.len() as i64);
         return Ok(());
     }
@@ -794,6 +805,12 @@ fn zremrange(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, rtype: RangeType) -> 
     let removed = z.value.remove_ranks(span).len();
     if removed > 0 {
         store_zset(ctx, a[1], &z.value, z.expire_at_ms)?;
+        let event = match rtype {
+            RangeType::Score => "zremrangebyscore",
+            RangeType::Lex => "zremrangebylex",
+            _ => "zremrangebyrank",
+        };
+        notify_removed(ctx, a[1], event, z.value.is_empty());
     }
     r.int(removed as i64);
     Ok(())
@@ -827,7 +844,8 @@ pub fn pop_pairs(z: &mut ZSetValue, max: bool, count: usize) -> Vec<(f64, Vec<u8
 }
 
 /// Pops up to `count` pairs from the sorted set at `key` and writes the key back (deleted
-/// when emptied). `Ok(None)`: no such key. The seam for BZPOPMIN/BZPOPMAX/BZMPOP.
+/// when emptied). `Ok(None)`: no such key. The seam for BZPOPMIN/BZPOPMAX/BZMPOP. Fires
+/// `zpopmin`/`zpopmax` (and `del` when emptied) when it popped.
 pub fn pop_from_key(
     ctx: &mut Ctx,
     key: &[u8],
@@ -840,6 +858,8 @@ pub fn pop_from_key(
     let popped = pop_pairs(&mut z.value, max, count);
     if !popped.is_empty() {
         store_zset(ctx, key, &z.value, z.expire_at_ms)?;
+        let event = if max { "zpopmax" } else { "zpopmin" };
+        notify_removed(ctx, key, event, z.value.is_empty());
     }
     Ok(Some(popped))
 }
@@ -1094,6 +1114,25 @@ fn set_operation(srcs: &[(ZSetValue, f64)], op: SetOp, how: Aggregate) -> Vec<(f
     }
 }
 
+/// Writes a *STORE result at `dst` (ZUNIONSTORE ... ZRANGESTORE, GEOSEARCHSTORE): fires
+/// `event` when it stored members, `del` when an empty result removed an existing key.
+pub(crate) fn store_result(ctx: &mut Ctx, dst: &[u8], out: &ZSetValue, event: &str) -> CmdResult {
+    let existed = out.is_empty() && {
+        let (db, now) = (ctx.db, ctx.now_ms);
+        ctx.shards
+            .for_key(dst)
+            .exists(db, dst, now)
+            .map_err(storage_error)?
+    };
+    store_zset(ctx, dst, out, None)?;
+    if !out.is_empty() {
+        ctx.notify(ZSET, event, dst);
+    } else if existed {
+        ctx.notify(GENERIC, "del", dst);
+    }
+    Ok(())
+}
+
 fn command_name(a: &[&[u8]]) -> String {
     String::from_utf8_lossy(a[0]).to_ascii_lowercase()
 }
@@ -1154,7 +1193,12 @@ fn zsetop_generic(
     }
     let out = ZSetValue::from_pairs(set_operation(&srcs, op, how));
     if store {
-        store_zset(ctx, a[1], &out, None)?;
+        let event = match op {
+            SetOp::Union => "zunionstore",
+            SetOp::Inter => "zinterstore",
+            SetOp::Diff => "zdiffstore",
+        };
+        store_result(ctx, a[1], &out, event)?;
         r.int(out.len() as i64);
     } else {
         reply_pairs(
