@@ -71,6 +71,8 @@ const EXTRA_CATEGORIES: &[(&str, &[&str])] = &[
     ("info", &["dangerous"]),
     ("lastsave", &["admin", "dangerous"]),
     ("restore", &["dangerous"]),
+    ("sort", &["set", "sortedset", "list", "dangerous"]),
+    ("sort_ro", &["set", "sortedset", "list", "dangerous"]),
 ];
 
 /// Subcommands of lavik's containers, as Redis 7.2 defines them, with their categories.
@@ -266,7 +268,8 @@ fn top_categories(spec: &CommandSpec) -> u32 {
     }
     let mut bits = match spec.group {
         "string" => cat("string"),
-        "generic" => cat("keyspace"),
+        // SORT's JSON names its value types instead of @keyspace (EXTRA_CATEGORIES).
+        "generic" if !matches!(spec.name, "sort" | "sort_ro") => cat("keyspace"),
         "connection" => cat("connection"),
         "hash" => cat("hash"),
         "set" => cat("set"),
