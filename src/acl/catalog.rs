@@ -256,7 +256,8 @@ pub struct Catalog {
 
 /// Command ids are indices into this many bits; the last bit is reserved for
 /// "commands added later", which only `+@all` sets (as in Redis).
-pub const COMMAND_BITS: usize = 256;
+/// (512: the table plus subcommands passed 255 with SORT/SORT_RO.)
+pub const COMMAND_BITS: usize = 512;
 
 fn top_categories(spec: &CommandSpec) -> u32 {
     if SUBCOMMANDS.iter().any(|(c, _)| *c == spec.name) {
