@@ -120,9 +120,10 @@ fn sort_command(rng: &mut Rng, data: &Data) -> (Vec<String>, bool) {
     // (and store nothing, so later commands see the same data on both servers).
     let alpha_ties =
         alpha && by.is_some() && !nosort && (!data.complete || by == Some("{s}none_*"));
-    let store = !readonly && !(alpha_ties && src != LIST) && rng.chance(30);
+    let unordered_ties = alpha_ties && src != LIST;
+    let store = !readonly && !unordered_ties && rng.chance(30);
     let set_hash_order = src == SET && nosort && !store;
-    let unordered = set_hash_order || (alpha_ties && src != LIST);
+    let unordered = set_hash_order || unordered_ties;
     let mut opts: Vec<Vec<String>> = Vec::new();
     if let Some(b) = by {
         opts.push(vec!["BY".into(), b.into()]);
