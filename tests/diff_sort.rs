@@ -209,6 +209,22 @@ fn random_sorts_match_redis() {
     p.hello(3);
     edge_cases(&mut p);
     refuses_patterns_outside_the_slot(&mut p);
+    command_info(&mut p);
+}
+
+/// Arity, flags (movablekeys), key positions and ACL categories as Redis (lavik reports no
+/// key specs, so the comparison stops after the categories).
+fn command_info(p: &mut Pair) {
+    for name in ["sort", "sort_ro"] {
+        p.check_with(&["COMMAND", "INFO", name], |reply| {
+            let last = b"+@dangerous\r\n";
+            let cut = reply
+                .windows(last.len())
+                .position(|w| w == last)
+                .expect("categories listed");
+            reply[..cut + last.len()].to_vec()
+        });
+    }
 }
 
 /// Error texts and their order, STORE's delete and TTL rules, and patterns naming keys of
