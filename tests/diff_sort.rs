@@ -367,3 +367,52 @@ fn refuses_patterns_outside_the_slot(p: &mut Pair) {
         );
     }
 }
+
+fn sync_reads(c: &mut redis::Connection) -> u64 {
+    let text: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("lavik_sync_reads:"))
+        .expect("lavik_sync_reads in INFO")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+// The keys BY/GET patterns form are not prefetched: with no record cache, those whose
+// values are on the device are read synchronously and counted in lavik_sync_reads, and
+// the reply still has their values (lavik alone).
+#[test]
+fn pattern_keys_are_read_synchronously_and_counted() {
+    const ELEMENTS: usize = 40;
+    // Over a 1 MiB block of 1 KB values in the {s} shard, so the first ones are sealed.
+    const FILL: usize = 1500;
+    let s = common::Server::start("sort-sync", &["--threads", "1", "--cache-size", "0"]);
+    let mut c = s.client();
+    let mut pipe = redis::pipe();
+    for i in 0..FILL {
+        let value = format!("{i:04}{}", "v".repeat(996));
+        pipe.cmd("SET")
+            .arg(format!("{{s}}w_{i}"))
+            .arg(value)
+            .ignore();
+    }
+    pipe.cmd("RPUSH")
+        .arg("{s}l")
+        .arg((0..ELEMENTS).collect::<Vec<_>>())
+        .ignore();
+    let () = pipe.query(&mut c).unwrap();
+    let before = sync_reads(&mut c);
+    let got: Vec<Vec<u8>> = redis::cmd("SORT")
+        .arg(&["{s}l", "BY", "nosort", "GET", "{s}w_*"])
+        .query(&mut c)
+        .unwrap();
+    let after = sync_reads(&mut c);
+    assert_eq!(got.len(), ELEMENTS);
+    for (i, v) in got.iter().enumerate() {
+        assert!(v.starts_with(format!("{i:04}").as_bytes()) && v.len() == 1000);
+    }
+    assert!(
+        after > before,
+        "no synchronous read counted ({before} -> {after})"
+    );
+}
