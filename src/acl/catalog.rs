@@ -451,6 +451,16 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
                 W
             }
         }
+        // SORT's key is read; its STORE destination (the first key position when there
+        // is one, `key_positions`) is written.
+        "sort_ro" => R,
+        "sort" => {
+            if ordinal == 0 && crate::commands::sort::store_position(args).is_some() {
+                W
+            } else {
+                R
+            }
+        }
         _ => W,
     }
 }
@@ -512,6 +522,11 @@ mod tests {
     #[test]
     fn key_access_per_spec() {
         assert_eq!(key_access("get", 0, &[]), KEY_READ);
+        let sort_store: &[&[u8]] = &[b"sort", b"k", b"STORE", b"d"];
+        assert_eq!(key_access("sort", 0, sort_store), KEY_WRITE);
+        assert_eq!(key_access("sort", 1, sort_store), KEY_READ);
+        assert_eq!(key_access("sort", 0, &[b"sort", b"k"]), KEY_READ);
+        assert_eq!(key_access("sort_ro", 0, &[b"sort_ro", b"k"]), KEY_READ);
         assert_eq!(key_access("set", 0, &[b"set", b"k", b"v"]), KEY_WRITE);
         assert_eq!(
             key_access("set", 0, &[b"set", b"k", b"v", b"GET"]),

@@ -29,6 +29,8 @@ use std::cmp::Ordering;
 
 const ERR_BY_CLUSTER: &str = "ERR BY option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.";
 const ERR_GET_CLUSTER: &str = "ERR GET option of SORT denied in Cluster mode when keys formed by the pattern may be in different slots.";
+const ERR_BY_ACL: &str = "ERR BY option of SORT denied due to insufficient ACL permissions.";
+const ERR_GET_ACL: &str = "ERR GET option of SORT denied due to insufficient ACL permissions.";
 const ERR_SCORE: &str = "ERR One or more scores can't be converted into double";
 
 /// SORT's parsed options.
@@ -71,7 +73,9 @@ pub fn pattern_slot(p: &[u8]) -> Option<u16> {
     Some(key_slot(p))
 }
 
-fn parse<'a>(a: &[&'a [u8]], readonly: bool) -> Result<Options<'a>, String> {
+/// `full_key_access`: the user may read every key (else a BY pattern with `*` or any GET
+/// is refused, in its place among the options, as Redis does).
+fn parse<'a>(a: &[&'a [u8]], readonly: bool, full_key_access: bool) -> Result<Options<'a>, String> {
     let mut o = Options {
         desc: false,
         alpha: false,
@@ -107,12 +111,17 @@ fn parse<'a>(a: &[&'a [u8]], readonly: bool) -> Result<Options<'a>, String> {
                 o.dontsort = true;
             } else if pattern_slot(p) != Some(slot) {
                 return Err(ERR_BY_CLUSTER.into());
+            } else if !full_key_access {
+                return Err(ERR_BY_ACL.into());
             }
             j += 1;
         } else if eq_ic(w, "get") && left >= 1 {
             let p = a[j + 1];
             if p != b"#" && pattern_slot(p) != Some(slot) {
                 return Err(ERR_GET_CLUSTER.into());
+            }
+            if !full_key_access {
+                return Err(ERR_GET_ACL.into());
             }
             o.gets.push(p);
             j += 1;
@@ -122,6 +131,19 @@ fn parse<'a>(a: &[&'a [u8]], readonly: bool) -> Result<Options<'a>, String> {
         j += 1;
     }
     Ok(o)
+}
+
+/// For the ACL gate, when the user may not read every key: the error SORT/SORT_RO `args`
+/// get for using BY or GET, if that is the first error their options meet.
+pub fn acl_refusal(args: &[&[u8]]) -> Option<String> {
+    if args.len() < 2 {
+        return None;
+    }
+    let readonly = eq_ic(args[0], "sort_ro");
+    match parse(args, readonly, false) {
+        Err(e) if e == ERR_BY_ACL || e == ERR_GET_ACL => Some(e),
+        _ => None,
+    }
 }
 
 /// The position of SORT's STORE destination in `args` (the last STORE wins, as in Redis's
@@ -291,7 +313,8 @@ fn limit_range(start: i64, count: i64, len: usize) -> (i64, i64) {
 }
 
 fn sort_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, readonly: bool) -> CmdResult {
-    let mut o = parse(a, readonly)?;
+    // The ACL gate refuses BY/GET for users without full key access (`acl_refusal`).
+    let mut o = parse(a, readonly, true)?;
     let (kind, elements) = load_elements(ctx, a[1])?;
     if o.dontsort && kind == ValueKind::Set {
         // See the module comment: a set has no order of its own to keep.
