@@ -357,6 +357,18 @@ fn edge_cases(p: &mut Pair) {
     p.check(&["SORT", "{s}z", "BY", "nosort"]);
     p.check(&["SORT", "{s}z", "BY", "nosort", "DESC", "LIMIT", "1", "2"]);
     p.check(&["SORT", "{s}z", "ALPHA", "DESC"]);
+    // In MULTI, STORE to a key on the other worker; in a script a set with BY nosort is
+    // sorted (ALPHA), which Redis does there too.
+    p.check(&["MULTI"]);
+    p.check(&["SORT", "{s}set", "ALPHA", "DESC", "STORE", "dst-other"]);
+    p.check(&["SORT_RO", "{s}z", "BY", "nosort", "GET", "#"]);
+    p.check(&["EXEC"]);
+    p.check(&["LRANGE", "dst-other", "0", "-1"]);
+    p.check(&["SADD", "{s}set", "10", "9", "x", "-1"]);
+    let script = "return redis.call('SORT', KEYS[1], 'BY', 'nosort', 'DESC', 'LIMIT', '1', '4')";
+    p.check(&["EVAL", script, "1", "{s}set"]);
+    let script = "return redis.call('SORT', KEYS[1], 'BY', KEYS[1] .. '*')";
+    p.check(&["EVAL", script, "1", "{s}l"]);
 }
 
 /// BY/GET patterns whose keys may lie outside the sorted key's slot are refused (lavik
