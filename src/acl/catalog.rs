@@ -71,6 +71,8 @@ const EXTRA_CATEGORIES: &[(&str, &[&str])] = &[
     ("info", &["dangerous"]),
     ("lastsave", &["admin", "dangerous"]),
     ("restore", &["dangerous"]),
+    ("sort", &["set", "sortedset", "list", "dangerous"]),
+    ("sort_ro", &["set", "sortedset", "list", "dangerous"]),
 ];
 
 /// Subcommands of lavik's containers, as Redis 7.2 defines them, with their categories.
@@ -254,6 +256,7 @@ pub struct Catalog {
 
 /// Command ids are indices into this many bits; the last bit is reserved for
 /// "commands added later", which only `+@all` sets (as in Redis).
+/// (512: the table plus subcommands passed 255 with SORT/SORT_RO.)
 pub const COMMAND_BITS: usize = 512;
 
 fn top_categories(spec: &CommandSpec) -> u32 {
@@ -266,7 +269,8 @@ fn top_categories(spec: &CommandSpec) -> u32 {
     }
     let mut bits = match spec.group {
         "string" => cat("string"),
-        "generic" => cat("keyspace"),
+        // SORT's JSON names its value types instead of @keyspace (EXTRA_CATEGORIES).
+        "generic" if !matches!(spec.name, "sort" | "sort_ro") => cat("keyspace"),
         "connection" => cat("connection"),
         "hash" => cat("hash"),
         "set" => cat("set"),
@@ -447,6 +451,16 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
                 W
             }
         }
+        // SORT's key is read; its STORE destination (the first key position when there
+        // is one, `key_positions`) is written.
+        "sort_ro" => R,
+        "sort" => {
+            if ordinal == 0 && crate::commands::sort::store_position(args).is_some() {
+                W
+            } else {
+                R
+            }
+        }
         _ => W,
     }
 }
@@ -508,6 +522,11 @@ mod tests {
     #[test]
     fn key_access_per_spec() {
         assert_eq!(key_access("get", 0, &[]), KEY_READ);
+        let sort_store: &[&[u8]] = &[b"sort", b"k", b"STORE", b"d"];
+        assert_eq!(key_access("sort", 0, sort_store), KEY_WRITE);
+        assert_eq!(key_access("sort", 1, sort_store), KEY_READ);
+        assert_eq!(key_access("sort", 0, &[b"sort", b"k"]), KEY_READ);
+        assert_eq!(key_access("sort_ro", 0, &[b"sort_ro", b"k"]), KEY_READ);
         assert_eq!(key_access("set", 0, &[b"set", b"k", b"v"]), KEY_WRITE);
         assert_eq!(
             key_access("set", 0, &[b"set", b"k", b"v", b"GET"]),

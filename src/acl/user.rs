@@ -626,6 +626,18 @@ impl User {
             .any(|s| s.channel_allowed(channel, is_pattern))
     }
 
+    /// Redis's `ACLUserCheckCmdWithUnrestrictedKeyAccess` (SORT's BY/GET): some selector
+    /// allows this call and reads every key (`~*`, or a `*` pattern with read access).
+    pub fn full_key_read(&self, id: usize, args: &[&[u8]], keys: &[KeyRef]) -> bool {
+        self.selectors.iter().any(|s| {
+            s.check(id, args, keys, &[]).is_ok()
+                && (s.allkeys
+                    || s.patterns
+                        .iter()
+                        .any(|p| p.pattern == b"*" && p.flags & KEY_READ != 0))
+        })
+    }
+
     /// The fast path: everything allowed, nothing to look at per call.
     pub fn unrestricted(&self) -> bool {
         let r = self.root();

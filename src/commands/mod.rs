@@ -24,6 +24,7 @@ pub mod keyspace;
 pub mod list;
 pub mod scripting;
 pub mod set;
+pub mod sort;
 pub mod string;
 pub mod table;
 pub mod zset;

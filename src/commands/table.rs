@@ -3,7 +3,7 @@
 
 use super::{
     bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, list as l,
-    scripting as sc, set as st, string as s, zset as z, Handler,
+    scripting as sc, set as st, sort as so, string as s, zset as z, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,10 +34,13 @@ pub struct CommandSpec {
 
 /// "The argument at `numkeys_at` says how many keys follow it" (EVAL, EVALSHA, FCALL: 2),
 /// plus a fixed key before it for the commands that store (ZUNIONSTORE: `dest_at` 1).
+/// `sort_store`: instead, SORT's shape — the key at 1 plus the argument after a STORE
+/// keyword found by scanning the options (`sort::store_position`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Movable {
     pub numkeys_at: usize,
     pub dest_at: Option<usize>,
+    pub sort_store: bool,
 }
 
 impl CommandSpec {
@@ -90,6 +93,8 @@ const FUNCTION: &[&str] = &[];
 const ZR_MOVABLE: &[&str] = &["readonly", "movablekeys"];
 const ZW_MOVABLE: &[&str] = &["write", "movablekeys"];
 const ZWD_MOVABLE: &[&str] = &["write", "denyoom", "movablekeys"];
+const SORT_FLAGS: &[&str] = &["write", "denyoom", "movablekeys"];
+const SORT_RO_FLAGS: &[&str] = &["readonly", "movablekeys"];
 const LMPOP: &[&str] = &["write", "movablekeys"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
@@ -133,6 +138,7 @@ macro_rules! keyed_numkeys {
             movable: Some(Movable {
                 numkeys_at: $at,
                 dest_at: None,
+                sort_store: false,
             }),
         }
     };
@@ -155,6 +161,31 @@ macro_rules! keyed_dest_numkeys {
             movable: Some(Movable {
                 numkeys_at: 2,
                 dest_at: Some(1),
+                sort_store: false,
+            }),
+        }
+    };
+}
+/// SORT and SORT_RO: the key at 1 (first/last/step 1 1 1, as COMMAND reports) and, for
+/// SORT, a STORE destination found by keyword (movable keys).
+macro_rules! keyed_sort {
+    ($name:expr, $flags:expr, $since:expr, $sum:expr, $h:expr) => {
+        CommandSpec {
+            name: $name,
+            arity: -2,
+            flags: $flags,
+            first_key: 1,
+            last_key: 1,
+            step: 1,
+            group: "generic",
+            since: $since,
+            summary: $sum,
+            kind: Kind::Keyed,
+            handler: Some($h),
+            movable: Some(Movable {
+                numkeys_at: 0,
+                dest_at: None,
+                sort_store: true,
             }),
         }
     };
@@ -295,6 +326,8 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("exists", -2, RF, 1, -1, 1, "generic", "1.0.0", "Determines whether one or more keys exist.", k::exists),
     keyed!("touch", -2, RF, 1, -1, 1, "generic", "3.2.1", "Returns the number of existing keys out of those specified after updating the time they were last accessed.", k::exists),
     keyed!("type", 2, RF, 1, 1, 1, "generic", "1.0.0", "Determines the type of value stored at a key.", k::type_),
+    keyed_sort!("sort", SORT_FLAGS, "1.0.0", "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.", so::sort),
+    keyed_sort!("sort_ro", SORT_RO_FLAGS, "7.0.0", "Returns the sorted elements of a list, a set, or a sorted set.", so::sort_ro),
     keyed!("rename", 3, WD, 1, 2, 1, "generic", "1.0.0", "Renames a key and overwrites the destination.", k::rename),
     keyed!("renamenx", 3, WDF, 1, 2, 1, "generic", "1.0.0", "Renames a key only when the target key name doesn't exist.", k::renamenx),
     keyed!("move", 3, WDF, 1, 1, 1, "generic", "1.0.0", "Moves a key to another database.", k::move_),
@@ -449,6 +482,11 @@ pub fn key_positions(
     spec: &CommandSpec,
     args: &[&[u8]],
 ) -> std::iter::Chain<std::option::IntoIter<usize>, std::iter::StepBy<std::ops::Range<usize>>> {
+    if spec.movable.is_some_and(|m| m.sort_store) {
+        let dest = super::sort::store_position(args);
+        let key_end = args.len().min(2);
+        return dest.into_iter().chain((1.min(key_end)..key_end).step_by(1));
+    }
     if let Some(m) = spec.movable {
         let n = movable_key_count(m, args).unwrap_or(0);
         let first = m.numkeys_at + 1;

@@ -134,6 +134,14 @@ pub fn permit(
     let keys = key_refs(spec, args);
     let channels = channel_refs(spec, args);
     let Err(denied) = user.check(id, args, &keys, &channels) else {
+        // SORT's BY/GET read keys no argument names: Redis lets only users who may read
+        // every key use them (the command's own error, not an ACL denial).
+        if matches!(spec.name, "sort" | "sort_ro") && !user.full_key_read(id, args, &keys) {
+            if let Some(msg) = crate::commands::sort::acl_refusal(args) {
+                conn.reply(|r| r.error(&msg));
+                return false;
+            }
+        }
         return true;
     };
     let fullname = &catalog().commands[id].fullname;

@@ -267,6 +267,8 @@ pub const PARTIAL: &[(&str, &str)] = &[
     ("latency", "events are command, fast-command and lavik-commit; GRAPH and DOCTOR are lavik's own renderings"),
     ("memory", "USAGE counts RAM only (index share and expiry entry; values live on the device); MALLOC-STATS answers as Redis on libc malloc"),
     ("object", "FREQ always errs (no LFU), IDLETIME is 0 (no access times kept), REFCOUNT is Redis's figure for the same value"),
+    ("sort", "BY/GET patterns as in Redis Cluster: a BY pattern with `*` and a GET pattern other than `#` must hash to the sorted key's slot (a hash tag, e.g. `{k}:w_*` for key `{k}`), else refused with Redis 7.4.2's cluster error (lavik refuses also outside cluster mode); their keys are read synchronously (not prefetched; counted in lavik_sync_reads); a set with BY nosort is returned sorted (ALPHA)"),
+    ("sort_ro", "BY/GET patterns as in Redis Cluster (see SORT); a set with BY nosort is returned sorted (ALPHA)"),
     ("save", "flushes and syncs every shard (no RDB file: the data devices are the persistent copy)"),
     ("touch", "counts the existing keys; lavik keeps no access times (no LRU/LFU)"),
 ];
