@@ -254,7 +254,7 @@ pub struct Catalog {
 
 /// Command ids are indices into this many bits; the last bit is reserved for
 /// "commands added later", which only `+@all` sets (as in Redis).
-pub const COMMAND_BITS: usize = 256;
+pub const COMMAND_BITS: usize = 512;
 
 fn top_categories(spec: &CommandSpec) -> u32 {
     if SUBCOMMANDS.iter().any(|(c, _)| *c == spec.name) {
@@ -293,6 +293,7 @@ fn top_categories(spec: &CommandSpec) -> u32 {
             "readonly" if spec.group != "scripting" => cat("read"),
             "admin" => cat("admin") | cat("dangerous"),
             "fast" => cat("fast"),
+            "blocking" => cat("blocking"),
             _ => 0,
         };
     }
@@ -414,6 +415,14 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
         | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" | "zrevrange"
         | "zrandmember" | "zunion" | "zinter" | "zdiff" | "zintercard" | "zscan" => R,
         "zincrby" | "zpopmin" | "zpopmax" | "zmpop" => R | W,
+        "blpop" | "brpop" | "blmpop" | "bzpopmin" | "bzpopmax" | "bzmpop" => R | W,
+        "blmove" | "brpoplpush" => {
+            if ordinal == 0 {
+                R | W
+            } else {
+                W
+            }
+        }
         "zrangestore" | "zunionstore" | "zinterstore" | "zdiffstore" | "geosearchstore" => {
             if ordinal == 0 {
                 W

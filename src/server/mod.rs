@@ -29,6 +29,7 @@
 //! read), allocation-free cross-worker messages.
 
 pub mod acl_cmd;
+pub mod blocking;
 pub mod cmdstats;
 mod conn;
 #[cfg(any(test, feature = "dpdk"))]
