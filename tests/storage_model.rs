@@ -12,8 +12,8 @@
 //! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
 use lavik::storage::collection::{HashValue, SetValue};
-use lavik::storage::zset::ZSetValue;
 use lavik::storage::list_codec::{End, ListValue};
+use lavik::storage::zset::ZSetValue;
 use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};

@@ -175,7 +175,15 @@ pub fn brpop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     bpop(ctx, a, r, End::Tail)
 }
 
-fn bmove(ctx: &mut Ctx, src: &[u8], dst: &[u8], from: End, to: End, t: &[u8], r: &mut ReplyBuf) -> CmdResult {
+fn bmove(
+    ctx: &mut Ctx,
+    src: &[u8],
+    dst: &[u8],
+    from: End,
+    to: End,
+    t: &[u8],
+    r: &mut ReplyBuf,
+) -> CmdResult {
     let deadline = parse_timeout(t, ctx.now_ms)?;
     match move_element(ctx, src, dst, from, to)? {
         Some(e) => r.bulk(&e),
@@ -252,7 +260,12 @@ pub fn blmpop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
-fn first_pairs(ctx: &mut Ctx, keys: &[&[u8]], max: bool, count: usize) -> Result<Option<(usize, Vec<ScorePair>)>, String> {
+fn first_pairs(
+    ctx: &mut Ctx,
+    keys: &[&[u8]],
+    max: bool,
+    count: usize,
+) -> Result<Option<(usize, Vec<ScorePair>)>, String> {
     for (i, key) in keys.iter().enumerate() {
         if let Some(popped) = pop_from_key(ctx, key, max, count)? {
             if !popped.is_empty() {
@@ -328,7 +341,12 @@ pub fn narrow_to_key(args: &[Vec<u8>], key: &[u8]) -> Vec<Vec<u8>> {
         }
         b"blmpop" | b"bzmpop" => {
             let n = crate::resp::parse::parse_i64(&args[2]).unwrap_or(1).max(1) as usize;
-            let mut v = vec![args[0].clone(), args[1].clone(), b"1".to_vec(), key.to_vec()];
+            let mut v = vec![
+                args[0].clone(),
+                args[1].clone(),
+                b"1".to_vec(),
+                key.to_vec(),
+            ];
             v.extend_from_slice(&args[3 + n..]);
             v
         }
@@ -375,7 +393,10 @@ mod tests {
             .map(|s| s.as_bytes().to_vec())
             .collect();
         assert_eq!(n, want);
-        let b: Vec<Vec<u8>> = ["blpop", "a", "b", "0"].iter().map(|s| s.as_bytes().to_vec()).collect();
+        let b: Vec<Vec<u8>> = ["blpop", "a", "b", "0"]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
         assert_eq!(narrow_to_key(&b, b"b").len(), 3);
     }
 }

@@ -12,8 +12,8 @@
 use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashValue, SetValue};
-use crate::storage::zset::ZSetValue;
 use crate::storage::list_codec::ListValue;
+use crate::storage::zset::ZSetValue;
 use crate::storage::{StorageError, ValueKind};
 use std::cell::Cell;
 

@@ -8,8 +8,8 @@ use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, ERR_SYNTAX};
 use crate::rdb::{self, RdbValue};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashValue, SetValue};
-use crate::storage::zset::ZSetValue;
 use crate::storage::list_codec::ListValue;
+use crate::storage::zset::ZSetValue;
 use crate::storage::{StorageError, ValueKind};
 
 /// Largest FREQ (an LFU counter is 8 bits).

@@ -2,8 +2,8 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, list as l,
-    blocking as bl, scripting as sc, set as st, string as s, zset as z, Handler,
+    bitmap as b, blocking as bl, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k,
+    list as l, scripting as sc, set as st, string as s, zset as z, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

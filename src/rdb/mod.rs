@@ -30,8 +30,8 @@ pub mod lzf;
 
 use crate::resp::parse::parse_i64;
 use crate::storage::collection::{as_set_int, HashEncoding, HashValue, SetEncoding, SetValue};
-use crate::storage::zset::{format_score, ZSetEncoding, ZSetValue};
 use crate::storage::list_codec::ListValue;
+use crate::storage::zset::{format_score, ZSetEncoding, ZSetValue};
 
 /// The RDB version DUMP writes (Redis 7.0's; see the module comment).
 pub const RDB_VERSION_EMITTED: u16 = 10;

@@ -256,17 +256,12 @@ pub fn take_deliveries() -> Vec<(Waiter, Vec<u8>)> {
     DELIVER.with(|d| std::mem::take(&mut *d.borrow_mut()))
 }
 
-/// The timeout reply of a blocking command: nil bulk for BLMOVE/BRPOPLPUSH, nil array
-/// for the rest.
-fn timeout_reply(args: &[Vec<u8>], proto: Proto) -> Vec<u8> {
+/// The timeout (or CLIENT UNBLOCK TIMEOUT) reply: a nil array for every blocking
+/// command, BLMOVE and BRPOPLPUSH included (Redis's `replyToBlockedClientTimedOut`; in
+/// MULTI those two answer a nil bulk instead, which their handlers write).
+fn timeout_reply(_args: &[Vec<u8>], proto: Proto) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut r = ReplyBuf::new(&mut out, proto);
-    let name = args[0].to_ascii_lowercase();
-    if name == b"blmove" || name == b"brpoplpush" {
-        r.null();
-    } else {
-        r.null_array();
-    }
+    ReplyBuf::new(&mut out, proto).null_array();
     out
 }
 
@@ -293,7 +288,9 @@ pub fn expire(worker: usize, now_ms: u64) -> Vec<(Waiter, Vec<u8>)> {
         let due: Vec<u64> = reg
             .entries
             .iter()
-            .filter(|(_, e)| e.waiter.worker == worker && e.deadline_ms.is_some_and(|d| d <= now_ms))
+            .filter(|(_, e)| {
+                e.waiter.worker == worker && e.deadline_ms.is_some_and(|d| d <= now_ms)
+            })
             .map(|(&id, _)| id)
             .collect();
         let mut out: Vec<(u64, Waiter, Vec<u8>)> = Vec::new();
@@ -333,7 +330,11 @@ fn same_conn(w: &Waiter, worker: usize, token: ConnToken) -> bool {
 /// True when the connection `token` of `worker` is blocked (CLIENT LIST flag `b`).
 pub fn is_blocked(worker: usize, token: ConnToken) -> bool {
     blocked_clients() > 0
-        && with_registry(|reg| reg.entries.values().any(|e| same_conn(&e.waiter, worker, token)))
+        && with_registry(|reg| {
+            reg.entries
+                .values()
+                .any(|e| same_conn(&e.waiter, worker, token))
+        })
 }
 
 /// CLIENT UNBLOCK: removes the client's blocked command and returns the reply it gets

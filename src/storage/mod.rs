@@ -53,8 +53,8 @@ pub mod prefetch;
 mod recovery;
 mod shard;
 mod tombraider;
-pub mod zset;
 pub mod watch;
+pub mod zset;
 
 pub use grow::{GrowthConfig, GrowthStatus};
 pub use hash::{key_hash, key_slot, shard_of_slot};
