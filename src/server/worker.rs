@@ -1939,7 +1939,6 @@ fn exec_on(
         r.out.truncate(mark);
         r.error(&e);
     }
-    drop(ctx);
     super::blocking::after_handler(waiter, shards, spec, args, db, now, max_bulk);
     super::blocking::defer_end(shards, now, max_bulk);
     let failed = super::cmdstats::errors_seen() != errors_before;
