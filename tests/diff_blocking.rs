@@ -177,6 +177,19 @@ fn serving_order(p: &mut Pair, proto: u8) {
             &["RPUSH", "e1", "late"],
         ],
     );
+    // A script's writes serve when the script ends (the pushed-then-popped element never).
+    scenario(
+        p,
+        proto,
+        &["sc1"],
+        &[&["BLPOP", "sc1", "0"], &["BLPOP", "sc1", "0"]],
+        &[&[
+            "EVAL",
+            "redis.call('rpush', KEYS[1], 'a'); redis.call('lpop', KEYS[1]); return redis.call('rpush', KEYS[1], 'b', 'c')",
+            "1",
+            "sc1",
+        ]],
+    );
     // BLMOVE chains: the moved element serves a client blocked on the destination.
     scenario(
         p,

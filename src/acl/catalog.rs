@@ -494,6 +494,8 @@ mod tests {
         assert_eq!(cats("lpush"), ["write", "list", "fast"]);
         assert_eq!(cats("lindex"), ["read", "list", "slow"]);
         assert_eq!(cats("lmpop"), ["write", "list", "slow"]);
+        assert_eq!(cats("blpop"), ["write", "list", "slow", "blocking"]);
+        assert_eq!(cats("bzpopmin"), ["write", "sortedset", "fast", "blocking"]);
     }
 
     // Lookup is case-insensitive, finds subcommands, and rejects nonsense as Redis does.
