@@ -401,6 +401,34 @@ fn blocking_across_workers() {
     for k in &keys {
         p.check(&["LRANGE", k, "0", "-1"]);
     }
+    // BLMOVE with source and destination on different workers (some of these pairs are),
+    // chained into clients blocked on the destinations, served in blocking order.
+    // (With 8 shards on 2 workers, "srcN"/"dstN" share a worker and "srcN"/"to(N^1)" do
+    // not: the odd pairs cross.)
+    let pairs: Vec<(String, String)> = (0..6)
+        .map(|i| {
+            let dst = if i % 2 == 1 {
+                format!("to{}", i ^ 1)
+            } else {
+                format!("dst{i}")
+            };
+            (format!("src{i}"), dst)
+        })
+        .collect();
+    let mut all_keys: Vec<&str> = Vec::new();
+    let mut chain: Vec<Vec<&str>> = Vec::new();
+    let mut feed: Vec<Vec<&str>> = Vec::new();
+    for (src, dst) in &pairs {
+        all_keys.push(src);
+        all_keys.push(dst);
+        chain.push(vec!["BLMOVE", src, dst, "LEFT", "RIGHT", "0"]);
+        chain.push(vec!["BLPOP", src, "0"]);
+        chain.push(vec!["BRPOP", dst, "0"]);
+        feed.push(vec!["RPUSH", src, "first", "second"]);
+    }
+    let chain_refs: Vec<&[&str]> = chain.iter().map(|v| v.as_slice()).collect();
+    let feed_refs: Vec<&[&str]> = feed.iter().map(|v| v.as_slice()).collect();
+    scenario(&mut p, 3, &all_keys, &chain_refs, &feed_refs);
     // Timeouts on clients of both workers fire within a bound of their deadline.
     let mut timed: Vec<Client> = (0..4).map(|_| Client::new(&p, 2)).collect();
     let started = Instant::now();

@@ -67,6 +67,7 @@ thread_local! {
     static DELIVER: RefCell<Vec<(Waiter, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
     /// The last handler run registered its client (its reply slot stays unfilled).
     static LAST_BLOCKED: Cell<bool> = const { Cell::new(false) };
+    static RETRY: RefCell<Vec<Retry>> = const { RefCell::new(Vec::new()) };
     /// Nesting of `defer_begin` stretches on this thread.
     static DEFER_DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Keys written inside the current stretch, in write order.
@@ -213,13 +214,21 @@ fn serve_keys(shards: &mut ShardSet, keys: Vec<(u8, Vec<u8>)>, now_ms: u64, max_
                     continue;
                 };
                 let refs: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-                // Every key of the attempt must be held here (BLMOVE's destination may
-                // live on another worker: that client is served by a later write made
-                // while both are held, or times out; see docs/blocking.md).
+                // Every key of the attempt must be held here. BLMOVE's destination may
+                // live on another worker: the client's worker runs it again with every
+                // shard held; nobody behind it on this key is served before that run
+                // (whose own write serves them), so the blocking order holds.
                 if key_positions(spec, &refs)
                     .any(|p| shards.slots[shards.shard_id(refs[p]) as usize].is_none())
                 {
-                    continue;
+                    if let Some(e) = remove(reg, id) {
+                        retry_later(Retry {
+                            waiter: e.waiter,
+                            db: e.db,
+                            args: e.args,
+                        });
+                    }
+                    break;
                 }
                 let handler = spec.handler.expect("blocking commands have handlers");
                 let mut out = Vec::new();
@@ -249,6 +258,26 @@ fn serve_keys(shards: &mut ShardSet, keys: Vec<(u8, Vec<u8>)>, now_ms: u64, max_
             }
         }
     });
+}
+
+/// A blocked client whose serve attempt needs shards the serving thread does not hold
+/// (BLMOVE with the destination on another worker): its worker runs the command again
+/// with every shard held, into the same reply slot.
+#[derive(Debug)]
+pub struct Retry {
+    pub waiter: Waiter,
+    pub db: u8,
+    pub args: Vec<Vec<u8>>,
+}
+
+/// Retries produced on this thread (or queued for a later round) since the last call.
+pub fn take_retries() -> Vec<Retry> {
+    RETRY.with(|r| std::mem::take(&mut *r.borrow_mut()))
+}
+
+/// Queues a retry on this thread (received from another worker, or not run yet).
+pub fn retry_later(r: Retry) {
+    RETRY.with(|q| q.borrow_mut().push(r));
 }
 
 /// Replies for blocked clients produced on this thread since the last call.

@@ -98,6 +98,8 @@ pub enum Msg {
     },
     /// Close a connection (CLIENT KILL).
     Kill { token: ConnToken },
+    /// Run a blocked client's command again with every shard held (`server::blocking`).
+    BlockRetry(Box<blocking::Retry>),
     /// A Pub/Sub message for subscribers on this worker (`pubsub::Publication`).
     Publish(Box<worker::pubsub::Publication>),
     /// A MONITOR line for a monitoring connection on this worker.

@@ -784,6 +784,7 @@ impl Worker {
                         self.maybe_free(token.slot);
                     }
                 }
+                Msg::BlockRetry(r) => super::blocking::retry_later(*r),
                 Msg::Unwatch { db, shard, key } => self.txn_on_unwatch(db, shard, &key),
                 Msg::Publish(p) => self.deliver(*p),
                 Msg::Monitor { token, line } => {
@@ -1402,6 +1403,30 @@ impl Worker {
     /// Routes replies produced for blocked clients (served, timed out, unblocked) to
     /// their connections' reserved slots, here or on their own worker.
     fn deliver_blocked(&mut self, now: u64) {
+        let mut mine = Vec::new();
+        for r in super::blocking::take_retries() {
+            if r.waiter.worker == self.id {
+                mine.push(r);
+            } else {
+                self.outbox[r.waiter.worker].push(Msg::BlockRetry(Box::new(r)));
+            }
+        }
+        if !mine.is_empty() {
+            let all: Vec<usize> = (0..self.shared.workers.len()).collect();
+            let mut left = Some(mine);
+            let done = self.with_workers(&all, |w| {
+                for r in left.take().unwrap_or_default() {
+                    w.rerun_blocked(r, now);
+                }
+            });
+            if done.is_none() {
+                // Another coordinator is active: next round.
+                for r in left.take().unwrap_or_default() {
+                    super::blocking::retry_later(r);
+                }
+                self.retry_pending = true;
+            }
+        }
         let mut replies = super::blocking::take_deliveries();
         replies.extend(super::blocking::expire(self.id, now));
         for (w, bytes) in replies {
@@ -1416,6 +1441,30 @@ impl Worker {
                     seq: w.seq,
                     bytes,
                 });
+            }
+        }
+    }
+
+    /// Runs a blocked client's command again (every shard held) into its reserved slot;
+    /// it blocks again when it still finds nothing.
+    fn rerun_blocked(&mut self, r: super::blocking::Retry, now: u64) {
+        let w = r.waiter;
+        if self.conn_mut(w.token.packed()).is_none() {
+            return;
+        }
+        let refs: Vec<&[u8]> = r.args.iter().map(|a| a.as_slice()).collect();
+        let Some(spec) = lookup(refs[0]) else {
+            return;
+        };
+        self.round_writes = true;
+        let mut out = Vec::new();
+        super::blocking::set_current(Some(w));
+        self.exec_handler(spec, &refs, r.db, w.proto, now, &mut out);
+        super::blocking::set_current(None);
+        if !super::blocking::take_blocked() {
+            if let Some(conn) = self.conn_mut(w.token.packed()) {
+                conn.fill(w.seq, out);
+                self.mark_ready(w.token.slot);
             }
         }
     }
