@@ -392,3 +392,54 @@ pub fn unblock(worker: usize, token: ConnToken, error: bool) -> Option<(Waiter, 
 pub fn deliver_later(w: Waiter, bytes: Vec<u8>) {
     DELIVER.with(|d| d.borrow_mut().push((w, bytes)));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(worker: usize, slot: u32, seq: u64) -> Waiter {
+        Waiter {
+            worker,
+            token: ConnToken { slot, gen: 1 },
+            seq,
+            proto: Proto::Resp2,
+        }
+    }
+
+    fn block(w: Waiter, keys: &[&[u8]], deadline_ms: Option<u64>) {
+        let req = BlockRequest {
+            keys: keys.iter().map(|k| k.to_vec()).collect(),
+            deadline_ms,
+        };
+        let mut args: Vec<&[u8]> = vec![b"blpop"];
+        args.extend_from_slice(keys);
+        args.push(b"0");
+        register(w, req, &args, 0);
+    }
+
+    // Expiry answers only the worker's own due waiters, in blocking order, with a nil
+    // array; CLIENT UNBLOCK and close remove exactly their connection's waiter.
+    #[test]
+    fn registry_lifecycle() {
+        let before = blocked_clients();
+        block(waiter(7, 1, 10), &[b"rk1", b"rk2"], Some(100));
+        block(waiter(7, 2, 20), &[b"rk1"], Some(50));
+        block(waiter(8, 3, 30), &[b"rk1"], Some(10));
+        block(waiter(7, 4, 40), &[b"rk2"], None);
+        assert_eq!(blocked_clients(), before + 4);
+        assert_eq!(next_deadline_ms(7), Some(50));
+        let due = expire(7, 100);
+        assert_eq!(
+            due.iter().map(|(w, _)| w.seq).collect::<Vec<_>>(),
+            vec![10, 20]
+        );
+        assert!(due.iter().all(|(_, b)| b == b"*-1\r\n"));
+        assert!(is_blocked(8, ConnToken { slot: 3, gen: 1 }));
+        let (w, bytes) = unblock(8, ConnToken { slot: 3, gen: 1 }, true).unwrap();
+        assert_eq!((w.seq, bytes.starts_with(b"-UNBLOCKED")), (30, true));
+        assert!(unblock(8, ConnToken { slot: 3, gen: 1 }, false).is_none());
+        forget(7, ConnToken { slot: 4, gen: 1 });
+        assert!(!is_blocked(7, ConnToken { slot: 4, gen: 1 }));
+        assert_eq!(blocked_clients(), before);
+    }
+}
