@@ -297,6 +297,7 @@ fn top_categories(spec: &CommandSpec) -> u32 {
             "readonly" if spec.group != "scripting" => cat("read"),
             "admin" => cat("admin") | cat("dangerous"),
             "fast" => cat("fast"),
+            "blocking" => cat("blocking"),
             _ => 0,
         };
     }
@@ -418,6 +419,14 @@ pub fn key_access(name: &str, ordinal: usize, args: &[&[u8]]) -> u8 {
         | "zrangebyscore" | "zrevrangebyscore" | "zrangebylex" | "zrevrangebylex" | "zrevrange"
         | "zrandmember" | "zunion" | "zinter" | "zdiff" | "zintercard" | "zscan" => R,
         "zincrby" | "zpopmin" | "zpopmax" | "zmpop" => R | W,
+        "blpop" | "brpop" | "blmpop" | "bzpopmin" | "bzpopmax" | "bzmpop" => R | W,
+        "blmove" | "brpoplpush" => {
+            if ordinal == 0 {
+                R | W
+            } else {
+                W
+            }
+        }
         "zrangestore" | "zunionstore" | "zinterstore" | "zdiffstore" | "geosearchstore" => {
             if ordinal == 0 {
                 W
@@ -499,6 +508,8 @@ mod tests {
         assert_eq!(cats("lpush"), ["write", "list", "fast"]);
         assert_eq!(cats("lindex"), ["read", "list", "slow"]);
         assert_eq!(cats("lmpop"), ["write", "list", "slow"]);
+        assert_eq!(cats("blpop"), ["write", "list", "slow", "blocking"]);
+        assert_eq!(cats("bzpopmin"), ["write", "sortedset", "fast", "blocking"]);
     }
 
     // Lookup is case-insensitive, finds subcommands, and rejects nonsense as Redis does.

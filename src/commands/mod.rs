@@ -12,6 +12,7 @@
 //! process state and are implemented in `server::local`.
 
 pub mod bitmap;
+pub mod blocking;
 pub mod collection;
 pub mod dump;
 pub mod geo;

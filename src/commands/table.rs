@@ -2,8 +2,8 @@
 //! `COMMAND` reports (arity, flags, key positions) and its handler.
 
 use super::{
-    bitmap as b, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k, list as l,
-    scripting as sc, set as st, sort as so, string as s, zset as z, Handler,
+    bitmap as b, blocking as bl, dump as d, geo as g, hash as h, hyperloglog as hl, keyspace as k,
+    list as l, scripting as sc, set as st, sort as so, string as s, zset as z, Handler,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +96,10 @@ const ZWD_MOVABLE: &[&str] = &["write", "denyoom", "movablekeys"];
 const SORT_FLAGS: &[&str] = &["write", "denyoom", "movablekeys"];
 const SORT_RO_FLAGS: &[&str] = &["readonly", "movablekeys"];
 const LMPOP: &[&str] = &["write", "movablekeys"];
+const BLOCK_W: &[&str] = &["write", "noscript", "blocking"];
+const BLOCK_WD: &[&str] = &["write", "denyoom", "noscript", "blocking"];
+const BLOCK_WF: &[&str] = &["write", "noscript", "blocking", "fast"];
+const BLOCK_MOVABLE: &[&str] = &["write", "blocking", "movablekeys"];
 const TXN: &[&str] = &["noscript", "loading", "stale", "fast", "allow_busy"];
 const EXEC: &[&str] = &["noscript", "loading", "stale", "skip_slowlog"];
 const PUBSUB_SUB: &[&str] = &["pubsub", "noscript", "loading", "stale"];
@@ -320,6 +324,15 @@ pub static TABLE: &[CommandSpec] = &[
     keyed!("lmove", 5, W, 1, 2, 1, "list", "6.2.0", "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.", l::lmove),
     keyed!("rpoplpush", 3, W, 1, 2, 1, "list", "1.2.0", "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.", l::rpoplpush),
     keyed_numkeys!("lmpop", -4, LMPOP, 1, "list", "7.0.0", "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.", l::lmpop),
+    // blocking pops (src/commands/blocking.rs, src/server/blocking.rs)
+    keyed!("blpop", -3, BLOCK_W, 1, -2, 1, "list", "2.0.0", "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", bl::blpop),
+    keyed!("brpop", -3, BLOCK_W, 1, -2, 1, "list", "2.0.0", "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", bl::brpop),
+    keyed!("blmove", 6, BLOCK_WD, 1, 2, 1, "list", "6.2.0", "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.", bl::blmove),
+    keyed!("brpoplpush", 4, BLOCK_WD, 1, 2, 1, "list", "2.2.0", "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.", bl::brpoplpush),
+    keyed_numkeys!("blmpop", -5, BLOCK_MOVABLE, 2, "list", "7.0.0", "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.", bl::blmpop),
+    keyed!("bzpopmin", -3, BLOCK_WF, 1, -2, 1, "sorted-set", "5.0.0", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bl::bzpopmin),
+    keyed!("bzpopmax", -3, BLOCK_WF, 1, -2, 1, "sorted-set", "5.0.0", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member available otherwise.  Deletes the sorted set if the last element was popped.", bl::bzpopmax),
+    keyed_numkeys!("bzmpop", -5, BLOCK_MOVABLE, 2, "sorted-set", "7.0.0", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bl::bzmpop),
     // keyspace
     keyed!("del", -2, WD, 1, -1, 1, "generic", "1.0.0", "Deletes one or more keys.", k::del),
     keyed!("unlink", -2, WDF, 1, -1, 1, "generic", "4.0.0", "Asynchronously deletes one or more keys.", k::del),

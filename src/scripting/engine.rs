@@ -873,10 +873,15 @@ fn inner_call(
         Proto::Resp2
     };
     let mut rb = ReplyBuf::new(&mut out, proto);
+    crate::server::blocking::set_current(None);
+    let waiter = crate::server::blocking::before_handler();
     if let Err(e) = handler(&mut ctx, &refs, &mut rb) {
         out.clear();
         ReplyBuf::new(&mut out, proto).error(&e);
     }
+    // Clients blocked on the keys this call wrote are served now (scripts never block).
+    let (db, now_ms, max_bulk) = (ctx.db, ctx.now_ms, ctx.max_bulk);
+    crate::server::blocking::after_handler(waiter, ctx.shards, spec, &refs, db, now_ms, max_bulk);
     drop(ctx);
     if raise && out.first() == Some(&b'-') {
         let end = out.len().saturating_sub(2);

@@ -63,6 +63,8 @@ pub struct Conn {
     pub recv_armed: bool,
     pub pending: VecDeque<Slot>,
     pub next_seq: u64,
+    /// The reply slot of a blocking command not answered yet: parsing stops here.
+    pub blocked_seq: Option<u64>,
     /// Operations submitted to the ring and not yet completed.
     pub ops_inflight: u32,
     /// Close once the replies queued so far are sent.
@@ -135,6 +137,7 @@ impl Conn {
             recv_armed: false,
             pending: VecDeque::new(),
             next_seq: 0,
+            blocked_seq: None,
             ops_inflight: 0,
             close_after_reply: false,
             closing: false,

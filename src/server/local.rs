@@ -366,13 +366,19 @@ fn client(w: &mut Worker, conn: &mut Conn, slot: u32, a: &[&[u8]], now: u64) -> 
             if ids.as_ref().is_some_and(|v| !v.contains(id)) {
                 continue;
             }
-            text.push_str(&e.info);
+            if super::blocking::is_blocked(e.worker, e.token) {
+                text.push_str(&e.info.replacen(" flags=N ", " flags=b ", 1));
+            } else {
+                text.push_str(&e.info);
+            }
             text.push('\n');
         }
         drop(clients);
         conn.reply(|r| r.verbatim(&text));
     } else if eq_ic(sub, "kill") {
         return client_kill(w, conn, slot, a);
+    } else if eq_ic(sub, "unblock") && (a.len() == 3 || a.len() == 4) {
+        return client_unblock(w, conn, a);
     } else if eq_ic(sub, "setinfo") && a.len() == 4 {
         if eq_ic(a[2], "lib-name") {
             conn.lib_name = Some(a[3].to_vec());
@@ -410,6 +416,32 @@ pub(super) fn refresh_registry(w: &Worker, conn: &Conn, now: u64) {
     {
         e.info = conn.client_info_line(now);
     }
+}
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 when that client was blocked and is now answered.
+fn client_unblock(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
+    let Ok(id) = parse_int(a[2]) else {
+        return err(conn, crate::commands::ERR_NOT_INT);
+    };
+    let error = match a.get(3) {
+        None => false,
+        Some(o) if eq_ic(o, "timeout") => false,
+        Some(o) if eq_ic(o, "error") => true,
+        Some(_) => return err(conn, "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+    };
+    let target = w
+        .shared
+        .clients
+        .lock()
+        .expect("clients lock")
+        .get(&(id as u64))
+        .map(|e| (e.worker, e.token));
+    let done = target
+        .and_then(|(worker, token)| super::blocking::unblock(worker, token, error))
+        .map(|(waiter, bytes)| super::blocking::deliver_later(waiter, bytes))
+        .is_some();
+    conn.reply(|r| r.int(i64::from(done)));
+    Outcome::Done
 }
 
 fn client_kill(w: &mut Worker, conn: &mut Conn, _slot: u32, a: &[&[u8]]) -> Outcome {
@@ -1201,9 +1233,10 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("clients") {
         out.push_str(&format!(
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
             st.connected_clients.load(Ordering::Relaxed),
-            sh.runtime.read().expect("runtime lock").maxclients
+            sh.runtime.read().expect("runtime lock").maxclients,
+            super::blocking::blocked_clients()
         ));
     }
     let index_bytes: u64 = shard_stats.iter().map(|(_, s)| s.index_bytes).sum();

@@ -29,6 +29,7 @@
 //! read), allocation-free cross-worker messages.
 
 pub mod acl_cmd;
+pub mod blocking;
 pub mod cmdstats;
 mod conn;
 #[cfg(any(test, feature = "dpdk"))]
@@ -97,6 +98,8 @@ pub enum Msg {
     },
     /// Close a connection (CLIENT KILL).
     Kill { token: ConnToken },
+    /// Run a blocked client's command again with every shard held (`server::blocking`).
+    BlockRetry(Box<blocking::Retry>),
     /// A Pub/Sub message for subscribers on this worker (`pubsub::Publication`).
     Publish(Box<worker::pubsub::Publication>),
     /// A MONITOR line for a monitoring connection on this worker.

@@ -337,6 +337,8 @@ impl Worker {
         conn.txn.executing = queued.len();
         let mut out = Vec::new();
         ReplyBuf::new(&mut out, conn.proto).array(queued.len());
+        // Clients blocked on keys the transaction writes are served after all of it.
+        super::super::blocking::defer_begin();
         for cmd in &queued {
             let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
             let spec = lookup(refs[0]).expect("only known commands are queued");
@@ -362,6 +364,7 @@ impl Worker {
                 self.feed_monitors(conn, &refs);
             }
         }
+        super::super::blocking::defer_end(&mut self.shards, now, self.max_bulk);
         conn.txn.end_multi();
         if conn.pending.is_empty() {
             conn.out.extend_from_slice(&out);

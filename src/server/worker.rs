@@ -324,6 +324,7 @@ impl Worker {
             let round_start = Instant::now();
             self.drain_mailbox(now);
             self.process_ready(now, round_start);
+            self.deliver_blocked(now_ms());
             self.publish_keyspace_events();
             self.flush_storage(now);
             self.send_outbox();
@@ -680,6 +681,11 @@ impl Worker {
             Transport::Stack(handle) => dpdk::close_stack_socket(&mut self.dpdk, *handle),
         }
         let id = conn.id;
+        let token = ConnToken {
+            slot,
+            gen: conn.gen,
+        };
+        super::blocking::forget(self.id, token);
         let was_monitor = conn.monitor;
         let watched = std::mem::take(&mut conn.txn.watched);
         let (subs, gen) = (std::mem::take(&mut conn.subs), conn.gen);
@@ -787,6 +793,7 @@ impl Worker {
                         self.maybe_free(token.slot);
                     }
                 }
+                Msg::BlockRetry(r) => super::blocking::retry_later(*r),
                 Msg::Unwatch { db, shard, key } => self.txn_on_unwatch(db, shard, &key),
                 Msg::Publish(p) => self.deliver(*p),
                 Msg::Monitor { token, line } => {
@@ -947,6 +954,17 @@ impl Worker {
         loop {
             if conn.closing || conn.close_after_reply {
                 break;
+            }
+            if let Some(seq) = conn.blocked_seq {
+                // A blocking command has not answered yet: nothing after it runs.
+                if conn
+                    .pending
+                    .iter()
+                    .any(|p| matches!(p, Slot::Waiting(s) if *s == seq))
+                {
+                    break;
+                }
+                conn.blocked_seq = None;
             }
             if self.reads.is_full()
                 || conn.parked as usize >= super::reads::PARKED_PER_CONN_MAX
@@ -1293,6 +1311,10 @@ impl Worker {
                 _ => {}
             }
         }
+        let blocking = crate::commands::blocking::is_blocking(spec.name);
+        if all_held && blocking {
+            return self.route_blocking_local(conn, slot, spec, args, now);
+        }
         if all_held {
             let dest = ReadDest::Local {
                 token: ConnToken {
@@ -1327,6 +1349,10 @@ impl Worker {
         }
         let target = owner.expect("a key not held has an owner");
         let seq = conn.reserve();
+        if blocking {
+            // No later command of this client runs until this one has answered.
+            conn.blocked_seq = Some(seq);
+        }
         let token = ConnToken {
             slot,
             gen: conn.gen,
@@ -1340,6 +1366,116 @@ impl Worker {
             args: args.iter().map(|a| a.to_vec()).collect(),
         });
         Outcome::Done
+    }
+
+    /// A blocking command whose shards we hold: its reply slot is reserved first, so a
+    /// client it leaves blocked is answered into that slot later (served, timed out or
+    /// unblocked; `server::blocking`), and the connection parses nothing more until then.
+    fn route_blocking_local(
+        &mut self,
+        conn: &mut Conn,
+        slot: u32,
+        spec: &'static CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+    ) -> Outcome {
+        let seq = conn.reserve();
+        conn.blocked_seq = Some(seq);
+        let token = ConnToken {
+            slot,
+            gen: conn.gen,
+        };
+        let (db, proto) = (conn.db, conn.proto);
+        match self.start_keyed(ReadDest::Local { token, seq }, spec, args, db, proto) {
+            Start::RunNow | Start::Borrowed => {
+                super::blocking::set_current(Some(super::blocking::Waiter {
+                    worker: self.id,
+                    token,
+                    seq,
+                    proto,
+                }));
+                let mut out = Vec::new();
+                self.exec_handler(spec, args, db, proto, now, &mut out);
+                super::blocking::set_current(None);
+                if !super::blocking::take_blocked() {
+                    conn.fill(seq, out);
+                }
+            }
+            Start::Parked { writes } => {
+                conn.parked += 1;
+                conn.parked_writes += u32::from(writes);
+            }
+        }
+        Outcome::Done
+    }
+
+    /// Routes replies produced for blocked clients (served, timed out, unblocked) to
+    /// their connections' reserved slots, here or on their own worker.
+    fn deliver_blocked(&mut self, now: u64) {
+        let mut mine = Vec::new();
+        for r in super::blocking::take_retries() {
+            if r.waiter.worker == self.id {
+                mine.push(r);
+            } else {
+                self.outbox[r.waiter.worker].push(Msg::BlockRetry(Box::new(r)));
+            }
+        }
+        if !mine.is_empty() {
+            let all: Vec<usize> = (0..self.shared.workers.len()).collect();
+            let mut left = Some(mine);
+            let done = self.with_workers(&all, |w| {
+                for r in left.take().unwrap_or_default() {
+                    w.rerun_blocked(r, now);
+                }
+            });
+            if done.is_none() {
+                // Another coordinator is active: next round.
+                for r in left.take().unwrap_or_default() {
+                    super::blocking::retry_later(r);
+                }
+                self.retry_pending = true;
+            }
+        }
+        let mut replies = super::blocking::take_deliveries();
+        replies.extend(super::blocking::expire(self.id, now));
+        for (w, bytes) in replies {
+            if w.worker == self.id {
+                if let Some(conn) = self.conn_mut(w.token.packed()) {
+                    conn.fill(w.seq, bytes);
+                    self.mark_ready(w.token.slot);
+                }
+            } else {
+                self.outbox[w.worker].push(Msg::Reply {
+                    token: w.token,
+                    seq: w.seq,
+                    bytes,
+                });
+            }
+        }
+    }
+
+    /// Runs a blocked client's command again (every shard held) into its reserved slot;
+    /// it blocks again when it still finds nothing.
+    fn rerun_blocked(&mut self, r: super::blocking::Retry, now: u64) {
+        let w = r.waiter;
+        if self.conn_mut(w.token.packed()).is_none() {
+            return;
+        }
+        let refs: Vec<&[u8]> = r.args.iter().map(|a| a.as_slice()).collect();
+        let Some(spec) = lookup(refs[0]) else {
+            return;
+        };
+        self.round_writes = true;
+        let mut out = Vec::new();
+        super::blocking::set_current(Some(w));
+        self.exec_handler(spec, &refs, r.db, w.proto, now, &mut out);
+        super::blocking::set_current(None);
+        if !super::blocking::take_blocked() {
+            if let Some(conn) = self.conn_mut(w.token.packed()) {
+                conn.fill(w.seq, out);
+                self.mark_ready(w.token.slot);
+            }
+        }
     }
 
     /// Borrows the shards of `workers` (other than ours), runs `f` with all
@@ -1529,24 +1665,33 @@ impl Worker {
                 std::mem::take(&mut p.fetched_shard),
             );
             let (spec, db, proto, max_bulk) = (p.spec, p.db, p.proto, self.max_bulk);
+            if crate::commands::blocking::is_blocking(spec.name) {
+                super::blocking::set_current(Some(waiter_of(&p.dest, self.id, proto)));
+            }
             let shards = &mut self.shards;
             p.args.with_refs(|args| {
                 with_lent(shards, fetched, fetched_shard, |shards| {
                     exec_on(shards, spec, args, db, proto, now, max_bulk, &mut bytes)
                 })
             });
+            super::blocking::set_current(None);
         }
+        let blocked = super::blocking::take_blocked();
         match p.dest {
             ReadDest::Local { token, seq } => {
                 if let Some(conn) = self.conn_mut(token.packed()) {
-                    conn.fill(seq, bytes);
+                    if !blocked {
+                        conn.fill(seq, bytes);
+                    }
                     conn.parked -= 1;
                     conn.parked_writes -= u32::from(writes);
                     self.mark_ready(token.slot);
                 }
             }
             ReadDest::Remote { from, token, seq } => {
-                self.outbox[from].push(Msg::Reply { token, seq, bytes });
+                if !blocked {
+                    self.outbox[from].push(Msg::Reply { token, seq, bytes });
+                }
                 let key = (from, token.packed());
                 if let Some(o) = self.remote_order.get_mut(&key) {
                     o.parked -= 1;
@@ -1593,12 +1738,18 @@ impl Worker {
         match self.start_keyed(dest, spec, &refs, req.db, req.proto) {
             Start::RunNow | Start::Borrowed => {
                 let mut bytes = Vec::new();
+                if crate::commands::blocking::is_blocking(spec.name) {
+                    super::blocking::set_current(Some(waiter_of(&dest, self.id, req.proto)));
+                }
                 self.exec_handler(spec, &refs, req.db, req.proto, now, &mut bytes);
-                self.outbox[from].push(Msg::Reply {
-                    token,
-                    seq: req.seq,
-                    bytes,
-                });
+                super::blocking::set_current(None);
+                if !super::blocking::take_blocked() {
+                    self.outbox[from].push(Msg::Reply {
+                        token,
+                        seq: req.seq,
+                        bytes,
+                    });
+                }
             }
             Start::Parked { writes } => {
                 let o = self.remote_order.entry((from, token.packed())).or_default();
@@ -1796,6 +1947,11 @@ impl Worker {
         } else {
             IDLE_WAIT_MS
         };
+        // Wake at the earliest deadline of a client blocked here (rounded up to 1 ms).
+        let wait_ms = match super::blocking::next_deadline_ms(self.id) {
+            Some(d) => wait_ms.min(d.saturating_sub(now_ms()).max(1)),
+            None => wait_ms,
+        };
         let ts = types::Timespec::new()
             .sec(wait_ms / 1000)
             .nsec(((wait_ms % 1000) * 1_000_000) as u32);
@@ -1807,6 +1963,20 @@ impl Worker {
                     || e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => tracing::error!("io_uring wait failed: {e}"),
         }
+    }
+}
+
+/// The blocked-client identity of a command's reply destination (`me`: this worker).
+fn waiter_of(dest: &ReadDest, me: usize, proto: Proto) -> super::blocking::Waiter {
+    let (worker, token, seq) = match *dest {
+        ReadDest::Local { token, seq } => (me, token, seq),
+        ReadDest::Remote { from, token, seq } => (from, token, seq),
+    };
+    super::blocking::Waiter {
+        worker,
+        token,
+        seq,
+        proto,
     }
 }
 
@@ -1832,10 +2002,14 @@ fn exec_on(
     let mut r = ReplyBuf::new(out, proto);
     let mark = r.out.len();
     let (started, errors_before) = (Instant::now(), super::cmdstats::errors_seen());
+    let waiter = super::blocking::before_handler();
+    super::blocking::defer_begin();
     if let Err(e) = handler(&mut ctx, args, &mut r) {
         r.out.truncate(mark);
         r.error(&e);
     }
+    super::blocking::after_handler(waiter, shards, spec, args, db, now, max_bulk);
+    super::blocking::defer_end(shards, now, max_bulk);
     let failed = super::cmdstats::errors_seen() != errors_before;
     super::cmdstats::record_call(spec, args, started.elapsed().as_nanos() as u64, failed);
 }
