@@ -421,7 +421,9 @@ fn busy_threshold_and_kill() {
     assert_eq!(show(&l[l.len() - 3..]), show(&r[r.len() - 3..]));
 }
 
-// A script that wrote cannot be killed: both servers reply UNKILLABLE while it runs.
+// A script that wrote cannot be killed: both servers reply UNKILLABLE while it runs. The
+// script loops far longer than the test (a bounded loop finished within the 300 ms wait on
+// a fast release build): each server is left running it and SIGKILLed when the pair drops.
 #[test]
 fn unkillable_after_write() {
     let p = Pair::start("diff-func-unkill", &["--threads", "2"]);
@@ -432,7 +434,7 @@ fn unkillable_after_write() {
         let mut runner = RespConn::connect(port);
         runner.send(&[
             b"EVAL",
-            b"redis.call('set', KEYS[1], 'x') local i = 0 while i < 50000000 do i = i + 1 end return i",
+            b"redis.call('set', KEYS[1], 'x') local i = 0 while i < 1e12 do i = i + 1 end return i",
             b"1",
             b"wk",
         ]);
@@ -452,7 +454,6 @@ fn unkillable_after_write() {
             }
         }
         assert!(seen, "{port}: no connection answered SCRIPT KILL");
-        assert_eq!(runner.reply(), b":50000000\r\n");
-        admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"5000"]);
+        drop(runner);
     }
 }
