@@ -8,6 +8,7 @@
 pub mod bufring;
 pub mod events;
 pub mod ring;
+pub mod tracking;
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 

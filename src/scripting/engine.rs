@@ -879,6 +879,10 @@ fn inner_call(
         out.clear();
         ReplyBuf::new(&mut out, proto).error(&e);
     }
+    // Client-side caching: the keys this call read count for the script's caller.
+    if crate::runtime::tracking::active() {
+        crate::server::tracking::after_command(spec, &refs);
+    }
     // Clients blocked on the keys this call wrote are served now (scripts never block).
     let (db, now_ms, max_bulk) = (ctx.db, ctx.now_ms, ctx.max_bulk);
     crate::server::blocking::after_handler(waiter, ctx.shards, spec, &refs, db, now_ms, max_bulk);

@@ -95,6 +95,8 @@ pub struct Conn {
     pub txn: super::worker::txn::TxnState,
     /// Pub/Sub subscriptions (`pubsub.rs`).
     pub subs: super::worker::pubsub::Subs,
+    /// CLIENT TRACKING mode (`tracking.rs`).
+    pub tracking: super::tracking::ConnTracking,
     /// The TLS session of a connection accepted on `--tls-port` (`None`: plaintext).
     /// Received bytes pass through it into `inbuf`; `out` is sealed by it into `sending`.
     pub tls: Option<Box<super::tls::TlsSession>>,
@@ -148,6 +150,7 @@ impl Conn {
             obuf_soft_since_ms: None,
             parked_writes: 0,
             commands: 0,
+            tracking: Default::default(),
             held: VecDeque::new(),
             out_cleared: 0,
             txn: Default::default(),
@@ -261,6 +264,32 @@ impl Conn {
         }
     }
 
+    /// CLIENT LIST's `flags=`: Redis's letters in Redis's order (`N`: none).
+    fn flags_field(&self) -> String {
+        let mut f = String::from(if self.monitor {
+            "O"
+        } else if self.txn.in_multi {
+            "x"
+        } else if self.subs.active() {
+            "P"
+        } else {
+            ""
+        });
+        if self.tracking.on {
+            f.push('t');
+            if self.tracking.redirect != 0 && super::tracking::broken_redirect(self.id) {
+                f.push('R');
+            }
+            if self.tracking.bcast {
+                f.push('B');
+            }
+        }
+        if f.is_empty() {
+            f.push('N');
+        }
+        f
+    }
+
     pub fn client_info_line(&self, now_ms: u64) -> String {
         let name = self
             .name
@@ -278,7 +307,7 @@ impl Conn {
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs={} rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -286,15 +315,7 @@ impl Conn {
             name,
             now_ms.saturating_sub(self.created_ms) / 1000,
             now_ms.saturating_sub(self.last_cmd_ms) / 1000,
-            if self.monitor {
-                "O"
-            } else if self.txn.in_multi {
-                "x"
-            } else if self.subs.active() {
-                "P"
-            } else {
-                "N"
-            },
+            self.flags_field(),
             self.db,
             self.subs.channels.len(),
             self.subs.patterns.len(),
@@ -306,6 +327,11 @@ impl Conn {
             self.inbuf.capacity() + self.out.capacity() + self.sending.capacity(),
             self.last_cmd,
             self.user_name,
+            if self.tracking.on {
+                self.tracking.redirect as i64
+            } else {
+                -1
+            },
             if self.proto == Proto::Resp3 { 3 } else { 2 },
             lib_name,
             lib_ver,

@@ -89,6 +89,7 @@ pub fn run(
             w.txn_command(conn, slot, spec, a, now)
         }
         "reset" => {
+            super::tracking::disable(conn);
             w.txn_reset(conn);
             conn.db = 0;
             conn.proto = Proto::Resp2;
@@ -311,6 +312,10 @@ fn valid_client_name(n: &[u8]) -> bool {
 
 fn client(w: &mut Worker, conn: &mut Conn, slot: u32, a: &[&[u8]], now: u64) -> Outcome {
     let sub = a[1];
+    if let Some(outcome) = super::tracking::client_command(w, conn, a) {
+        refresh_registry(w, conn, now);
+        return outcome;
+    }
     if eq_ic(sub, "id") && a.len() == 2 {
         let id = conn.id;
         conn.reply(|r| r.int(id as i64));
@@ -748,6 +753,12 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
         ),
         ("slowlog-max-len".into(), rt.slowlog_max_len.to_string()),
         (
+            "tracking-table-max-keys".into(),
+            super::tracking::MAX_KEYS
+                .load(Ordering::Relaxed)
+                .to_string(),
+        ),
+        (
             "busy-reply-threshold".into(),
             w.shared.scripts.busy_threshold_ms().to_string(),
         ),
@@ -871,6 +882,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut new_requirepass: Option<Option<String>> = None;
         let mut new_busy: Option<u64> = None;
         let mut new_notify: Option<u32> = None;
+        let mut new_tracking_max: Option<u64> = None;
         let mut latency_tracking: Option<bool> = None;
         let mut percentiles: Option<String> = None;
         let mut latency_threshold: Option<u64> = None;
@@ -899,6 +911,11 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 },
                 "slowlog-max-len" => match val.parse::<usize>() {
                     Ok(n) => rt.slowlog_max_len = n,
+                    Err(_) => return err(conn, &bad()),
+                },
+                "tracking-table-max-keys" => match val.parse::<i64>() {
+                    Ok(n) if n >= 0 => new_tracking_max = Some(n as u64),
+                    Ok(_) => return err(conn, &format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 0 and 9223372036854775807 inclusive")),
                     Err(_) => return err(conn, &bad()),
                 },
                 "busy-reply-threshold" | "lua-time-limit" => match val.parse::<u64>() {
@@ -1007,6 +1024,9 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         }
         if let Some(f) = new_notify {
             crate::commands::events::set_flags(f);
+        }
+        if let Some(n) = new_tracking_max {
+            super::tracking::MAX_KEYS.store(n, Ordering::Relaxed);
         }
         let hub = &w.shared.cmdstats;
         if let Some(b) = latency_tracking {
@@ -1233,10 +1253,11 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("clients") {
         out.push_str(&format!(
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n\r\n",
             st.connected_clients.load(Ordering::Relaxed),
             sh.runtime.read().expect("runtime lock").maxclients,
-            super::blocking::blocked_clients()
+            super::blocking::blocked_clients(),
+            crate::runtime::tracking::tracking_clients()
         ));
     }
     let index_bytes: u64 = shard_stats.iter().map(|(_, s)| s.index_bytes).sum();
@@ -1298,8 +1319,9 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("stats") {
         let pubsub_counts = sh.pubsub.read().expect("pubsub lock").counts();
+        let tracking_counts = super::tracking::info_counts();
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_sync_reads:{}\r\n\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
@@ -1309,6 +1331,9 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             pubsub_counts.0,
             pubsub_counts.1,
             pubsub_counts.2,
+            tracking_counts.0,
+            tracking_counts.1,
+            tracking_counts.2,
             sh.cmdstats.error_totals().0,
             sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),

@@ -52,6 +52,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::Instant;
 
+pub use worker::tracking;
 #[cfg(feature = "dpdk")]
 pub use worker::DpdkNet;
 pub use worker::Worker;
@@ -79,6 +80,8 @@ pub enum Msg {
         db: u8,
         proto: Proto,
         args: Vec<Vec<u8>>,
+        /// The requesting client, for client-side caching (`server::tracking`).
+        caller: crate::runtime::tracking::Caller,
     },
     /// The reply to a `Request`.
     Reply {
@@ -106,6 +109,12 @@ pub enum Msg {
     Monitor { token: ConnToken, line: Vec<u8> },
     /// A connection elsewhere stopped watching `key` of our shard `shard` (see `txn.rs`).
     Unwatch { db: u8, shard: u32, key: Vec<u8> },
+    /// A client-side-caching message for a connection on this worker (`tracking.rs`).
+    Tracking {
+        token: ConnToken,
+        via_redirect: bool,
+        push: tracking::Push,
+    },
 }
 
 pub struct WorkerLink {

@@ -147,6 +147,8 @@ pub struct Parked {
     needs_replan: bool,
     /// Reads not submitted yet (the ring was at `READS_INFLIGHT_MAX`).
     unsubmitted: Vec<(u32, RecordRead)>,
+    /// The client running it, for client-side caching (the thread's caller when parked).
+    pub caller: crate::runtime::tracking::Caller,
 }
 
 impl Parked {
@@ -171,6 +173,7 @@ impl Parked {
             plan_signature: 0,
             needs_replan: true,
             unsubmitted: Vec::new(),
+            caller: crate::runtime::tracking::current(),
         }
     }
 

@@ -366,6 +366,7 @@ impl Worker {
         }
         super::super::blocking::defer_end(&mut self.shards, now, self.max_bulk);
         conn.txn.end_multi();
+        super::tracking::append_own(&mut out, conn.proto);
         if conn.pending.is_empty() {
             conn.out.extend_from_slice(&out);
         } else {

@@ -40,6 +40,9 @@ pub(crate) mod txn;
 // worker's connections and outbox directly.
 #[path = "pubsub.rs"]
 pub mod pubsub;
+// Client-side caching (CLIENT TRACKING): a child module for the same reason.
+#[path = "tracking.rs"]
+pub mod tracking;
 #[cfg(feature = "dpdk")]
 pub use dpdk::DpdkNet;
 
@@ -85,6 +88,7 @@ struct RemoteRequest {
     db: u8,
     proto: Proto,
     args: Vec<Vec<u8>>,
+    caller: crate::runtime::tracking::Caller,
 }
 
 /// What `start_keyed` decided for a keyed command.
@@ -326,6 +330,7 @@ impl Worker {
             self.process_ready(now, round_start);
             self.deliver_blocked(now_ms());
             self.publish_keyspace_events();
+            self.deliver_tracking();
             self.flush_storage(now);
             self.send_outbox();
             self.enforce_output_limits(now);
@@ -686,6 +691,7 @@ impl Worker {
             gen: conn.gen,
         };
         super::blocking::forget(self.id, token);
+        tracking::disable(conn);
         let was_monitor = conn.monitor;
         let watched = std::mem::take(&mut conn.txn.watched);
         let (subs, gen) = (std::mem::take(&mut conn.subs), conn.gen);
@@ -734,6 +740,7 @@ impl Worker {
                     db,
                     proto,
                     args,
+                    caller,
                 } => self.remote_request(
                     from,
                     token,
@@ -742,6 +749,7 @@ impl Worker {
                         db,
                         proto,
                         args,
+                        caller,
                     },
                     now,
                 ),
@@ -796,6 +804,11 @@ impl Worker {
                 Msg::BlockRetry(r) => super::blocking::retry_later(*r),
                 Msg::Unwatch { db, shard, key } => self.txn_on_unwatch(db, shard, &key),
                 Msg::Publish(p) => self.deliver(*p),
+                Msg::Tracking {
+                    token,
+                    via_redirect,
+                    push,
+                } => self.deliver_tracking_msg(token, via_redirect, push),
                 Msg::Monitor { token, line } => {
                     let tok = token.packed();
                     if let Some(conn) = self.conn_mut(tok) {
@@ -1096,6 +1109,11 @@ impl Worker {
             self.round_writes = true;
         }
         let waiting_remote = conn.pending.iter().any(|p| matches!(p, Slot::Waiting(_)));
+        // Client-side caching: who runs this command (one load when nobody tracks).
+        let tracking_active = crate::runtime::tracking::active();
+        if tracking_active {
+            crate::runtime::tracking::set_current(conn.tracking.caller(conn.id));
+        }
         let outcome = match spec.kind {
             Kind::Local => {
                 let outcome = (self.run_connection_command)(self, conn, slot, spec, args, now);
@@ -1115,7 +1133,13 @@ impl Worker {
                 }
             }
         };
+        if tracking_active {
+            crate::runtime::tracking::set_current(Default::default());
+        }
         if matches!(outcome, Outcome::Done) {
+            if conn.tracking.caching {
+                conn.tracking.command_done(spec, conn.txn.in_multi);
+            }
             self.commands_this_round += 1;
             conn.commands += 1;
             conn.last_cmd_ms = now;
@@ -1248,10 +1272,12 @@ impl Worker {
         if conn.pending.is_empty() {
             let mut out = std::mem::take(&mut conn.out);
             self.exec_handler(spec, args, db, proto, now, &mut out);
+            tracking::append_own(&mut out, proto);
             conn.out = out;
         } else {
             let mut out = Vec::new();
             self.exec_handler(spec, args, db, proto, now, &mut out);
+            tracking::append_own(&mut out, proto);
             conn.push_ready(out);
         }
     }
@@ -1278,6 +1304,7 @@ impl Worker {
         with_lent(&mut self.shards, fetched, fetched_shard, |shards| {
             exec_on(shards, spec, args, db, proto, now, max_bulk, &mut out)
         });
+        tracking::append_own(&mut out, proto);
         if conn.pending.is_empty() {
             conn.out = out;
         } else {
@@ -1364,6 +1391,7 @@ impl Worker {
             db: conn.db,
             proto: conn.proto,
             args: args.iter().map(|a| a.to_vec()).collect(),
+            caller: crate::runtime::tracking::current(),
         });
         Outcome::Done
     }
@@ -1669,11 +1697,14 @@ impl Worker {
                 super::blocking::set_current(Some(waiter_of(&p.dest, self.id, proto)));
             }
             let shards = &mut self.shards;
+            let prev = crate::runtime::tracking::set_current(p.caller);
             p.args.with_refs(|args| {
                 with_lent(shards, fetched, fetched_shard, |shards| {
                     exec_on(shards, spec, args, db, proto, now, max_bulk, &mut bytes)
                 })
             });
+            tracking::append_own(&mut bytes, proto);
+            crate::runtime::tracking::set_current(prev);
             super::blocking::set_current(None);
         }
         let blocked = super::blocking::take_blocked();
@@ -1735,13 +1766,20 @@ impl Worker {
             token,
             seq: req.seq,
         };
-        match self.start_keyed(dest, spec, &refs, req.db, req.proto) {
+        let prev = crate::runtime::tracking::set_current(req.caller);
+        let start = self.start_keyed(dest, spec, &refs, req.db, req.proto);
+        if matches!(start, Start::Parked { .. }) {
+            crate::runtime::tracking::set_current(prev);
+        }
+        match start {
             Start::RunNow | Start::Borrowed => {
                 let mut bytes = Vec::new();
                 if crate::commands::blocking::is_blocking(spec.name) {
                     super::blocking::set_current(Some(waiter_of(&dest, self.id, req.proto)));
                 }
                 self.exec_handler(spec, &refs, req.db, req.proto, now, &mut bytes);
+                tracking::append_own(&mut bytes, req.proto);
+                crate::runtime::tracking::set_current(prev);
                 super::blocking::set_current(None);
                 if !super::blocking::take_blocked() {
                     self.outbox[from].push(Msg::Reply {
@@ -2007,6 +2045,9 @@ fn exec_on(
     if let Err(e) = handler(&mut ctx, args, &mut r) {
         r.out.truncate(mark);
         r.error(&e);
+    }
+    if crate::runtime::tracking::active() {
+        tracking::after_command(spec, args);
     }
     super::blocking::after_handler(waiter, shards, spec, args, db, now, max_bulk);
     super::blocking::defer_end(shards, now, max_bulk);

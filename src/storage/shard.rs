@@ -608,6 +608,7 @@ impl Shard {
         if !self.watches.is_empty() {
             self.watches.touch(db, key, false);
         }
+        crate::runtime::tracking::modified(key);
         if created {
             crate::runtime::events::notify(crate::runtime::events::NEW, "new", key, db);
         }
@@ -668,6 +669,7 @@ impl Shard {
         if !self.watches.is_empty() {
             self.watches.touch(db, key, false);
         }
+        crate::runtime::tracking::modified(key);
         Ok(true)
     }
 
@@ -785,6 +787,7 @@ impl Shard {
     pub fn flush_db(&mut self, db: Db) -> Result<(), StorageError> {
         let d = check_db(db)?;
         self.touch_watched_before_flush(db);
+        crate::runtime::tracking::flushed();
         self.cache.clear();
         self.watermarks[d] = self.next_seq;
         self.next_seq += 1;
@@ -1338,6 +1341,7 @@ impl Shard {
         if !self.watches.is_empty() {
             self.watches.touch(db, &found.rec.key, true);
         }
+        crate::runtime::tracking::modified(&found.rec.key);
         Ok(())
     }
 
