@@ -22,8 +22,9 @@
 //! skipped, never confused with a later one in the same slot.
 //!
 //! Deliberately missing: Redis Cluster's shard-channel slot checks (lavik is not a
-//! cluster: SSUBSCRIBE accepts channels of any slot together); client-side caching
-//! invalidations over `__redis__:invalidate`.
+//! cluster: SSUBSCRIBE accepts channels of any slot together). Client-side caching
+//! invalidations over `__redis__:invalidate` are sent by `tracking.rs`, straight to the
+//! redirect client (as Redis does), not through this registry.
 
 use super::{Outcome, Worker};
 use crate::commands::{eq_ic, glob_match, CommandSpec};

@@ -61,10 +61,15 @@ pub struct ConnTracking {
 impl ConnTracking {
     /// Who runs a command of this connection, and whether its reads are remembered.
     pub fn caller(&self, id: u64) -> rt::Caller {
-        let track_reads = self.on
-            && !self.bcast
-            && !(self.optin && !self.caching)
-            && !(self.optout && self.caching);
+        // OPTIN: only with CACHING yes; OPTOUT: unless CACHING no; otherwise always.
+        let caching_allows = if self.optin {
+            self.caching
+        } else if self.optout {
+            !self.caching
+        } else {
+            true
+        };
+        let track_reads = self.on && !self.bcast && caching_allows;
         rt::Caller { id, track_reads }
     }
 

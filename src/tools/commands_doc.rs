@@ -257,7 +257,7 @@ pub const REDIS_COMMANDS: &[(&str, &str)] = &[
 /// checks every name is in the table).
 pub const PARTIAL: &[(&str, &str)] = &[
     ("bgsave", "flushes and syncs every shard before replying (no RDB file: the data devices are the persistent copy)"),
-    ("client", "ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, NO-EVICT, NO-TOUCH only: no CACHING, GETREDIR, PAUSE, UNPAUSE, REPLY, TRACKING, TRACKINGINFO, UNBLOCK"),
+    ("client", "ID, GETNAME, SETNAME, SETINFO, INFO, LIST, KILL, UNBLOCK, NO-EVICT, NO-TOUCH, TRACKING, CACHING, GETREDIR, TRACKINGINFO only: no PAUSE, UNPAUSE, REPLY"),
     ("command", "COMMAND, COUNT, DOCS, INFO, LIST only: no GETKEYS, GETKEYSANDFLAGS"),
     ("config", "GET, SET, RESETSTAT, REWRITE on the parameters lavik has only (REWRITE writes the runtime-settable ones)"),
     ("debug", "only DEBUG SLEEP"),
