@@ -384,6 +384,15 @@ fn redirect_resp2(p: &mut Pair) {
     t.check2(&on_bcast(&ls), &on_bcast(&rs));
     writer.check(&["MSET", "k1", "1", "k2", "2", "x", "3"]);
     sink.sync();
+    // A RESP3 redirect target needs no subscription: it gets pushes.
+    let mut sink3 = Duo::new(p, "sink3", 3);
+    let (l3, r3) = sink3.ids();
+    t.check(&["CLIENT", "TRACKING", "off"]);
+    t.check2(&on(&l3), &on(&r3));
+    t.check(&["GET", "k3"]);
+    writer.check(&["SET", "k3", "y"]);
+    sink3.sync();
+    sink.sync();
     // Without REDIRECT a RESP2 client hears nothing at all.
     t.check(&["CLIENT", "TRACKING", "off"]);
     t.check(&["CLIENT", "TRACKING", "on"]);
@@ -445,6 +454,10 @@ fn option_errors(p: &Pair) {
     let (l, r) = c.ids();
     let twice = |id: &str| bytes(&["CLIENT", "TRACKING", "on", "REDIRECT", id, "REDIRECT", id]);
     c.check2(&twice(&l), &twice(&r));
+    // RESET turns tracking off (and the connection back to RESP2).
+    c.check(&["CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "q"]);
+    c.check(&["RESET"]);
+    c.check(&["CLIENT", "TRACKINGINFO"]);
 }
 
 // A redirect client that goes away: the RESP3 tracking client gets `tracking-redir-broken`
