@@ -256,6 +256,20 @@ fn default_mode_resp3(p: &Pair) {
     std::thread::sleep(Duration::from_millis(150));
     writer.check(&["EXISTS", "e1"]);
     reader.sync();
+    // Active expiry (no client touches the key) invalidates as well.
+    writer.check(&["SET", "e2", "v", "PX", "50"]);
+    reader.check(&["GET", "e2"]);
+    let size = |c: &mut RespConn| c.call(&[b"DBSIZE"]);
+    let before = (size(&mut writer.l), size(&mut writer.r));
+    let start = Instant::now();
+    while size(&mut writer.l) == before.0 || size(&mut writer.r) == before.1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "e2 never expired"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    reader.sync();
     // Keys read inside MULTI/EXEC and by a script are tracked too.
     reader.check(&["MULTI"]);
     reader.check(&["GET", "k2"]);

@@ -1947,7 +1947,8 @@ impl Worker {
             self.dpdk_wait();
             return;
         }
-        if !self.ready.is_empty() || self.retry_pending {
+        // Invalidations from this round's background expiry go out in the next round.
+        if !self.ready.is_empty() || self.retry_pending || crate::runtime::tracking::pending() {
             let _ = self.ring.submit();
             if self.retry_pending {
                 std::thread::yield_now();
