@@ -188,8 +188,17 @@ fn emit_link_lines(libs: &[String], full: bool) {
         // -bundle: do not copy the archive into the rlib; the final link takes it whole.
         println!("cargo:rustc-link-lib=static:+whole-archive,-bundle,+verbatim={archive}");
     }
+    // A `+crt-static` build (the static binary the QEMU guest scripts run) takes the
+    // system libraries' archives too: one `dylib` entry would make the binary dynamic.
+    let crt_static =
+        env::var("CARGO_CFG_TARGET_FEATURE").is_ok_and(|f| f.split(',').any(|f| f == "crt-static"));
+    let kind = if crt_static {
+        "static:-bundle"
+    } else {
+        "dylib"
+    };
     for lib in &system_libs {
-        println!("cargo:rustc-link-lib=dylib={lib}");
+        println!("cargo:rustc-link-lib={kind}={lib}");
     }
     // Kept so dependent build scripts (the `lavik` package) can read what was linked.
     println!("cargo:archives={}", archives.join(","));

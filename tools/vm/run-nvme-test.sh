@@ -17,7 +17,8 @@
 #
 # Environment: LAVIK_VM_DIR (work dir, default target/nvme-vm), LAVIK_VM_TIMEOUT_S
 # (default 240), LAVIK_VM_ACCEL (default tcg; "kvm" where KVM works), LAVIK_VM_KEEP=1
-# keeps the disk image between runs.
+# keeps the disk image between runs, LAVIK_VM_KERNEL_DIR (the unpacked kernel, default
+# target/vm-kernel, shared with run-appliance-test.sh). Shared steps: tools/vm/lib.sh.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,45 +28,14 @@ accel=${LAVIK_VM_ACCEL:-tcg}
 mkdir -p "$work"
 log() { echo "run-nvme-test: $*" >&2; }
 
-# --- 1. host tools ------------------------------------------------------------------------
-need_pkgs=()
-command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
-[ -e /usr/share/doc/busybox-static ] || need_pkgs+=(busybox-static)
-command -v cpio >/dev/null || need_pkgs+=(cpio)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-    log "installing ${need_pkgs[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-fi
-busybox_bin=/bin/busybox
-[ -x "$busybox_bin" ] || busybox_bin=/usr/bin/busybox
-if ldd "$busybox_bin" 2>&1 | grep -q '=>'; then
-    log "$busybox_bin is dynamically linked; install busybox-static"; exit 1
-fi
+. "$repo/tools/vm/lib.sh"
 
-# --- 2. guest kernel (downloaded and unpacked, not installed) ------------------------------
-kdir="$work/kernel"
-if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
-    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-    if [ -z "$pkg" ]; then
-        apt-get update -qq
-        pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-    fi
-    [ -n "$pkg" ] || { log "cannot resolve linux-image-amd64 to a versioned package"; exit 1; }
-    log "downloading $pkg"
-    rm -rf "$work/deb" "$kdir"
-    mkdir -p "$work/deb" "$kdir"
-    (cd "$work/deb" && apt-get download "$pkg" >/dev/null 2>&1) || { log "apt-get download $pkg failed"; exit 1; }
-    dpkg-deb -x "$work"/deb/"$pkg"_*.deb "$kdir"
-    rm -rf "$work/deb"
-fi
-vmlinuz=$(ls "$kdir"/boot/vmlinuz-* | head -1)
-kver=${vmlinuz##*/vmlinuz-}
-moddir="$kdir/lib/modules/$kver"
+# --- 1. host tools, 2. guest kernel (tools/vm/lib.sh) ------------------------------------
+vm_host_tools
+vm_kernel
 
 # --- 3. the statically linked check binary -------------------------------------------------
 log "building tests/nvme_guest.rs (static)"
-host_target=x86_64-unknown-linux-gnu
 bin=$(cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo test --test nvme_guest --no-run \
     --target "$host_target" --message-format=json 2>"$work/build.log" |
     grep '"name":"nvme_guest"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
@@ -75,46 +45,15 @@ fi
 if ldd "$bin" 2>&1 | grep -q '=>'; then
     log "warning: $bin does not look statically linked"
 fi
-# `--features nvme`: a minimal build refuses --storage=spdk (src/config/build.rs).
-log "building lavik (release, static, --features nvme)"
-server_bin=$repo/target/$host_target/release/lavik
-if ! (cd "$repo" && RUSTFLAGS='-C target-feature=+crt-static' cargo build --release \
-        --target "$host_target" --features nvme --bin lavik) >"$work/build-lavik.log" 2>&1 ||
-        [ ! -x "$server_bin" ]; then
-    log "lavik build failed:"; tail -30 "$work/build-lavik.log" >&2; exit 1
-fi
-if ldd "$server_bin" 2>&1 | grep -q '=>'; then
-    log "$server_bin is dynamically linked; the guest has no libc"; exit 1
-fi
+# `dpdk` (which brings `nvme`): the same binary run-appliance-test.sh runs, built once.
+vm_build_lavik dpdk
 
 # --- 4. initramfs: busybox, vfio modules in dependency order, the binary, /init ------------
-root="$work/initramfs"
-rm -rf "$root"
-mkdir -p "$root"/{bin,dev,proc,sys,mnt,lib/modules}
-cp "$busybox_bin" "$root/bin/busybox"
+vm_initramfs_root
 cp "$bin" "$root/nvme_guest"
 # Debug info is not needed in the guest and would triple the initramfs.
 objcopy --strip-debug "$server_bin" "$root/lavik" 2>/dev/null || cp "$server_bin" "$root/lavik"
-
-declare -A mod_path=() loaded=()
-while IFS= read -r f; do
-    n=$(basename "$f" .ko); mod_path[${n//-/_}]=$f
-done < <(find "$moddir/kernel" -name '*.ko')
-order=()
-add_module() {  # depth-first on the depends= field of .modinfo
-    local name=${1//-/_} dep
-    [ -n "${loaded[$name]:-}" ] && return 0
-    [ -n "${mod_path[$name]:-}" ] || { log "module $name not in $moddir"; exit 1; }
-    for dep in $(grep -a -o 'depends=[A-Za-z0-9_,-]*' "${mod_path[$name]}" | head -1 | cut -d= -f2 | tr ',' ' '); do
-        add_module "$dep"
-    done
-    loaded[$name]=1
-    order+=("$name")
-}
-add_module vfio_iommu_type1
-add_module vfio_pci
-for m in "${order[@]}"; do cp "${mod_path[$m]}" "$root/lib/modules/$m.ko"; done
-printf '%s\n' "${order[@]}" > "$root/lib/modules/order"
+vm_modules vfio_iommu_type1 vfio_pci
 
 cat > "$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -156,7 +95,7 @@ echo "guest: done"
 poweroff -f
 EOF
 chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$work/initramfs.gz"
+vm_pack_initramfs
 
 # --- 5. boot -------------------------------------------------------------------------------
 img="$work/nvme.img"
