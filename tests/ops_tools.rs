@@ -217,12 +217,15 @@ fn plan_prints_and_validates() {
         "0",
     ]);
     assert_eq!(code, 0, "{err}");
-    // 10M x 11.31 B/key index; 5M volatile keys x 2 B; 1072-byte records.
+    // 10M x 11.31 B/key index; 5M volatile keys x 2.3 B; 1072-byte records.
     assert!(
         text.contains("index (11.31 B/key, at least 2621440 per shard) 113100000 bytes"),
         "{text}"
     );
-    assert!(text.contains("10000000 bytes"), "{text}");
+    assert!(
+        text.contains("TTL state (2.3 B/volatile key) 11500000 bytes"),
+        "{text}"
+    );
     assert!(text.contains("record size            1072 bytes"), "{text}");
     assert!(text.contains("Redis 7 RAM for the same data"), "{text}");
     let (code, _, err) = lavik(&["plan", "--keys", "10"]);

@@ -33,6 +33,11 @@ struct InFlight {
     sent: Instant,
     op: u8,
     request_bytes: u32,
+    /// Replies still due: more than one for a multi-command template (`MULTI ; ... ; EXEC`).
+    replies_left: u32,
+    /// The kind the request is accounted as: an error if any of its replies was one,
+    /// otherwise the last reply's kind.
+    error: bool,
 }
 
 struct Conn {
@@ -101,6 +106,8 @@ impl Conn {
                 sent: now,
                 op: op as u8,
                 request_bytes: bytes as u32,
+                replies_left: w.ops[op].template.commands(),
+                error: false,
             });
         }
     }
@@ -162,20 +169,28 @@ impl Conn {
             let scanned = scan_reply(&self.input[pos..self.input_len])
                 .map_err(|e| io::Error::new(ErrorKind::InvalidData, e.0))?;
             let Some((len, kind)) = scanned else { break };
-            let req = self
+            let front = self
                 .inflight
-                .pop_front()
+                .front_mut()
                 .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "reply without request"))?;
+            front.request_bytes = front.request_bytes.saturating_add(len as u32);
+            front.error |= kind == ReplyKind::Error;
+            front.replies_left -= 1;
+            pos += len;
+            if front.replies_left > 0 {
+                continue;
+            }
+            let req = self.inflight.pop_front().expect("front exists");
+            let kind = if req.error { ReplyKind::Error } else { kind };
             let s = &mut stats[usize::from(req.op)];
             s.record(now.saturating_duration_since(req.sent).as_nanos() as u64);
-            s.bytes += u64::from(req.request_bytes) + len as u64;
+            s.bytes += u64::from(req.request_bytes);
             match kind {
                 ReplyKind::Error => s.error_replies += 1,
                 ReplyKind::Nil if w.ops[usize::from(req.op)].is_read => s.misses += 1,
                 ReplyKind::Value if w.ops[usize::from(req.op)].is_read => s.hits += 1,
                 _ => {}
             }
-            pos += len;
             replies += 1;
         }
         self.input.copy_within(pos..self.input_len, 0);
@@ -450,6 +465,7 @@ mod tests {
                 let parts: Vec<&str> = text.split("\r\n").collect();
                 match parts[2] {
                     "SET" => reply.extend_from_slice(b"+OK\r\n"),
+                    "BAD" => reply.extend_from_slice(b"-ERR bad\r\n"),
                     _ if parts[4].ends_with(['0', '2', '4', '6', '8']) => {
                         reply.extend_from_slice(b"$3\r\nabc\r\n")
                     }
@@ -503,6 +519,46 @@ mod tests {
         assert_eq!(gets.misses, 6 * 150);
         assert_eq!((r.connection_errors, r.unanswered), (0, 0));
         assert!(gets.percentile_ms(50.0) > 0.0);
+    }
+
+    // Proves a `;` template is one request answered by its last reply: every request
+    // counted once, hits/misses from the last reply, an error anywhere makes it an error.
+    #[test]
+    fn multi_command_request_waits_for_all_replies() {
+        let port = fake_server().to_string();
+        let run_with = |command: &str| {
+            let o = options(&[
+                "-s",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "1",
+                "-c",
+                "2",
+                "-n",
+                "100",
+                &format!("--command={command}"),
+                "--command-key-pattern=S",
+                "--command-is-read",
+                "--pipeline=3",
+                "--key-minimum=1",
+                "--key-maximum=100",
+                "--hide-progress",
+            ]);
+            run(&o, "").unwrap()
+        };
+        let r = run_with("SET __key__ v ; SET __key__ v ; GET __key__");
+        let t = r.totals();
+        assert_eq!(
+            (t.count, t.hits, t.misses, t.error_replies),
+            (200, 100, 100, 0)
+        );
+        assert_eq!((r.connection_errors, r.unanswered), (0, 0));
+        let r = run_with("BAD __key__ ; GET __key__");
+        let t = r.totals();
+        assert_eq!((t.count, t.hits, t.error_replies), (200, 0, 200));
+        assert_eq!(r.unanswered, 0);
     }
 
     // Proves a timed run stops near its deadline and leaves nothing unanswered.

@@ -130,37 +130,59 @@ enum Segment {
 pub struct RequestTemplate {
     segments: Vec<Segment>,
     uses_key: bool,
+    /// Commands in one request (`;` separates them): replies to wait for.
+    commands: u32,
 }
 
 impl RequestTemplate {
     /// `__key__` and `__data__` must be whole arguments, as in memtier. `__rand__` (not a
     /// memtier placeholder) becomes a random number per request, e.g. a new PFADD element.
+    /// A `;` argument (not memtier's) ends one command and starts the next: the request is
+    /// all of them, sent back to back, and it is answered once the last one's reply has
+    /// arrived (`MULTI ; SET __key__ __data__ ; EXEC` is one request of three commands).
     pub fn compile(args: &[String], data: &[u8]) -> Self {
         let mut segments = Vec::new();
-        let mut bytes = format!("*{}\r\n", args.len()).into_bytes();
+        let mut bytes = Vec::new();
         let mut uses_key = false;
-        for arg in args {
-            match arg.as_str() {
-                "__key__" => {
-                    segments.push(Segment::Bytes(std::mem::take(&mut bytes)));
-                    segments.push(Segment::Key);
-                    uses_key = true;
+        let groups: Vec<&[String]> = args.split(|a| a == ";").filter(|g| !g.is_empty()).collect();
+        let commands = groups.len().max(1) as u32;
+        for group in &groups {
+            write_len(&mut bytes, b'*', group.len());
+            for arg in group.iter() {
+                match arg.as_str() {
+                    "__key__" => {
+                        segments.push(Segment::Bytes(std::mem::take(&mut bytes)));
+                        segments.push(Segment::Key);
+                        uses_key = true;
+                    }
+                    "__rand__" => {
+                        segments.push(Segment::Bytes(std::mem::take(&mut bytes)));
+                        segments.push(Segment::Rand);
+                    }
+                    "__data__" => encode_bulk(&mut bytes, data),
+                    literal => encode_bulk(&mut bytes, literal.as_bytes()),
                 }
-                "__rand__" => {
-                    segments.push(Segment::Bytes(std::mem::take(&mut bytes)));
-                    segments.push(Segment::Rand);
-                }
-                "__data__" => encode_bulk(&mut bytes, data),
-                literal => encode_bulk(&mut bytes, literal.as_bytes()),
             }
+        }
+        if groups.is_empty() {
+            write_len(&mut bytes, b'*', 0);
         }
         segments.push(Segment::Bytes(bytes));
         segments.retain(|s| !matches!(s, Segment::Bytes(b) if b.is_empty()));
-        Self { segments, uses_key }
+        Self {
+            segments,
+            uses_key,
+            commands,
+        }
     }
 
     pub fn uses_key(&self) -> bool {
         self.uses_key
+    }
+
+    /// Commands (and so replies) per request: 1 unless the template has `;`.
+    pub fn commands(&self) -> u32 {
+        self.commands
     }
 
     /// Append one request for key number `key` to `out`; returns the bytes appended.
@@ -274,6 +296,37 @@ mod tests {
         assert_eq!(
             out,
             b"*4\r\n$4\r\nMGET\r\n$2\r\nk5\r\n$2\r\nk5\r\n$1\r\n0\r\n"
+        );
+    }
+
+    // Proves `;` splits a template into back-to-back commands of one request, each with
+    // its own array header, keys drawn in order, and commands() counting them.
+    #[test]
+    fn encodes_a_transaction_as_one_request() {
+        let t = RequestTemplate::compile(
+            &strings(&[
+                "MULTI", ";", "SET", "__key__", "__data__", ";", "INCR", "__key__", ";", "EXEC",
+            ]),
+            b"v",
+        );
+        assert_eq!(t.commands(), 4);
+        let mut out = Vec::new();
+        let mut next = 0;
+        t.encode_with(
+            &mut out,
+            b"k",
+            || {
+                next += 1;
+                next
+            },
+            || 0,
+        );
+        let want: &[u8] = b"*1\r\n$5\r\nMULTI\r\n*3\r\n$3\r\nSET\r\n$2\r\nk1\r\n$1\r\nv\r\n\
+*2\r\n$4\r\nINCR\r\n$2\r\nk2\r\n*1\r\n$4\r\nEXEC\r\n";
+        assert_eq!(out, want);
+        assert_eq!(
+            RequestTemplate::compile(&strings(&["GET", "__key__"]), b"").commands(),
+            1
         );
     }
 

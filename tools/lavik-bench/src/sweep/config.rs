@@ -10,7 +10,8 @@
 //! ```
 //!
 //! TEMPLATE is a memtier `--command` (`__key__`, `__data__`, plus `__rand__`: a random
-//! number per request). OPTIONs: `read` (a nil reply is a miss, and misses fail the
+//! number per request, and `;` between commands sent as one request, answered when the
+//! last reply arrives: `MULTI ; SET __key__ __data__ ; EXEC`). OPTIONs: `read` (a nil reply is a miss, and misses fail the
 //! check), `distinct_keys` (each `__key__` draws its own key: MGET of 10 different keys),
 //! `prefix=STR` (the command works on its own keyspace `STR1..STRkeys` instead of
 //! `key_prefix`), `fill=TEMPLATE` (how that keyspace is filled before the sweep, once per
