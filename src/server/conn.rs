@@ -207,6 +207,28 @@ impl Conn {
         }
     }
 
+    /// The output buffer, taken so that the reply to `seq` can be written straight into
+    /// it: `Some` when `seq` is the first reply the connection waits for (no buffer of the
+    /// reply's own, no copy). Give it back with `put_out`.
+    pub fn take_out_for(&mut self, seq: u64) -> Option<Vec<u8>> {
+        if matches!(self.pending.front(), Some(Slot::Waiting(s)) if *s == seq) {
+            Some(std::mem::take(&mut self.out))
+        } else {
+            None
+        }
+    }
+
+    /// Ends `take_out_for`: `out`, with the reply appended, is the output again and the
+    /// reply's slot is filled. Bytes queued to `out` meanwhile follow the reply.
+    pub fn put_out(&mut self, out: Vec<u8>) {
+        self.pending.pop_front();
+        let meanwhile = std::mem::replace(&mut self.out, out);
+        if !meanwhile.is_empty() {
+            self.out.extend_from_slice(&meanwhile);
+        }
+        self.release_ready();
+    }
+
     /// Moves the replies ready at the front of `pending` to `out`.
     fn release_ready(&mut self) {
         while let Some(Slot::Ready(_)) = self.pending.front() {

@@ -37,8 +37,9 @@ use crate::device::AlignedBuf;
 use crate::resp::Proto;
 use crate::runtime::ring::{file_target, push_sqe, FileTarget};
 use crate::runtime::{user_data, OpKind};
-use crate::storage::prefetch::{Fetched, ReadDone, RecordRead, READ_WINDOW_BYTES};
+use crate::storage::prefetch::{Fetched, ReadDone, RecordPool, RecordRead, READ_WINDOW_BYTES};
 use io_uring::{opcode, types, IoUring};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
@@ -61,6 +62,8 @@ const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
 const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
 const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
 const _: () = assert!(READS_INFLIGHT_MAX <= PARKED_MAX);
+/// Emptied vectors of finished commands kept for the next ones (each kind).
+const SPARE_VECS_MAX: usize = 64;
 
 /// Where a parked command's reply goes.
 #[derive(Clone, Copy, Debug)]
@@ -239,6 +242,12 @@ pub struct Reads {
     delayed: VecDeque<(Instant, usize, i32)>,
     delay: Duration,
     pub stats: ReadStats,
+    /// What finished commands leave behind, reused so that parking a command allocates
+    /// nothing but its arguments in the steady state: records' byte vectors, plan
+    /// vectors, fetched-record vectors.
+    pool: RecordPool,
+    spare_plans: Vec<Vec<(u32, RecordRead)>>,
+    spare_fetched: Vec<(Vec<Fetched>, Vec<u32>)>,
 }
 
 /// The reads `spec` with `args` needs on the shards `own` accepts (the worker's own
@@ -252,7 +261,29 @@ pub fn plan(
     have: &[Fetched],
     out: &mut Vec<(u32, RecordRead)>,
 ) {
-    let mut reads = Vec::new();
+    thread_local! {
+        /// `plan_key_reads`'s output before it joins `out`; one per thread, so planning
+        /// allocates nothing once it has grown.
+        static SCRATCH: RefCell<Vec<RecordRead>> = const { RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with(|scratch| {
+        let mut reads = scratch.borrow_mut();
+        plan_with(shards, own, spec, args, db, have, out, &mut reads)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_with(
+    shards: &mut ShardSet,
+    own: impl Fn(u32) -> bool,
+    spec: &CommandSpec,
+    args: &[&[u8]],
+    db: u8,
+    have: &[Fetched],
+    out: &mut Vec<(u32, RecordRead)>,
+    reads: &mut Vec<RecordRead>,
+) {
+    reads.clear();
     for pos in key_positions(spec, args) {
         let id = shards.shard_id(args[pos]);
         if !own(id) {
@@ -261,7 +292,7 @@ pub fn plan(
         let Some(shard) = shards.slots[id as usize].as_mut() else {
             continue;
         };
-        shard.plan_key_reads(db, args[pos], have, &mut reads);
+        shard.plan_key_reads(db, args[pos], have, reads);
         for r in reads.drain(..) {
             if !out.iter().any(|(_, o)| o.same_record(&r)) {
                 out.push((id, r));
@@ -307,6 +338,33 @@ impl Reads {
             delayed: VecDeque::new(),
             delay: Duration::from_millis(delay_ms),
             stats: ReadStats::default(),
+            pool: RecordPool::default(),
+            spare_plans: Vec::new(),
+            spare_fetched: Vec::new(),
+        }
+    }
+
+    /// An empty plan vector (a reused one when there is one); hand it back with
+    /// `give_plan_vec` when it did not go to `park`.
+    pub fn plan_vec(&mut self) -> Vec<(u32, RecordRead)> {
+        self.spare_plans.pop().unwrap_or_default()
+    }
+
+    pub fn give_plan_vec(&mut self, mut v: Vec<(u32, RecordRead)>) {
+        if self.spare_plans.len() < SPARE_VECS_MAX {
+            v.clear();
+            self.spare_plans.push(v);
+        }
+    }
+
+    /// A finished command's fetched records and their vectors, kept for reuse.
+    pub fn recycle_fetched(&mut self, mut fetched: Vec<Fetched>, mut fetched_shard: Vec<u32>) {
+        for f in fetched.drain(..) {
+            self.pool.recycle(f);
+        }
+        fetched_shard.clear();
+        if self.spare_fetched.len() < SPARE_VECS_MAX {
+            self.spare_fetched.push((fetched, fetched_shard));
         }
     }
 
@@ -335,6 +393,11 @@ impl Reads {
     ) {
         debug_assert!(!reads.is_empty());
         self.stats.parked_commands += 1;
+        if p.fetched.capacity() == 0 {
+            if let Some((f, s)) = self.spare_fetched.pop() {
+                (p.fetched, p.fetched_shard) = (f, s);
+            }
+        }
         p.fetched.reserve(reads.len());
         p.fetched_shard.reserve(reads.len());
         p.unsubmitted = reads;
@@ -378,7 +441,9 @@ impl Reads {
                 p.reads_left += 1;
             }
         }
-        if !unsubmitted.is_empty() {
+        if unsubmitted.is_empty() {
+            self.give_plan_vec(unsubmitted);
+        } else {
             self.stats.waited_for_slots += 1;
             if let Some(p) = self.parked[idx].as_mut() {
                 p.unsubmitted = unsubmitted;
@@ -490,7 +555,9 @@ impl Reads {
             match io.shards.slots[read.shard as usize].as_mut() {
                 // The shard went away (lent out while the read ran): plan again later.
                 None => Ok(ReadDone::Stale),
-                Some(shard) => Ok(shard.complete_read(&read.plan, read.buf.bytes.as_slice())),
+                Some(shard) => {
+                    Ok(shard.complete_read(&read.plan, read.buf.bytes.as_slice(), &mut self.pool))
+                }
             }
         };
         let shard = read.shard;
@@ -575,7 +642,7 @@ impl Reads {
             return;
         }
         p.rounds += 1;
-        let mut more = Vec::new();
+        let mut more = self.spare_plans.pop().unwrap_or_default();
         if p.error.is_none() && p.rounds < PLAN_ROUNDS_MAX {
             let (spec, db, fetched) = (p.spec, p.db, &p.fetched);
             p.args.with_refs(|args| {
@@ -583,6 +650,7 @@ impl Reads {
             });
         }
         if more.is_empty() {
+            self.give_plan_vec(more);
             if let Some(p) = self.parked[pidx].take() {
                 self.free_parked.push(pidx);
                 self.parked_count -= 1;
@@ -636,6 +704,7 @@ impl BatchReads {
     ) -> (Vec<Fetched>, Vec<u32>) {
         let (mut fetched, mut fetched_shard) = (Vec::new(), Vec::new());
         let mut todo = Vec::new();
+        let mut pool = RecordPool::default();
         for _ in 0..PLAN_ROUNDS_MAX {
             if todo.is_empty() {
                 plan(shards, |_| true, spec, args, db, &fetched, &mut todo);
@@ -686,7 +755,7 @@ impl BatchReads {
                 let Some(shard) = shards.slots[id as usize].as_mut() else {
                     continue;
                 };
-                match shard.complete_read(&r, buf.as_slice()) {
+                match shard.complete_read(&r, buf.as_slice(), &mut pool) {
                     ReadDone::Record(f) => {
                         fetched.push(f);
                         fetched_shard.push(id);
@@ -703,12 +772,35 @@ impl BatchReads {
 /// Lends fetched records to their shards for the time `run` takes, then takes them back.
 pub fn with_lent<R>(
     shards: &mut ShardSet,
-    fetched: Vec<Fetched>,
+    mut fetched: Vec<Fetched>,
     fetched_shard: Vec<u32>,
     run: impl FnOnce(&mut ShardSet) -> R,
 ) -> R {
+    with_lent_in(shards, &mut fetched, &fetched_shard, run)
+}
+
+/// `with_lent` that leaves the records in `fetched` afterwards (in any order) for the
+/// caller to reuse. Records of one shard — every single-key command — are lent as the
+/// vector itself, with no allocation.
+pub fn with_lent_in<R>(
+    shards: &mut ShardSet,
+    fetched: &mut Vec<Fetched>,
+    fetched_shard: &[u32],
+    run: impl FnOnce(&mut ShardSet) -> R,
+) -> R {
+    if fetched_shard.windows(2).all(|w| w[0] == w[1]) {
+        let sh = fetched_shard.first().map(|s| *s as usize);
+        if let Some(s) = sh.and_then(|sh| shards.slots[sh].as_mut()) {
+            s.lend_prefetched(fetched);
+        }
+        let r = run(shards);
+        if let Some(s) = sh.and_then(|sh| shards.slots[sh].as_mut()) {
+            s.take_prefetched(fetched);
+        }
+        return r;
+    }
     let mut lent: Vec<(u32, Vec<Fetched>)> = Vec::new();
-    for (f, sh) in fetched.into_iter().zip(fetched_shard) {
+    for (f, sh) in fetched.drain(..).zip(fetched_shard.iter().copied()) {
         match lent.iter_mut().find(|(s, _)| *s == sh) {
             Some((_, v)) => v.push(f),
             None => lent.push((sh, vec![f])),
@@ -724,6 +816,7 @@ pub fn with_lent<R>(
         if let Some(s) = shards.slots[*sh as usize].as_mut() {
             s.take_prefetched(v);
         }
+        fetched.append(v);
     }
     r
 }

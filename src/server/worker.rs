@@ -1,7 +1,9 @@
 //! The worker loop. See the module essay in `mod.rs`.
 
 use super::conn::{Conn, Slot, Transport};
-use super::reads::{plan, with_lent, ArgList, BatchReads, Parked, ReadDest, ReadIo, Reads};
+use super::reads::{
+    plan, with_lent, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo, Reads,
+};
 use super::{now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
@@ -1618,9 +1620,10 @@ impl Worker {
         if key_positions(spec, args).any(|p| !own(self.shards.shard_id(args[p]))) {
             return Start::Borrowed;
         }
-        let mut reads = Vec::new();
+        let mut reads = self.reads.plan_vec();
         plan(&mut self.shards, own, spec, args, db, &[], &mut reads);
         if reads.is_empty() {
+            self.reads.give_plan_vec(reads);
             return Start::RunNow;
         }
         let mut p = Parked::new(dest, spec, ArgList::new(args), db, proto);
@@ -1681,37 +1684,51 @@ impl Worker {
         if writes {
             self.round_writes = true;
         }
-        // Room for the reply up front: a value read for GET goes in with one copy and
-        // no regrowth.
-        let hint = p.fetched.iter().map(|f| f.len_bytes()).sum::<usize>() + 64;
-        let mut bytes = Vec::with_capacity(hint);
+        let blocking = crate::commands::blocking::is_blocking(p.spec.name);
+        // The reply of a local connection's first awaited command is written straight
+        // into its output buffer; otherwise it gets room of its own up front (a value read
+        // for GET goes in with one copy and no regrowth).
+        let direct = match p.dest {
+            ReadDest::Local { token, seq } if !blocking => self
+                .conn_mut(token.packed())
+                .and_then(|conn| conn.take_out_for(seq)),
+            _ => None,
+        };
+        let is_direct = direct.is_some();
+        let mut bytes = direct.unwrap_or_else(|| {
+            let hint = p.fetched.iter().map(|f| f.len_bytes()).sum::<usize>() + 64;
+            Vec::with_capacity(hint)
+        });
         if let Some(e) = p.error.take() {
             ReplyBuf::new(&mut bytes, p.proto).error(&e);
         } else {
-            let (fetched, fetched_shard) = (
+            let (mut fetched, fetched_shard) = (
                 std::mem::take(&mut p.fetched),
                 std::mem::take(&mut p.fetched_shard),
             );
             let (spec, db, proto, max_bulk) = (p.spec, p.db, p.proto, self.max_bulk);
-            if crate::commands::blocking::is_blocking(spec.name) {
+            if blocking {
                 super::blocking::set_current(Some(waiter_of(&p.dest, self.id, proto)));
             }
             let shards = &mut self.shards;
             let prev = crate::runtime::tracking::set_current(p.caller);
             p.args.with_refs(|args| {
-                with_lent(shards, fetched, fetched_shard, |shards| {
+                with_lent_in(shards, &mut fetched, &fetched_shard, |shards| {
                     exec_on(shards, spec, args, db, proto, now, max_bulk, &mut bytes)
                 })
             });
             tracking::append_own(&mut bytes, proto);
             crate::runtime::tracking::set_current(prev);
             super::blocking::set_current(None);
+            self.reads.recycle_fetched(fetched, fetched_shard);
         }
         let blocked = super::blocking::take_blocked();
         match p.dest {
             ReadDest::Local { token, seq } => {
                 if let Some(conn) = self.conn_mut(token.packed()) {
-                    if !blocked {
+                    if is_direct {
+                        conn.put_out(bytes);
+                    } else if !blocked {
                         conn.fill(seq, bytes);
                     }
                     conn.parked -= 1;

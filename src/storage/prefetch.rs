@@ -70,6 +70,41 @@ impl RecordRead {
     }
 }
 
+/// Byte vectors of records whose command has finished, reused by `complete_read` so a
+/// fetched record costs no allocation in the steady state. Bounded: at most
+/// `RECORD_POOL_MAX` vectors of each kind, none above `RECORD_POOL_BYTES_MAX`.
+#[derive(Default)]
+pub struct RecordPool {
+    keys: Vec<Vec<u8>>,
+    values: Vec<Vec<u8>>,
+}
+
+const RECORD_POOL_MAX: usize = 64;
+const RECORD_POOL_BYTES_MAX: usize = 64 * 1024;
+
+impl RecordPool {
+    /// Keeps `f`'s vectors for later records.
+    pub fn recycle(&mut self, f: Fetched) {
+        let OwnedRecord { key, value, .. } = f.rec;
+        for (v, pool) in [(key, &mut self.keys), (value, &mut self.values)] {
+            if pool.len() < RECORD_POOL_MAX && v.capacity() <= RECORD_POOL_BYTES_MAX {
+                pool.push(v);
+            }
+        }
+    }
+
+    fn copy(pool: &mut Vec<Vec<u8>>, bytes: &[u8]) -> Vec<u8> {
+        match pool.pop() {
+            Some(mut v) => {
+                v.clear();
+                v.extend_from_slice(bytes);
+                v
+            }
+            None => bytes.to_vec(),
+        }
+    }
+}
+
 pub enum ReadDone {
     Record(Fetched),
     /// The record is longer than the bytes read: read again with this plan.
@@ -172,7 +207,12 @@ impl Shard {
     }
 
     /// Checks the bytes a `RecordRead` asked for (`buf.len() >= read.len_bytes`).
-    pub fn complete_read(&mut self, read: &RecordRead, buf: &[u8]) -> ReadDone {
+    pub fn complete_read(
+        &mut self,
+        read: &RecordRead,
+        buf: &[u8],
+        pool: &mut RecordPool,
+    ) -> ReadDone {
         self.counters.device_reads += 1;
         self.counters.device_read_bytes += read.len_bytes as u64;
         let (block, _) = self.shared.layout.split(read.addr);
@@ -199,8 +239,8 @@ impl Shard {
         };
         let rec = OwnedRecord {
             header: r.header,
-            key: r.key.to_vec(),
-            value: r.value.to_vec(),
+            key: RecordPool::copy(&mut pool.keys, r.key),
+            value: RecordPool::copy(&mut pool.values, r.value),
         };
         self.cache.insert(read.addr, read.block_seq, &rec);
         ReadDone::Record(Fetched {
