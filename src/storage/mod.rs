@@ -47,6 +47,7 @@ pub mod collection;
 pub mod expiry;
 pub mod format;
 pub mod grow;
+mod group;
 mod hash;
 pub mod index;
 pub mod list_codec;
@@ -57,6 +58,7 @@ mod tombraider;
 pub mod watch;
 pub mod zset;
 
+pub use group::WriteGroups;
 pub use grow::{GrowthConfig, GrowthStatus};
 pub use hash::{key_hash, key_slot, shard_of_slot};
 pub use shard::{ChunkIo, DefragStatus, Shard, ShardStats};

@@ -1142,12 +1142,10 @@ fn watched_keys_are_touched_by_every_write_path() {
     assert!(s.watch_changed(0, b"x", mark, 200).unwrap());
 }
 
-// Proves (when it passes) that one command's records in ONE shard are all-or-nothing on a
-// crash: a two-key write whose second record seals the open block must not leave the first
-// key's new version behind without the second's. Today `ensure_room` writes the sealed block
-// (holding the first record) at once, so a crash before the closing `flush()` keeps half.
+// Proves that one command's records in ONE shard are all-or-nothing on a crash: a two-key
+// write whose second record seals the open block does not leave the first key's new version
+// behind without the second's (the command scope moves the first record into the new block).
 #[test]
-#[ignore = "fails today: a block seal inside one command splits its records (docs/atomic-writes.md)"]
 fn a_block_seal_does_not_split_one_command() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
     let c = cfg(64 * 1024, FsyncPolicy::Always);
@@ -1159,11 +1157,14 @@ fn a_block_seal_does_not_split_one_command() {
     };
     let mut split_at = None;
     for v in 1..200u32 {
+        // One command (an MSET a b): its records are written inside a command scope.
+        s.command_begin();
         s.put(0, b"a", ValueKind::String, &value(v), None, 0)
             .unwrap();
         let before = dev.unsynced_writes();
         s.put(0, b"b", ValueKind::String, &value(v), None, 0)
             .unwrap();
+        s.command_end();
         if dev.unsynced_writes() > before && v > 1 {
             split_at = Some(v);
             break;
@@ -1188,12 +1189,11 @@ fn a_block_seal_does_not_split_one_command() {
     assert_eq!(a, b, "pair {v}: one command's two records recovered apart");
 }
 
-// Proves (when it passes) that a write to two shards is all-or-nothing on a crash. It
-// replays the server's coordinated pass under `appendfsync always`: the lent shard is
-// flushed and synced when the pass ends, the coordinator's own shard at its next epoch, and
-// a crash in between keeps one part of the write and loses the other.
+// Proves that a write to two shards is all-or-nothing on a crash. It replays the server's
+// coordinated pass under `appendfsync always` with the old order of flushes (the lent shard
+// flushed and synced, the coordinator's own shard not yet) and a crash in between: the
+// group's part on shard 0 is missing, so neither part is applied.
 #[test]
-#[ignore = "fails today: each shard commits its part of a multi-shard write alone (docs/atomic-writes.md)"]
 fn a_two_shard_write_is_all_or_nothing() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
     let c = StoreConfig {
@@ -1213,8 +1213,11 @@ fn a_two_shard_write_is_all_or_nothing() {
         .unwrap();
         s.flush().unwrap();
     }
-    // One MSET k0 new k1 new: a part on each shard.
-    for (i, s) in shards.iter_mut().enumerate() {
+    // One MSET k0 new k1 new: a part on each shard, in one write scope (a group).
+    let mut slots: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+    let mut groups = crate::storage::WriteGroups::default();
+    groups.begin(&mut slots, vec![0, 1]);
+    for (i, s) in slots.iter_mut().flatten().enumerate() {
         s.put(
             0,
             format!("k{i}").as_bytes(),
@@ -1225,6 +1228,8 @@ fn a_two_shard_write_is_all_or_nothing() {
         )
         .unwrap();
     }
+    groups.end(&mut slots).unwrap();
+    let mut shards: Vec<Shard> = slots.into_iter().flatten().collect();
     // The end of the coordinated pass: the lent shard (1) is made durable ...
     shards[1].flush().unwrap();
     // ... and the process dies before the coordinator's epoch writes shard 0.
@@ -1234,4 +1239,52 @@ fn a_two_shard_write_is_all_or_nothing() {
     let k0 = val(&mut shards[0], b"k0", 0);
     let k1 = val(&mut shards[1], b"k1", 0);
     assert_eq!(k0, k1, "the two parts of one write recovered apart");
+    assert_eq!(k0.as_deref(), Some(&b"old"[..]), "the incomplete group is dropped");
+    // The decision is stable: a second crash and recovery (decided_below now past the
+    // aborted group) still finds the old values.
+    drop(shards);
+    dev.crash(None);
+    let mut shards = open_mem(&dev, &c).shards;
+    assert_eq!(val(&mut shards[1], b"k1", 0).as_deref(), Some(&b"old"[..]));
+    assert_eq!(val(&mut shards[0], b"k0", 0).as_deref(), Some(&b"old"[..]));
+}
+
+// Proves a settled group (every part written and synced, then decided) survives a crash
+// whole, and keeps surviving once decided_below passes it and defrag-free paths run.
+#[test]
+fn a_settled_two_shard_write_survives_whole() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = StoreConfig {
+        shard_count: 2,
+        ..cfg(64 * 1024, FsyncPolicy::Always)
+    };
+    let shards = open_mem(&dev, &c).shards;
+    let mut slots: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+    let mut groups = crate::storage::WriteGroups::default();
+    groups.begin(&mut slots, vec![0, 1]);
+    for (i, s) in slots.iter_mut().flatten().enumerate() {
+        s.put(0, format!("k{i}").as_bytes(), ValueKind::String, b"v1", None, 0)
+            .unwrap();
+        s.delete(0, b"absent", 0).unwrap();
+    }
+    groups.end(&mut slots).unwrap();
+    assert!(groups.unsettled());
+    groups.settle(&mut slots).unwrap();
+    let writes = dev.unsynced_writes();
+    assert_eq!(writes, 0, "settling synced every part");
+    drop(slots);
+    dev.crash(None);
+    for _ in 0..2 {
+        let mut shards = open_mem(&dev, &c).shards;
+        assert_eq!(val(&mut shards[0], b"k0", 0).as_deref(), Some(&b"v1"[..]));
+        assert_eq!(val(&mut shards[1], b"k1", 0).as_deref(), Some(&b"v1"[..]));
+        // A later plain write on one shard flushes a marker whose decided_below passes the
+        // group; recovery then takes the group as decided.
+        shards[0]
+            .put(0, b"other", ValueKind::String, b"x", None, 0)
+            .unwrap();
+        shards[0].flush().unwrap();
+        drop(shards);
+        dev.crash(None);
+    }
 }
