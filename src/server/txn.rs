@@ -339,7 +339,9 @@ impl Worker {
         conn.txn.executing = queued.len();
         // Crash atomicity: the whole EXEC is one write scope over its shards (a group when
         // they are several, `storage::WriteGroups`); queued commands nest inside it.
-        let writes = queued.iter().any(|cmd| lookup(&cmd[0]).is_some_and(|s| s.may_write()));
+        let writes = queued
+            .iter()
+            .any(|cmd| lookup(&cmd[0]).is_some_and(|s| s.may_write()));
         let scope_ids: Option<Vec<u32>> = writes.then(|| {
             let held = |id: &u32| self.shards.slots[*id as usize].is_some();
             match &need {

@@ -665,12 +665,18 @@ mod tests {
         assert_eq!(buf[40..48], [0x0b, 0x0a, 0, 0, 0, 0, 0, 0]);
         assert_eq!(buf[1], FLAG_GROUPED);
         let r = decode_record(&buf, 7).expect("valid");
-        assert_eq!((r.key, r.value, r.group), (&b"key"[..], &b"value"[..], Some(0x0a0b)));
+        assert_eq!(
+            (r.key, r.value, r.group),
+            (&b"key"[..], &b"value"[..], Some(0x0a0b))
+        );
         assert_eq!(r.header.record_len(), 48);
         assert!(decode_record(&buf[..47], 7).is_none());
         let mut bad = buf;
         bad[41] ^= 1;
-        assert!(decode_record(&bad, 7).is_none(), "the CRC covers the group id");
+        assert!(
+            decode_record(&bad, 7).is_none(),
+            "the CRC covers the group id"
+        );
         let mut plain = [0u8; 64];
         encode_record(&mut plain, 7, sample_header(), b"key", b"value");
         assert_eq!(decode_record(&plain, 7).expect("valid").group, None);

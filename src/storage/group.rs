@@ -155,7 +155,11 @@ impl WriteGroups {
             .shards
             .iter()
             .copied()
-            .filter(|&id| slots[id as usize].as_ref().is_some_and(|s| s.group_records() > 0))
+            .filter(|&id| {
+                slots[id as usize]
+                    .as_ref()
+                    .is_some_and(|s| s.group_records() > 0)
+            })
             .collect();
         let mut result = Ok(());
         let mut any = None;
@@ -192,7 +196,11 @@ impl WriteGroups {
         if self.ended.is_empty() {
             return Ok(());
         }
-        let mut ids: Vec<u32> = self.ended.iter().flat_map(|(_, w)| w.iter().copied()).collect();
+        let mut ids: Vec<u32> = self
+            .ended
+            .iter()
+            .flat_map(|(_, w)| w.iter().copied())
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         let mut last = None;

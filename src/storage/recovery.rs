@@ -5,15 +5,14 @@ use super::format::{
     decode_record, BlockHeaderPayload, Label, LabelState, MarkerPayload, MetaSlot, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_CHECKPOINT, BLOCK_KIND_EXTENT,
     BLOCK_SIZE_MAX_BYTES, BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE,
-    FORMAT_VERSION,
-    LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
+    FORMAT_VERSION, LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
 };
+use super::format::{label_version, GroupPartPayload};
+use super::group::{complete_groups, ScannedGroups};
 use super::index::{Address, Index};
 use super::shard::{parse_root, BlockInfo, Shard};
 use super::{Db, OpenedStore, RecoveryProgress, StorageError, StoreConfig, StoreInfo};
 use crate::device::{AlignedBuf, BlockDevice};
-use super::format::{label_version, GroupPartPayload};
-use super::group::{complete_groups, ScannedGroups};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -813,7 +812,10 @@ impl Shard {
     /// group wrote: the current record re-appended (a LARGE root with the same fragment
     /// list), or a tombstone if the key is absent. Afterwards no later recovery can take the
     /// aborted records as current, whatever `decided_below` says.
-    pub(crate) fn neutralise(&mut self, aborted: &[(Db, u64, Address)]) -> Result<(), StorageError> {
+    pub(crate) fn neutralise(
+        &mut self,
+        aborted: &[(Db, u64, Address)],
+    ) -> Result<(), StorageError> {
         let mut done: HashSet<(Db, Vec<u8>)> = HashSet::new();
         for &(db, h, addr) in aborted {
             let key = self.read_record(addr)?.key;
@@ -839,17 +841,8 @@ impl Shard {
                     self.install(db, h, Some(found), new, len, expire, false);
                 }
                 None => {
-                    let (taddr, _) = self.append(
-                        RecordType::Tombstone,
-                        0,
-                        0,
-                        db,
-                        &key,
-                        &[],
-                        0,
-                        None,
-                        true,
-                    )?;
+                    let (taddr, _) =
+                        self.append(RecordType::Tombstone, 0, 0, db, &key, &[], 0, None, true)?;
                     self.note_tomb_at(taddr, super::format::record_len(key.len(), 0));
                 }
             }

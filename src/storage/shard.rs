@@ -1657,10 +1657,9 @@ impl Shard {
         let (block, from) = self.scope?.first?;
         let ob = self.open.as_ref()?;
         let first_record = record_len(0, BLOCK_HEADER_PAYLOAD_BYTES);
-        let fits = first_record + (ob.write_pos - from) + len + MARKER_RECORD_BYTES
-            <= self.block_size();
-        (block == ob.block && from >= ob.chunk_start && from > first_record && fits)
-            .then_some(from)
+        let fits =
+            first_record + (ob.write_pos - from) + len + MARKER_RECORD_BYTES <= self.block_size();
+        (block == ob.block && from >= ob.chunk_start && from > first_record && fits).then_some(from)
     }
 
     /// Seals the open block without the scope's records from `from` on and appends them
@@ -1735,6 +1734,7 @@ impl Shard {
     ) {
         let (old_block, _) = self.shared.layout.split(old);
         let (new_block, _) = self.shared.layout.split(new);
+        let hash = self.hash(h.db, key);
         if h.record_type == RecordType::Tombstone {
             if let Some(i) = self.blocks.get_mut(&old_block) {
                 i.tomb_bytes = i.tomb_bytes.saturating_sub(len as u32);
@@ -1742,10 +1742,8 @@ impl Shard {
             if let Some(i) = self.blocks.get_mut(&new_block) {
                 i.note_tomb(len);
             }
-        } else if {
-            let hash = self.hash(h.db, key);
-            self.indexes[h.db as usize].replace(hash, old, new)
-        } {
+        } else if self.indexes[h.db as usize].replace(hash, old, new) {
+            // Any indexed record (a put, or another kind the index points at).
             self.unaccount(h.db, old, len);
             if let Some(i) = self.blocks.get_mut(&new_block) {
                 i.live_bytes[h.db as usize] += len as u32;
@@ -2489,7 +2487,10 @@ impl Shard {
             let off = job.records[job.next];
             job.next += 1;
             let moved_before = self.counters.defrag_relocated_records;
-            self.relocate_record(&job, off, older_log_block_exists)?;
+            if !self.relocate_record(&job, off, older_log_block_exists)? {
+                // An undecided group's record: drop the job, the block stays (retried later).
+                return Ok(());
+            }
             let moved = self.counters.defrag_relocated_records > moved_before;
             if moved && self.defrag_record_sleep_us > 0 {
                 self.defrag_next_record = Some(
@@ -2516,16 +2517,26 @@ impl Shard {
 
     /// Copies one record of a block being defragged forward if it still matters: a put that
     /// is its key's current record, or a tombstone that may still shadow an older record.
+    /// A GROUPED record of a decided group is copied plain (same sequence number). `false`:
+    /// the record belongs to a group not decided yet, so the block must stay.
     fn relocate_record(
         &mut self,
         job: &DefragJob,
         off: usize,
         older_log_block_exists: bool,
-    ) -> Result<(), StorageError> {
+    ) -> Result<bool, StorageError> {
         let rec =
             decode_record(&job.image.as_slice()[off..], job.block_seq).expect("parsed before");
         let hdr = rec.header;
         let addr = self.shared.layout.address(job.block, off);
+        if rec
+            .group
+            .is_some_and(|g| g >= self.shared.groups.decided_below())
+        {
+            // Its group is not decided (only after a failed settle): a plain copy could
+            // outlive the group's other parts. The block stays until the group is decided.
+            return Ok(false);
+        }
         match hdr.record_type {
             RecordType::Put => {
                 let h = self.hash(hdr.db, rec.key);
@@ -2533,7 +2544,7 @@ impl Shard {
                     .candidates(h)
                     .any(|a| a == addr)
                 {
-                    return Ok(());
+                    return Ok(true);
                 }
                 let (new, _) = self.append(
                     RecordType::Put,
@@ -2549,9 +2560,11 @@ impl Shard {
                 let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
                 assert!(replaced, "index lost an entry it just returned");
                 let len = hdr.record_len() as u32;
+                // The copy is plain: no group id.
+                let copy_len = len - hdr.group_id_len() as u32;
                 let (nb, _) = self.shared.layout.split(new);
                 if let Some(i) = self.blocks.get_mut(&nb) {
-                    i.live_bytes[hdr.db as usize] += len;
+                    i.live_bytes[hdr.db as usize] += copy_len;
                 }
                 self.unaccount(hdr.db, addr, len as usize);
                 self.expiry_remove(hdr.db, hdr.expire_at_ms, addr);
@@ -2568,7 +2581,7 @@ impl Shard {
                         .is_some()
                 {
                     self.raider.tombstones_dropped += 1;
-                    return Ok(());
+                    return Ok(true);
                 }
                 let (new, _) = self.append(
                     RecordType::Tombstone,
@@ -2583,13 +2596,13 @@ impl Shard {
                 )?;
                 let (nb, _) = self.shared.layout.split(new);
                 if let Some(i) = self.blocks.get_mut(&nb) {
-                    i.note_tomb(hdr.record_len());
+                    i.note_tomb(hdr.record_len() - hdr.group_id_len());
                 }
                 self.counters.defrag_relocated_records += 1;
             }
             _ => {}
         }
-        Ok(())
+        Ok(true)
     }
 }
 
