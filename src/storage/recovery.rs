@@ -207,6 +207,7 @@ fn check_labels(
     }
     let mut slots: Vec<Option<(Arc<dyn BlockDevice>, Label)>> = vec![None; devices.len()];
     let mut first: Option<Label> = None;
+    let mut relabel = Vec::new();
     for ((dev, st), version) in devices.into_iter().zip(states).zip(versions) {
         let LabelState::Valid(l) = st else {
             return Err(StorageError::ForeignLabel(format!(
@@ -241,15 +242,18 @@ fn check_labels(
             )));
         }
         if version < FORMAT_VERSION {
-            // A version-1 store (no groups, 144-byte markers) becomes version 2 before we
-            // write anything a version-1 binary would misread; that binary then refuses it.
-            let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
-            buf.as_mut_slice()[..128].copy_from_slice(&l.encode());
-            dev.write_at(LABEL_OFFSET_BYTES, &buf)?;
-            dev.sync()?;
-            tracing::info!(device = %dev.describe(), "label rewritten as format version {FORMAT_VERSION}");
+            relabel.push((dev.clone(), l));
         }
         *slot = Some((dev, l));
+    }
+    for (dev, l) in relabel {
+        // A version-1 store (no groups, 144-byte markers) becomes version 2 before we
+        // write anything a version-1 binary would misread; that binary then refuses it.
+        let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+        buf.as_mut_slice()[..128].copy_from_slice(&l.encode());
+        dev.write_at(LABEL_OFFSET_BYTES, &buf)?;
+        dev.sync()?;
+        tracing::info!(device = %dev.describe(), "label rewritten as format version {FORMAT_VERSION}");
     }
     let (devs, labels) = slots
         .into_iter()

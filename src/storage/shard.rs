@@ -868,6 +868,11 @@ impl Shard {
         self.unflushed || !self.pending_frees.is_empty()
     }
 
+    #[cfg(test)]
+    pub(crate) fn staged_bytes_for_tests(&self) -> usize {
+        self.staged_bytes()
+    }
+
     fn staged_bytes(&self) -> usize {
         self.open
             .as_ref()
