@@ -1525,15 +1525,23 @@ impl Worker {
                 }
             }
         }
-        // Multi-shard writes of the pass are settled once, below, not one by one.
-        self.shards.groups.in_pass = true;
+        // The whole pass is one write scope over every held shard, a group: each write in
+        // it (multi-key or not) is GROUPED, so a later command of the pass that read an
+        // earlier one's result cannot outlive it in a crash. It is settled once, below.
+        let set = &mut self.shards;
+        set.groups.in_pass = true;
+        let all_ids: Vec<u32> = (0..set.shard_count)
+            .filter(|&id| set.slots[id as usize].is_some())
+            .collect();
+        set.groups.begin(&mut set.slots, all_ids);
         let result = if complete { Some(f(self)) } else { None };
-        self.shards.groups.in_pass = false;
+        let set = &mut self.shards;
+        let ended = set.groups.end(&mut set.slots);
+        set.groups.in_pass = false;
         // Every group the pass wrote is made durable on all its shards (one sync) and
         // decided before any shard goes back, so no owner ever serves an undecided write.
-        let set = &mut self.shards;
         let mut groups_failed = false;
-        if let Err(e) = set.groups.settle(&mut set.slots) {
+        if let Err(e) = ended.and_then(|()| set.groups.settle(&mut set.slots)) {
             tracing::error!("multi-shard writes of a coordinated pass not durable: {e}");
             groups_failed = true;
         }

@@ -1659,7 +1659,12 @@ impl Shard {
     /// The staging offset of the scope's records in the open block, if moving them to a
     /// fresh block (with the `len`-byte record that does not fit) keeps them together.
     fn scope_tail_to_move(&self, len: usize) -> Option<usize> {
-        let (block, from) = self.scope?.first?;
+        let scope = self.scope?;
+        if scope.group.is_some() {
+            // A group's records count only with all of them: a seal may split them.
+            return None;
+        }
+        let (block, from) = scope.first?;
         let ob = self.open.as_ref()?;
         let first_record = record_len(0, BLOCK_HEADER_PAYLOAD_BYTES);
         let fits =

@@ -1370,12 +1370,17 @@ fn model_run(
         |k: usize| crate::storage::shard_of_slot(crate::storage::key_slot(&model_key(k)), 3);
     let mut done: Vec<(Vec<usize>, Option<usize>)> = Vec::new();
     let mut unacked: Vec<usize> = Vec::new();
+    let mut in_batch = false;
     for (op, ends_batch) in ops {
         let mut ids: Vec<u32> = op.writes.iter().map(|(k, _)| shard_of(*k)).collect();
         ids.sort_unstable();
         ids.dedup();
         let scoped = op.writes.len() > 1;
-        groups.in_pass = !ends_batch;
+        if !ends_batch && !in_batch {
+            // A coordinated pass: one group over every shard around its commands.
+            groups.begin(&mut slots, vec![0, 1, 2]);
+            in_batch = true;
+        }
         if scoped {
             groups.begin(&mut slots, ids.clone());
         }
@@ -1401,7 +1406,10 @@ fn model_run(
             groups.end(&mut slots).unwrap();
         }
         if *ends_batch {
-            groups.in_pass = false;
+            if in_batch {
+                groups.end(&mut slots).unwrap();
+                in_batch = false;
+            }
             groups.settle(&mut slots).unwrap();
             if !scoped {
                 slots[ids[0] as usize].as_mut().unwrap().flush().unwrap();
@@ -1419,6 +1427,9 @@ fn model_run(
     }
     // Ops of an unfinished batch: their records written, not synced (a settle that dies
     // before its sync).
+    if in_batch {
+        groups.end(&mut slots).unwrap();
+    }
     for s in slots.iter_mut().flatten() {
         s.group_flush_write().unwrap();
     }
