@@ -24,7 +24,8 @@
 //!
 //! Files: `format` (bytes), `alloc` (layout, allocator, metadata), `shard` (operations,
 //! append stream, flush, defrag), `recovery` (open, scan), `checkpoint`, `tombraider`,
-//! `hash`, `index` (stand-in for the compact index).
+//! `group` (crash atomicity of multi-shard writes: group ids, write scopes, the recovery
+//! decision; `docs/atomic-writes.md`), `hash`, `index` (stand-in for the compact index).
 //!
 //! Reads that do not block: `prefetch` plans the device reads a command needs and checks
 //! what the caller's ring brought back; `cache` keeps recently read records by address.
