@@ -87,7 +87,6 @@ fn mset_family(c: &mut RespConn, f: usize, version: u64) -> Vec<u8> {
 // Every cross-worker MSET and RENAME is wholly present or wholly absent after SIGKILL at
 // seeded random moments, and every acknowledged one is present (appendfsync always).
 #[test]
-#[ignore = "fails today: a cross-shard MSET/RENAME can be half-recovered after SIGKILL (docs/atomic-writes.md)"]
 fn cross_worker_writes_are_all_or_nothing_after_sigkill() {
     kill_rounds("dur-atomic", 0x15a7, true);
 }
@@ -226,7 +225,7 @@ fn kill_rounds(tag: &str, seed: u64, atomic: bool) {
                 "round {round}: a cross-worker RENAME was half recovered"
             );
         } else if names != 1 {
-            // Today a half-recovered RENAME can lose the value or duplicate it: start over.
+            // Without the all-or-nothing check, a half-recovered RENAME would only restart.
             assert_eq!(
                 c.call(&[b"DEL", ren_a.as_bytes(), ren_b.as_bytes()])[0],
                 b':'

@@ -31,7 +31,7 @@ pub mod table;
 pub mod zset;
 
 use crate::resp::ReplyBuf;
-use crate::storage::{key_slot, shard_of_slot, Db, Shard, StorageError};
+use crate::storage::{key_slot, shard_of_slot, Db, Shard, StorageError, WriteGroups};
 
 pub use glob::{glob_match, glob_match_nocase, Glob};
 pub use table::{lookup, CommandSpec, Kind, TABLE};
@@ -41,6 +41,8 @@ pub use table::{lookup, CommandSpec, Kind, TABLE};
 pub struct ShardSet {
     pub slots: Vec<Option<Shard>>,
     pub shard_count: u32,
+    /// Write scopes and multi-shard groups of the running command (`storage::WriteGroups`).
+    pub groups: WriteGroups,
 }
 
 impl ShardSet {

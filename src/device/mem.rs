@@ -22,6 +22,8 @@ struct MemState {
     unsynced: Vec<(u64, Vec<u8>)>,
     fail_next_writes: u32,
     fail_next_syncs: u32,
+    /// Every write since `record_writes`, in issue order (for cutting a run anywhere).
+    journal: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 pub struct MemDevice {
@@ -41,6 +43,7 @@ impl MemDevice {
                 unsynced: Vec::new(),
                 fail_next_writes: 0,
                 fail_next_syncs: 0,
+                journal: None,
             }),
             capacity_bytes,
             name: name.to_string(),
@@ -59,6 +62,34 @@ impl MemDevice {
     /// The next `n` syncs fail with `DeviceError::Injected` (nothing becomes durable).
     pub fn fail_next_syncs(&self, n: u32) {
         self.lock().fail_next_syncs = n;
+    }
+
+    /// Starts recording every write, from this zero-filled device's creation on (call it
+    /// before the first write), so [`MemDevice::replay_first`] can cut the run anywhere.
+    pub fn record_writes(&self) {
+        self.lock().journal = Some(Vec::new());
+    }
+
+    /// Writes recorded so far.
+    pub fn recorded_writes(&self) -> usize {
+        self.lock().journal.as_ref().map_or(0, |j| j.len())
+    }
+
+    /// A new device holding the first `n` recorded writes over zeros, all durable: the
+    /// state a process killed right after its `n`th write leaves (completed writes survive,
+    /// none after).
+    pub fn replay_first(&self, n: usize) -> MemDevice {
+        let st = self.lock();
+        let dev = MemDevice::new(&self.name, self.capacity_bytes);
+        {
+            let mut d = dev.lock();
+            for (off, data) in st.journal.iter().flatten().take(n) {
+                let start = *off as usize;
+                d.visible[start..start + data.len()].copy_from_slice(data);
+            }
+            d.durable = d.visible.clone();
+        }
+        dev
     }
 
     /// Number of writes completed since the last sync.
@@ -171,6 +202,9 @@ impl BlockDevice for MemDevice {
         let start = offset_bytes as usize;
         st.visible[start..start + data.len()].copy_from_slice(data);
         st.unsynced.push((offset_bytes, data.to_vec()));
+        if let Some(j) = st.journal.as_mut() {
+            j.push((offset_bytes, data.to_vec()));
+        }
         Ok(())
     }
 

@@ -232,6 +232,17 @@ fn serve_keys(shards: &mut ShardSet, keys: Vec<(u8, Vec<u8>)>, now_ms: u64, max_
                 }
                 let handler = spec.handler.expect("blocking commands have handlers");
                 let mut out = Vec::new();
+                // BLMOVE/BRPOPLPUSH write two keys: one write scope, as `exec_on` opens.
+                let mut ids: Vec<u32> = key_positions(spec, &refs)
+                    .map(|p| shards.shard_id(refs[p]))
+                    .collect();
+                let scoped = spec.may_write() && ids.len() > 1;
+                if scoped {
+                    ids.sort_unstable();
+                    ids.dedup();
+                    let set = &mut *shards;
+                    set.groups.begin(&mut set.slots, ids);
+                }
                 let mut ctx = Ctx {
                     shards,
                     db,
@@ -241,6 +252,14 @@ fn serve_keys(shards: &mut ShardSet, keys: Vec<(u8, Vec<u8>)>, now_ms: u64, max_
                 set_may_block(false);
                 let mut r = ReplyBuf::new(&mut out, e.waiter.proto);
                 let result = handler(&mut ctx, &refs, &mut r);
+                if scoped {
+                    if let Err(err) = super::worker::close_write_scope(shards) {
+                        tracing::error!("a served blocked write could not be made durable: {err}");
+                        out.clear();
+                        let msg = crate::commands::storage_error(err);
+                        ReplyBuf::new(&mut out, e.waiter.proto).error(&msg);
+                    }
+                }
                 if take_empty() {
                     break; // the key has nothing left for anyone behind
                 }

@@ -365,6 +365,7 @@ pub fn distribute_shards(shards: Vec<Shard>, workers: usize, shard_count: u32) -
         .map(|_| ShardSet {
             slots: (0..shard_count).map(|_| None).collect(),
             shard_count,
+            groups: Default::default(),
         })
         .collect();
     for s in shards {

@@ -29,8 +29,10 @@
 //! ACL permissions are checked when a command is queued and again when EXEC runs it (the
 //! rules may change in between; Redis 7.2 does the same, without an ACL LOG entry here).
 //!
-//! Deliberately missing: crash atomicity across shards (see `docs/transactions.md`) and
-//! CLIENT LIST's `d` (dirty CAS) flag, which
+//! - **Crash atomicity.** A transaction that writes runs in one write scope over its
+//!   shards: after a crash it is wholly present or wholly absent (`docs/atomic-writes.md`).
+//!
+//! Deliberately missing: CLIENT LIST's `d` (dirty CAS) flag, which
 //! would need the watched shards at listing time.
 
 use super::super::conn::Conn;
@@ -335,6 +337,22 @@ impl Worker {
         }
         let queued = std::mem::take(&mut conn.txn.queued);
         conn.txn.executing = queued.len();
+        // Crash atomicity: the whole EXEC is one write scope over its shards (a group when
+        // they are several, `storage::WriteGroups`); queued commands nest inside it.
+        let writes = queued
+            .iter()
+            .any(|cmd| lookup(&cmd[0]).is_some_and(|s| s.may_write()));
+        let scope_ids: Option<Vec<u32>> = writes.then(|| {
+            let held = |id: &u32| self.shards.slots[*id as usize].is_some();
+            match &need {
+                Some(ids) => ids.iter().copied().filter(held).collect(),
+                None => (0..self.shards.shard_count).filter(held).collect(),
+            }
+        });
+        if let Some(ids) = scope_ids.clone().filter(|ids| !ids.is_empty()) {
+            let set = &mut self.shards;
+            set.groups.begin(&mut set.slots, ids);
+        }
         let mut out = Vec::new();
         ReplyBuf::new(&mut out, conn.proto).array(queued.len());
         // Clients blocked on keys the transaction writes are served after all of it.
@@ -362,6 +380,13 @@ impl Worker {
             self.commands_this_round += 1;
             if self.shared.monitor_count.load(Ordering::Relaxed) > 0 {
                 self.feed_monitors(conn, &refs);
+            }
+        }
+        if scope_ids.is_some_and(|ids| !ids.is_empty()) {
+            if let Err(e) = super::close_write_scope(&mut self.shards) {
+                tracing::error!("a transaction's writes could not be made durable: {e}");
+                out.clear();
+                ReplyBuf::new(&mut out, conn.proto).error(&crate::commands::storage_error(e));
             }
         }
         super::super::blocking::defer_end(&mut self.shards, now, self.max_bulk);

@@ -11,7 +11,7 @@ use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::ring::push_sqe;
 use crate::runtime::{split_user_data, user_data, OpKind};
-use crate::storage::{FsyncPolicy, Shard};
+use crate::storage::{FsyncPolicy, Shard, StorageError};
 use io_uring::{cqueue, opcode, types, IoUring};
 use std::collections::HashMap;
 use std::collections::VecDeque;
@@ -1555,7 +1555,33 @@ impl Worker {
                 }
             }
         }
+        // The whole pass is one write scope over every held shard, a group: each write in
+        // it (multi-key or not) is GROUPED, so a later command of the pass that read an
+        // earlier one's result cannot outlive it in a crash. It is settled once, below.
+        let set = &mut self.shards;
+        set.groups.in_pass = true;
+        let all_ids: Vec<u32> = (0..set.shard_count)
+            .filter(|&id| set.slots[id as usize].is_some())
+            .collect();
+        set.groups.begin(&mut set.slots, all_ids);
         let result = if complete { Some(f(self)) } else { None };
+        let set = &mut self.shards;
+        let ended = set.groups.end(&mut set.slots);
+        set.groups.in_pass = false;
+        // Every group the pass wrote is made durable on all its shards (one sync) and
+        // decided before any shard goes back, so no owner ever serves an undecided write.
+        let mut groups_failed = false;
+        if let Err(e) = ended.and_then(|()| set.groups.settle(&mut set.slots)) {
+            tracing::error!("multi-shard writes of a coordinated pass not durable: {e}");
+            groups_failed = true;
+        }
+        if groups_failed {
+            self.shared
+                .stats
+                .flush_failures
+                .fetch_add(1, Ordering::Relaxed);
+            self.coordinated_flush_failed = true;
+        }
         if self.fsync == FsyncPolicy::Always {
             // What `f` wrote into borrowed shards, and what their owners wrote whose sync
             // is still running on the owner's ring, must be durable before `f`'s replies
@@ -2060,7 +2086,20 @@ fn exec_on(
     let (started, errors_before) = (Instant::now(), super::cmdstats::errors_seen());
     let waiter = super::blocking::before_handler();
     super::blocking::defer_begin();
-    if let Err(e) = handler(&mut ctx, args, &mut r) {
+    let scope = write_scope(ctx.shards, spec, args);
+    if let Some(ids) = scope.clone() {
+        let set = &mut *ctx.shards;
+        set.groups.begin(&mut set.slots, ids);
+    }
+    let mut res = handler(&mut ctx, args, &mut r);
+    if scope.is_some() {
+        if let Err(e) = close_write_scope(ctx.shards) {
+            // The write may not be durable, or not whole: the client must not take it as done.
+            tracing::error!("a multi-record write could not be made durable: {e}");
+            res = Err(crate::commands::storage_error(e));
+        }
+    }
+    if let Err(e) = res {
         r.out.truncate(mark);
         r.error(&e);
     }
@@ -2071,6 +2110,46 @@ fn exec_on(
     super::blocking::defer_end(shards, now, max_bulk);
     let failed = super::cmdstats::errors_seen() != errors_before;
     super::cmdstats::record_call(spec, args, started.elapsed().as_nanos() as u64, failed);
+}
+
+/// The shards of a command that may write several records: several keys, or a script
+/// (`numkeys` commands), over the held shards of its keys. `None` for reads and one-key
+/// writes, which need no scope (they write one record; nothing extra is done for them).
+fn write_scope(shards: &ShardSet, spec: &CommandSpec, args: &[&[u8]]) -> Option<Vec<u32>> {
+    // One key (or none) and no `numkeys`: two integer compares, nothing else.
+    if spec.movable.is_none() && spec.first_key == spec.last_key {
+        return None;
+    }
+    if !spec.may_write() {
+        return None;
+    }
+    let mut keys = key_positions(spec, args);
+    let first = keys.next()?;
+    let second = keys.next();
+    if second.is_none() && spec.movable.is_none() {
+        return None;
+    }
+    let mut ids: Vec<u32> = std::iter::once(first)
+        .chain(second)
+        .chain(keys)
+        .filter_map(|p| args.get(p))
+        .map(|k| shards.shard_id(k))
+        .filter(|&id| shards.slots[id as usize].is_some())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    (!ids.is_empty()).then_some(ids)
+}
+
+/// Ends the innermost write scope; outside a coordinated pass (which settles once at its
+/// end, `with_workers`) an ended group is made durable and decided at once.
+pub(super) fn close_write_scope(shards: &mut ShardSet) -> Result<(), StorageError> {
+    let set = &mut *shards;
+    let ended = set.groups.end(&mut set.slots);
+    if !set.groups.in_pass {
+        set.groups.settle(&mut set.slots)?;
+    }
+    ended
 }
 
 fn write_all_now(fd: &OwnedFd, msg: &[u8]) -> std::io::Result<()> {

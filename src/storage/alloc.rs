@@ -200,6 +200,8 @@ pub struct StoreShared {
     pub defrag_active: Vec<std::sync::atomic::AtomicU32>,
     /// The data file grows with the data (one regular file, no fixed size asked for).
     pub growth: Option<super::grow::Growth>,
+    /// Group ids and the groups not yet decided (`group.rs`).
+    pub(crate) groups: super::group::GroupTable,
 }
 
 pub struct MetaState {

@@ -378,7 +378,7 @@ fn count_record(
             r.records_checkpoint += 1;
             return;
         }
-        RecordType::BlockHeader | RecordType::Marker => return,
+        RecordType::BlockHeader | RecordType::Marker | RecordType::GroupPart => return,
     };
     let k = off + RECORD_HEADER_BYTES;
     let key = bytes[k..k + hdr.key_len as usize].to_vec();

@@ -23,7 +23,11 @@ use super::{Db, StorageError};
 use crate::device::AlignedBuf;
 use std::collections::BTreeMap;
 
-const CHECKPOINT_MAGIC: [u8; 8] = *b"LVKCKPT1";
+const CHECKPOINT_MAGIC: [u8; 8] = *b"LVKCKPT2";
+/// A version-1 stream: no next-group-id trailer (its store holds no groups).
+const CHECKPOINT_MAGIC_V1: [u8; 8] = *b"LVKCKPT1";
+/// The next group id, after the expiry entries of a version-2 stream.
+const STREAM_TRAILER_BYTES: usize = 8;
 const STREAM_HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 8 * DB_COUNT + 8 + 8 + 8;
 const BLOCK_ENTRY_BYTES: usize = 32 + 4 * DB_COUNT;
 const INDEX_ENTRY_BYTES: usize = 16;
@@ -125,7 +129,8 @@ impl Shard {
             STREAM_HEADER_BYTES
                 + self.blocks.len() * BLOCK_ENTRY_BYTES
                 + entries.len() * INDEX_ENTRY_BYTES
-                + volatile.len() * EXPIRY_ENTRY_BYTES,
+                + volatile.len() * EXPIRY_ENTRY_BYTES
+                + STREAM_TRAILER_BYTES,
         );
         out.extend_from_slice(&CHECKPOINT_MAGIC);
         put_u32(&mut out, self.id);
@@ -162,6 +167,7 @@ impl Shard {
             put_u64(&mut out, w);
             put_u64(&mut out, e);
         }
+        put_u64(&mut out, self.shared.groups.next());
         Ok(out)
     }
 
@@ -213,6 +219,7 @@ impl Shard {
             chunk_crc: crc32c::crc32c(&out[..pos]),
             block_seq,
             flush_watermarks: self.watermarks,
+            decided_below: self.shared.groups.decided_below(),
         }
         .encode();
         encode_record(
@@ -265,7 +272,12 @@ impl Shard {
             bytes: stream,
             pos: 0,
         };
-        if r.take(8)? != CHECKPOINT_MAGIC || r.u32()? != self.id {
+        let trailer = match r.take(8)? {
+            m if m == CHECKPOINT_MAGIC => STREAM_TRAILER_BYTES as u64,
+            m if m == CHECKPOINT_MAGIC_V1 => 0,
+            _ => return None,
+        };
+        if r.u32()? != self.id {
             return None;
         }
         r.u32()?;
@@ -277,7 +289,8 @@ impl Shard {
         let expected = STREAM_HEADER_BYTES as u64
             + n_blocks * BLOCK_ENTRY_BYTES as u64
             + n_entries * INDEX_ENTRY_BYTES as u64
-            + n_volatile * EXPIRY_ENTRY_BYTES as u64;
+            + n_volatile * EXPIRY_ENTRY_BYTES as u64
+            + trailer;
         if expected != stream.len() as u64 {
             return None;
         }
@@ -319,6 +332,9 @@ impl Shard {
                 return None;
             }
             self.expiry_add(db as Db, expire, Address(word & offset_mask));
+        }
+        if trailer != 0 {
+            self.shared.groups.raise_next(r.u64()?);
         }
         Some(kept)
     }

@@ -11,7 +11,10 @@ pub const META_SLOT_OFFSETS_BYTES: [u64; 2] = [4096, 8192];
 pub const LABEL_MAGIC: [u8; 8] = *b"LAVIKST1";
 pub const META_MAGIC: [u8; 8] = *b"LAVIKMD1";
 pub const BLOCK_MAGIC: [u8; 8] = *b"LVKBLOCK";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Oldest label version this binary opens (and relabels to [`FORMAT_VERSION`]): version 1
+/// stores hold no grouped records, no part records and 144-byte markers.
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
 /// Bytes covered by the label CRC; the CRC itself sits right after them.
 pub const LABEL_CRC_OFFSET: usize = 124;
 pub const META_CRC_OFFSET: usize = 124;
@@ -22,7 +25,11 @@ pub const RECORD_HEADER_BYTES: usize = 32;
 pub const RECORD_ALIGN_BYTES: usize = 8;
 pub const KEY_LEN_MAX_BYTES: usize = u16::MAX as usize;
 pub const BLOCK_HEADER_PAYLOAD_BYTES: usize = 48;
-pub const MARKER_PAYLOAD_BYTES: usize = 16 + 8 * DB_COUNT;
+pub const MARKER_PAYLOAD_BYTES: usize = 16 + 8 * DB_COUNT + 8;
+/// A version-1 marker: no `decided_below` field (reads as 0).
+pub const MARKER_PAYLOAD_V1_BYTES: usize = 16 + 8 * DB_COUNT;
+/// The group id a GROUPED record carries after its padded key and payload.
+pub const GROUP_ID_BYTES: usize = 8;
 /// Space a chunk marker takes at the end of a chunk (header + payload, already 8-aligned).
 pub const MARKER_RECORD_BYTES: usize = RECORD_HEADER_BYTES + MARKER_PAYLOAD_BYTES;
 /// Address bits available to the index (see `index::ADDRESS_BITS`).
@@ -45,6 +52,8 @@ pub enum RecordType {
     Marker = 4,
     Fragment = 5,
     Checkpoint = 6,
+    /// One shard's part of a multi-record group (`docs/atomic-writes.md`).
+    GroupPart = 9,
 }
 
 impl RecordType {
@@ -56,6 +65,7 @@ impl RecordType {
             4 => Some(RecordType::Marker),
             5 => Some(RecordType::Fragment),
             6 => Some(RecordType::Checkpoint),
+            9 => Some(RecordType::GroupPart),
             _ => None,
         }
     }
@@ -63,6 +73,9 @@ impl RecordType {
 
 /// Flag bit: the Put's payload is a fragment list, not the value itself.
 pub const FLAG_LARGE: u8 = 1;
+/// Flag bit: the record belongs to a group; its group id follows the padded payload and the
+/// record counts only if the group is complete (`docs/atomic-writes.md`).
+pub const FLAG_GROUPED: u8 = 2;
 
 /// The 32-byte record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +95,16 @@ pub struct RecordHeader {
 impl RecordHeader {
     /// Bytes the whole record occupies in a block, padding included.
     pub fn record_len(&self) -> usize {
-        record_len(self.key_len as usize, self.value_len as usize)
+        record_len(self.key_len as usize, self.value_len as usize) + self.group_id_len()
+    }
+
+    /// Bytes of the group id trailer (0 for a record that is not GROUPED).
+    pub fn group_id_len(&self) -> usize {
+        if self.flags & FLAG_GROUPED != 0 {
+            GROUP_ID_BYTES
+        } else {
+            0
+        }
     }
 
     pub fn encode(&self, out: &mut [u8]) {
@@ -143,20 +165,39 @@ pub fn record_crc(block_seq: u64, header: &[u8], key: &[u8], value: &[u8]) -> u3
 pub fn encode_record(
     out: &mut [u8],
     block_seq: u64,
+    hdr: RecordHeader,
+    key: &[u8],
+    value: &[u8],
+) -> usize {
+    debug_assert_eq!(hdr.flags & FLAG_GROUPED, 0);
+    encode_record_in_group(out, block_seq, hdr, key, value, 0)
+}
+
+/// [`encode_record`] for a record that may be GROUPED: with [`FLAG_GROUPED`] set in `hdr`,
+/// `group` is written after the padded payload and covered by the CRC.
+pub fn encode_record_in_group(
+    out: &mut [u8],
+    block_seq: u64,
     mut hdr: RecordHeader,
     key: &[u8],
     value: &[u8],
+    group: u64,
 ) -> usize {
     debug_assert_eq!(hdr.key_len as usize, key.len());
     debug_assert_eq!(hdr.value_len as usize, value.len());
     let len = hdr.record_len();
+    let body = len - hdr.group_id_len();
     hdr.crc = 0;
     hdr.encode(&mut out[..RECORD_HEADER_BYTES]);
     let k_end = RECORD_HEADER_BYTES + key.len();
     out[RECORD_HEADER_BYTES..k_end].copy_from_slice(key);
     out[k_end..k_end + value.len()].copy_from_slice(value);
-    out[k_end + value.len()..len].fill(0);
-    let crc = record_crc(block_seq, &out[..RECORD_HEADER_BYTES], key, value);
+    out[k_end + value.len()..body].fill(0);
+    let mut crc = record_crc(block_seq, &out[..RECORD_HEADER_BYTES], key, value);
+    if body < len {
+        out[body..len].copy_from_slice(&group.to_le_bytes());
+        crc = crc32c::crc32c_append(crc, &out[body..len]);
+    }
     out[12..16].copy_from_slice(&crc.to_le_bytes());
     len
 }
@@ -167,6 +208,8 @@ pub struct RecordRef<'a> {
     pub header: RecordHeader,
     pub key: &'a [u8],
     pub value: &'a [u8],
+    /// The group id of a GROUPED record.
+    pub group: Option<u64>,
 }
 
 /// Parses and verifies the record at the start of `bytes` for a block with `block_seq`.
@@ -183,10 +226,22 @@ pub fn decode_record(bytes: &[u8], block_seq: u64) -> Option<RecordRef<'_>> {
     // Key and value are adjacent: one CRC pass over both gives the same checksum as
     // two, for less call and alignment overhead (every device read verifies one).
     let key_and_value = &bytes[RECORD_HEADER_BYTES..v_end];
-    if record_crc(block_seq, &bytes[..RECORD_HEADER_BYTES], key_and_value, &[]) != header.crc {
+    let mut crc = record_crc(block_seq, &bytes[..RECORD_HEADER_BYTES], key_and_value, &[]);
+    let mut group = None;
+    if header.flags & FLAG_GROUPED != 0 {
+        let trailer = &bytes[len - GROUP_ID_BYTES..len];
+        crc = crc32c::crc32c_append(crc, trailer);
+        group = Some(u64::from_le_bytes(trailer.try_into().ok()?));
+    }
+    if crc != header.crc {
         return None;
     }
-    Some(RecordRef { header, key, value })
+    Some(RecordRef {
+        header,
+        key,
+        value,
+        group,
+    })
 }
 
 /// Payload of the BlockHeader record that opens every block.
@@ -243,6 +298,8 @@ pub struct MarkerPayload {
     pub block_seq: u64,
     /// Per-db FLUSHDB watermark: records of that db with a smaller seq are dead.
     pub flush_watermarks: [u64; DB_COUNT],
+    /// Every group with a smaller id is decided (0 in a version-1 marker).
+    pub decided_below: u64,
 }
 
 impl MarkerPayload {
@@ -254,13 +311,18 @@ impl MarkerPayload {
         for (i, w) in self.flush_watermarks.iter().enumerate() {
             out[16 + 8 * i..24 + 8 * i].copy_from_slice(&w.to_le_bytes());
         }
+        out[MARKER_PAYLOAD_V1_BYTES..].copy_from_slice(&self.decided_below.to_le_bytes());
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Option<MarkerPayload> {
-        if bytes.len() != MARKER_PAYLOAD_BYTES {
-            return None;
-        }
+        let decided_below = match bytes.len() {
+            MARKER_PAYLOAD_V1_BYTES => 0,
+            MARKER_PAYLOAD_BYTES => {
+                u64::from_le_bytes(bytes[MARKER_PAYLOAD_V1_BYTES..].try_into().ok()?)
+            }
+            _ => return None,
+        };
         let mut flush_watermarks = [0u64; DB_COUNT];
         for (i, w) in flush_watermarks.iter_mut().enumerate() {
             *w = u64::from_le_bytes(bytes[16 + 8 * i..24 + 8 * i].try_into().ok()?);
@@ -270,8 +332,65 @@ impl MarkerPayload {
             chunk_crc: u32::from_le_bytes(bytes[4..8].try_into().ok()?),
             block_seq: u64::from_le_bytes(bytes[8..16].try_into().ok()?),
             flush_watermarks,
+            decided_below,
         })
     }
+}
+
+/// Payload of a GroupPart record (type 9): one shard's part of group `group` — `records`
+/// GROUPED records of the group in this shard, and every shard that wrote one, ascending.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupPartPayload {
+    pub group: u64,
+    pub records: u32,
+    pub shards: Vec<u32>,
+}
+
+/// Bytes of a part payload before its shard list.
+pub const GROUP_PART_FIXED_BYTES: usize = 16;
+
+impl GroupPartPayload {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(GROUP_PART_FIXED_BYTES + 4 * self.shards.len());
+        out.extend_from_slice(&self.group.to_le_bytes());
+        out.extend_from_slice(&self.records.to_le_bytes());
+        out.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
+        for s in &self.shards {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        out
+    }
+
+    /// `None` unless the length matches the shard count and the list is strictly ascending
+    /// and not empty.
+    pub fn decode(bytes: &[u8]) -> Option<GroupPartPayload> {
+        if bytes.len() < GROUP_PART_FIXED_BYTES {
+            return None;
+        }
+        let n = u32::from_le_bytes(bytes[12..16].try_into().ok()?) as usize;
+        if n == 0 || bytes.len() != GROUP_PART_FIXED_BYTES + 4 * n {
+            return None;
+        }
+        let shards: Vec<u32> = bytes[GROUP_PART_FIXED_BYTES..]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        if shards.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        Some(GroupPartPayload {
+            group: u64::from_le_bytes(bytes[0..8].try_into().ok()?),
+            records: u32::from_le_bytes(bytes[8..12].try_into().ok()?),
+            shards,
+        })
+    }
+}
+
+/// The format version a label sector names (meaningful only for a valid label).
+pub fn label_version(sector0: &[u8]) -> u32 {
+    sector0
+        .get(8..12)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
 /// The device label in sector 0.
@@ -336,7 +455,7 @@ impl Label {
         let u32_at = |o: usize| u32::from_le_bytes(sector0[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(sector0[o..o + 8].try_into().expect("8 bytes"));
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
             return LabelState::Damaged(format!("unsupported format version {version}"));
         }
         let label = Label {
@@ -508,9 +627,110 @@ mod tests {
             chunk_crc: 77,
             block_seq: 3,
             flush_watermarks: [4; DB_COUNT],
+            decided_below: 0x1122,
         };
         assert_eq!(MarkerPayload::decode(&mk.encode()), Some(mk));
         assert_eq!(MarkerPayload::decode(&mk.encode()[..10]), None);
+    }
+
+    // Proves a version-1 marker (144 bytes) still reads, with decided_below 0, and that
+    // decided_below sits at bytes 144..152 of a version-2 marker.
+    #[test]
+    fn marker_v1_and_decided_below_bytes() {
+        let mk = MarkerPayload {
+            chunk_start: 0,
+            chunk_crc: 1,
+            block_seq: 2,
+            flush_watermarks: [0; DB_COUNT],
+            decided_below: 0x0102_0304_0506_0708,
+        };
+        let bytes = mk.encode();
+        assert_eq!(bytes.len(), 152);
+        assert_eq!(bytes[144..152], [8, 7, 6, 5, 4, 3, 2, 1]);
+        let v1 = MarkerPayload::decode(&bytes[..MARKER_PAYLOAD_V1_BYTES]).expect("v1 marker");
+        assert_eq!(v1.decided_below, 0);
+        assert_eq!(v1.flush_watermarks, mk.flush_watermarks);
+        assert_eq!(MarkerPayload::decode(&bytes[..148]), None);
+    }
+
+    // Proves a GROUPED record's exact layout (group id after the padded payload, length
+    // +8), that the CRC covers the group id, and that truncation is rejected.
+    #[test]
+    fn grouped_record_known_bytes_and_crc() {
+        let mut hdr = sample_header();
+        hdr.flags = FLAG_GROUPED;
+        let mut buf = [0u8; 64];
+        let len = encode_record_in_group(&mut buf, 7, hdr, b"key", b"value", 0x0a0b);
+        assert_eq!(len, 48);
+        assert_eq!(buf[40..48], [0x0b, 0x0a, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(buf[1], FLAG_GROUPED);
+        let r = decode_record(&buf, 7).expect("valid");
+        assert_eq!(
+            (r.key, r.value, r.group),
+            (&b"key"[..], &b"value"[..], Some(0x0a0b))
+        );
+        assert_eq!(r.header.record_len(), 48);
+        assert!(decode_record(&buf[..47], 7).is_none());
+        let mut bad = buf;
+        bad[41] ^= 1;
+        assert!(
+            decode_record(&bad, 7).is_none(),
+            "the CRC covers the group id"
+        );
+        let mut plain = [0u8; 64];
+        encode_record(&mut plain, 7, sample_header(), b"key", b"value");
+        assert_eq!(decode_record(&plain, 7).expect("valid").group, None);
+    }
+
+    // Proves the part payload's bytes, its round trip, and rejection of short, unsorted and
+    // empty shard lists.
+    #[test]
+    fn group_part_known_bytes_and_malformed() {
+        let p = GroupPartPayload {
+            group: 5,
+            records: 3,
+            shards: vec![1, 4],
+        };
+        let bytes = p.encode();
+        assert_eq!(
+            bytes,
+            [5, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0]
+        );
+        assert_eq!(GroupPartPayload::decode(&bytes), Some(p));
+        assert_eq!(GroupPartPayload::decode(&bytes[..20]), None);
+        let mut unsorted = bytes.clone();
+        unsorted[16] = 9;
+        assert_eq!(GroupPartPayload::decode(&unsorted), None);
+        let empty = GroupPartPayload {
+            group: 1,
+            records: 0,
+            shards: vec![],
+        };
+        assert_eq!(GroupPartPayload::decode(&empty.encode()), None);
+    }
+
+    // Proves labels of version 1 and 2 are accepted and version 3 is refused as damaged.
+    #[test]
+    fn label_versions() {
+        let label = Label {
+            store_uuid: [3; 16],
+            device_index: 0,
+            device_count: 1,
+            shard_count: 1,
+            block_size_bytes: 1 << 16,
+            capacity_bytes: 1 << 24,
+            block_count: 255,
+        };
+        let mut sector = vec![0u8; 4096];
+        sector[..128].copy_from_slice(&label.encode());
+        assert_eq!(label_version(&sector), FORMAT_VERSION);
+        for (v, ok) in [(1u32, true), (2, true), (3, false)] {
+            sector[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c::crc32c(&sector[..LABEL_CRC_OFFSET]);
+            sector[124..128].copy_from_slice(&crc.to_le_bytes());
+            let st = Label::classify(&sector, true);
+            assert_eq!(matches!(st, LabelState::Valid(_)), ok, "version {v}");
+        }
     }
 
     proptest! {
@@ -528,6 +748,13 @@ mod tests {
             prop_assert_eq!(r.value, &value[..]);
             prop_assert_eq!(r.header.seq, seq);
             prop_assert_eq!(r.header.expire_at_ms, exp);
+            prop_assert_eq!(r.group, None);
+            // The same record in a group: the id comes back, the rest is unchanged.
+            let hdr = RecordHeader { flags: FLAG_GROUPED, ..hdr };
+            let mut buf = vec![0u8; hdr.record_len()];
+            encode_record_in_group(&mut buf, bseq, hdr, &key, &value, seq ^ exp);
+            let r = decode_record(&buf, bseq).unwrap();
+            prop_assert_eq!((r.key, r.value, r.group), (&key[..], &value[..], Some(seq ^ exp)));
         }
 
         // Proves arbitrary bytes never panic the decoders.
@@ -538,6 +765,7 @@ mod tests {
             let _ = MetaSlot::decode(&bytes);
             let _ = MarkerPayload::decode(&bytes);
             let _ = BlockHeaderPayload::decode(&bytes);
+            let _ = GroupPartPayload::decode(&bytes);
         }
     }
 }

@@ -24,7 +24,8 @@
 //!
 //! Files: `format` (bytes), `alloc` (layout, allocator, metadata), `shard` (operations,
 //! append stream, flush, defrag), `recovery` (open, scan), `checkpoint`, `tombraider`,
-//! `hash`, `index` (stand-in for the compact index).
+//! `group` (crash atomicity of multi-shard writes: group ids, write scopes, the recovery
+//! decision; `docs/atomic-writes.md`), `hash`, `index` (stand-in for the compact index).
 //!
 //! Reads that do not block: `prefetch` plans the device reads a command needs and checks
 //! what the caller's ring brought back; `cache` keeps recently read records by address.
@@ -46,6 +47,7 @@ mod checkpoint;
 pub mod collection;
 pub mod expiry;
 pub mod format;
+mod group;
 pub mod grow;
 mod hash;
 pub mod index;
@@ -57,6 +59,7 @@ mod tombraider;
 pub mod watch;
 pub mod zset;
 
+pub use group::WriteGroups;
 pub use grow::{GrowthConfig, GrowthStatus};
 pub use hash::{key_hash, key_slot, shard_of_slot};
 pub use shard::{ChunkIo, DefragStatus, Shard, ShardStats};

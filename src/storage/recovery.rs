@@ -5,13 +5,15 @@ use super::format::{
     decode_record, BlockHeaderPayload, Label, LabelState, MarkerPayload, MetaSlot, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_CHECKPOINT, BLOCK_KIND_EXTENT,
     BLOCK_SIZE_MAX_BYTES, BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE,
-    LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
+    FORMAT_VERSION, LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
 };
+use super::format::{label_version, GroupPartPayload};
+use super::group::{complete_groups, ScannedGroups};
 use super::index::{Address, Index};
 use super::shard::{parse_root, BlockInfo, Shard};
 use super::{Db, OpenedStore, RecoveryProgress, StorageError, StoreConfig, StoreInfo};
 use crate::device::{AlignedBuf, BlockDevice};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -163,6 +165,7 @@ fn check_labels(
     cfg: &StoreConfig,
 ) -> Result<CheckedDevices, StorageError> {
     let mut states = Vec::new();
+    let mut versions = Vec::new();
     for dev in &devices {
         if dev.capacity_bytes() < u64::from(BLOCK_SIZE_MIN_BYTES) {
             return Err(StorageError::Config(format!(
@@ -179,6 +182,7 @@ fn check_labels(
             &bytes[..CHUNK_ALIGN_BYTES as usize],
             reserved_zero,
         ));
+        versions.push(label_version(bytes));
     }
     for (dev, st) in devices.iter().zip(&states) {
         match st {
@@ -203,7 +207,8 @@ fn check_labels(
     }
     let mut slots: Vec<Option<(Arc<dyn BlockDevice>, Label)>> = vec![None; devices.len()];
     let mut first: Option<Label> = None;
-    for (dev, st) in devices.into_iter().zip(states) {
+    let mut relabel = Vec::new();
+    for ((dev, st), version) in devices.into_iter().zip(states).zip(versions) {
         let LabelState::Valid(l) = st else {
             return Err(StorageError::ForeignLabel(format!(
                 "{}: blank, but the other data files belong to a store; adding devices is not supported",
@@ -236,7 +241,19 @@ fn check_labels(
                 dev.describe()
             )));
         }
+        if version < FORMAT_VERSION {
+            relabel.push((dev.clone(), l));
+        }
         *slot = Some((dev, l));
+    }
+    for (dev, l) in relabel {
+        // A version-1 store (no groups, 144-byte markers) becomes version 2 before we
+        // write anything a version-1 binary would misread; that binary then refuses it.
+        let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+        buf.as_mut_slice()[..128].copy_from_slice(&l.encode());
+        dev.write_at(LABEL_OFFSET_BYTES, &buf)?;
+        dev.sync()?;
+        tracing::info!(device = %dev.describe(), "label rewritten as format version {FORMAT_VERSION}");
     }
     let (devs, labels) = slots
         .into_iter()
@@ -308,6 +325,7 @@ pub(crate) fn open_store(
             checkpoints_written: 0,
         }),
         growth,
+        groups: Default::default(),
     });
     shared.write_meta(false, 0)?;
 
@@ -343,6 +361,8 @@ pub(crate) fn open_store(
             }
         }
         if complete {
+            // Every group a clean shutdown left is complete; ids go on after the stream's.
+            shared.groups.open();
             let s = shared.clone();
             return Ok(finish_open(
                 s,
@@ -367,7 +387,8 @@ pub(crate) fn open_store(
         .map_or(1, |n| n.get())
         .min(shards.len());
     let queue = Mutex::new(shards.iter_mut().zip(per_shard).collect::<Vec<_>>());
-    let results: Vec<Result<Vec<BlockId>, StorageError>> = std::thread::scope(|s| {
+    type Recovered = (u32, Result<(Vec<BlockId>, Pending), StorageError>);
+    let results: Vec<Recovered> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
@@ -377,7 +398,8 @@ pub(crate) fn open_store(
                         let Some((shard, blocks)) = next else {
                             return out;
                         };
-                        out.push(shard.recover(blocks, cfg.recovery_progress.as_deref()));
+                        let id = shard.id();
+                        out.push((id, shard.recover(blocks, cfg.recovery_progress.as_deref())));
                     }
                 })
             })
@@ -388,11 +410,37 @@ pub(crate) fn open_store(
             .collect()
     });
     let mut used: HashSet<BlockId> = HashSet::new();
-    for r in results {
-        used.extend(r?);
+    let mut pendings: Vec<Option<Pending>> = (0..shard_count).map(|_| None).collect();
+    for (id, r) in results {
+        let (kept, pending) = r?;
+        used.extend(kept);
+        pendings[id as usize] = Some(pending);
     }
-    Ok(finish_open(
-        shared,
+    let mut pendings: Vec<Pending> = pendings
+        .into_iter()
+        .map(|p| p.expect("every shard recovered"))
+        .collect();
+    // Groups: decided store-wide, then applied per shard (docs/atomic-writes.md, 3).
+    let scans: Vec<&ScannedGroups> = pendings.iter().map(|p| &p.groups).collect();
+    let (complete, d_max) = complete_groups(&scans);
+    let max_group = scans.iter().map(|g| g.max_group).max().unwrap_or(0);
+    let mut aborted = Vec::with_capacity(shards.len());
+    for (shard, pending) in shards.iter_mut().zip(pendings.iter_mut()) {
+        aborted.push(shard.apply_groups(pending, &complete)?);
+    }
+    for (shard, pending) in shards.iter_mut().zip(pendings) {
+        // `finish_recovery` drops dead extents from the shard's blocks: they are free.
+        let before: Vec<BlockId> = shard.blocks.keys().copied().collect();
+        shard.finish_recovery(pending, &mut Vec::new())?;
+        for b in before {
+            if !shard.blocks.contains_key(&b) {
+                used.remove(&b);
+            }
+        }
+    }
+    shared.groups.start(max_group.max(d_max) + 1, d_max);
+    let mut opened = finish_open(
+        shared.clone(),
         shards,
         used,
         max_block_seq,
@@ -400,7 +448,26 @@ pub(crate) fn open_store(
         last_shutdown_clean,
         started,
         false,
-    ))
+    );
+    let aborted_records: usize = aborted.iter().map(|a| a.len()).sum();
+    if aborted_records > 0 {
+        tracing::warn!(
+            records = aborted_records,
+            "writes of incomplete multi-shard groups dropped (a crash caught them in flight)"
+        );
+        for (shard, list) in opened.shards.iter_mut().zip(&aborted) {
+            shard.neutralise(list)?;
+        }
+        // Every restatement durable before any marker may let decided_below pass them.
+        for shard in opened.shards.iter_mut() {
+            shard.group_flush_write()?;
+        }
+        if let Some(s) = opened.shards.first_mut() {
+            s.sync_store_devices()?;
+        }
+    }
+    shared.groups.open();
+    Ok(opened)
 }
 
 /// Builds the free list from the blocks in use and reports.
@@ -492,10 +559,24 @@ fn scan_block_headers(
 
 /// Recovery-time bookkeeping of one shard.
 #[derive(Default)]
-struct Pending {
+pub(crate) struct Pending {
     tombs: Vec<(Db, u64, Address)>,
     roots: Vec<(Db, u64, Address)>,
     max_seq: u64,
+    /// Groups seen (records per group, parts, the markers' decided_below).
+    groups: ScannedGroups,
+    /// GROUPED records, applied after the scan if their group is complete.
+    grouped: Vec<GroupedRecord>,
+}
+
+/// A GROUPED put or tombstone found by the scan (not applied yet).
+#[derive(Clone, Copy, Debug)]
+struct GroupedRecord {
+    group: u64,
+    db: Db,
+    hash: u64,
+    addr: Address,
+    header: RecordHeader,
 }
 
 impl Shard {
@@ -505,7 +586,7 @@ impl Shard {
         &mut self,
         mut blocks: Vec<(BlockId, u64, u32)>,
         progress: Option<&RecoveryProgress>,
-    ) -> Result<Vec<BlockId>, StorageError> {
+    ) -> Result<(Vec<BlockId>, Pending), StorageError> {
         blocks.sort_by_key(|b| b.1);
         let bs = self.shared.layout.block_size_bytes as usize;
         let mut buf = AlignedBuf::new_zeroed(bs);
@@ -538,8 +619,7 @@ impl Shard {
                 );
             }
         }
-        self.finish_recovery(pending, &mut kept)?;
-        Ok(kept)
+        Ok((kept, pending))
     }
 
     /// Applies the committed chunks of one block; returns the committed length (0 = none).
@@ -624,42 +704,151 @@ impl Shard {
             }
         }
         pending.max_seq = pending.max_seq.max(chunk.marker_seq);
+        let groups = &mut pending.groups;
+        groups.decided_below = groups.decided_below.max(chunk.marker.decided_below);
         for &(off, hdr) in &chunk.records {
             pending.max_seq = pending.max_seq.max(hdr.seq);
-            let is_put = match hdr.record_type {
-                RecordType::Put => true,
-                RecordType::Tombstone => false,
+            match hdr.record_type {
+                RecordType::Put | RecordType::Tombstone => {}
+                RecordType::GroupPart => {
+                    let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
+                    match GroupPartPayload::decode(rec.value) {
+                        Some(p) => {
+                            pending.groups.max_group = pending.groups.max_group.max(p.group);
+                            pending.groups.parts.push(p);
+                        }
+                        None => tracing::warn!(shard = self.id, "malformed group part ignored"),
+                    }
+                    continue;
+                }
                 _ => continue,
-            };
-            let db = hdr.db;
-            if hdr.seq < self.watermarks[db as usize] {
-                continue;
             }
             let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
             let addr = self.shared.layout.address(block, off);
-            let h = self.hash(db, rec.key);
-            let existing = self.find_recovering(db, rec.key, h, block, block_seq, bytes)?;
-            match existing {
-                Some((_, old)) if old.seq >= hdr.seq => continue,
-                Some((old_addr, old)) => {
-                    self.indexes[db as usize].replace(h, old_addr, addr);
-                    if old.record_type == RecordType::Put {
-                        self.unaccount(db, old_addr, old.record_len());
-                        self.expiry_remove(db, old.expire_at_ms, old_addr);
-                    }
-                }
-                None => self.indexes[db as usize].insert(h, addr),
+            let h = self.hash(hdr.db, rec.key);
+            if let Some(group) = rec.group {
+                // Counted now, applied after every shard's scan if the group is complete.
+                let g = &mut pending.groups;
+                g.max_group = g.max_group.max(group);
+                g.records.entry(group).or_default().insert(hdr.seq);
+                pending.grouped.push(GroupedRecord {
+                    group,
+                    db: hdr.db,
+                    hash: h,
+                    addr,
+                    header: hdr,
+                });
+                continue;
             }
-            let info = self.blocks.get_mut(&block).expect("block registered");
-            if is_put {
-                info.live_bytes[db as usize] += hdr.record_len() as u32;
-                self.expiry_add(db, hdr.expire_at_ms, addr);
-                if hdr.flags & FLAG_LARGE != 0 {
-                    pending.roots.push((db, h, addr));
+            if hdr.seq < self.watermarks[hdr.db as usize] {
+                continue;
+            }
+            let existing = self.find_recovering(hdr.db, rec.key, h, block, block_seq, bytes)?;
+            self.apply_record(block, addr, h, hdr, existing, pending);
+        }
+        Ok(())
+    }
+
+    /// The newest-wins rule for one put or tombstone at `addr` in `block`, given the
+    /// current record of its key (`existing`).
+    fn apply_record(
+        &mut self,
+        block: BlockId,
+        addr: Address,
+        h: u64,
+        hdr: RecordHeader,
+        existing: Option<(Address, RecordHeader)>,
+        pending: &mut Pending,
+    ) {
+        let is_put = hdr.record_type == RecordType::Put;
+        let db = hdr.db;
+        match existing {
+            Some((_, old)) if old.seq >= hdr.seq => return,
+            Some((old_addr, old)) => {
+                self.indexes[db as usize].replace(h, old_addr, addr);
+                if old.record_type == RecordType::Put {
+                    self.unaccount(db, old_addr, old.record_len());
+                    self.expiry_remove(db, old.expire_at_ms, old_addr);
                 }
-            } else {
-                info.note_tomb(hdr.record_len());
-                pending.tombs.push((db, h, addr));
+            }
+            None => self.indexes[db as usize].insert(h, addr),
+        }
+        let info = self.blocks.get_mut(&block).expect("block registered");
+        if is_put {
+            info.live_bytes[db as usize] += hdr.record_len() as u32;
+            self.expiry_add(db, hdr.expire_at_ms, addr);
+            if hdr.flags & FLAG_LARGE != 0 {
+                pending.roots.push((db, h, addr));
+            }
+        } else {
+            info.note_tomb(hdr.record_len());
+            pending.tombs.push((db, h, addr));
+        }
+    }
+
+    /// After every shard's scan: applies the GROUPED records of complete groups (the rule of
+    /// `apply_record`, final FLUSHDB watermarks) and returns the others (aborted).
+    pub(crate) fn apply_groups(
+        &mut self,
+        pending: &mut Pending,
+        complete: &BTreeSet<u64>,
+    ) -> Result<Vec<(Db, u64, Address)>, StorageError> {
+        let mut aborted = Vec::new();
+        for r in std::mem::take(&mut pending.grouped) {
+            if !complete.contains(&r.group) {
+                aborted.push((r.db, r.hash, r.addr));
+                continue;
+            }
+            if r.header.seq < self.watermarks[r.db as usize] {
+                continue;
+            }
+            let key = self.read_record(r.addr)?.key;
+            let existing = self
+                .find(r.db, &key, r.hash)?
+                .map(|f| (f.addr, f.rec.header));
+            let (block, _) = self.shared.layout.split(r.addr);
+            self.apply_record(block, r.addr, r.hash, r.header, existing, pending);
+        }
+        Ok(aborted)
+    }
+
+    /// Restates, with new sequence numbers, the recovered state of every key an aborted
+    /// group wrote: the current record re-appended (a LARGE root with the same fragment
+    /// list), or a tombstone if the key is absent. Afterwards no later recovery can take the
+    /// aborted records as current, whatever `decided_below` says.
+    pub(crate) fn neutralise(
+        &mut self,
+        aborted: &[(Db, u64, Address)],
+    ) -> Result<(), StorageError> {
+        let mut done: HashSet<(Db, Vec<u8>)> = HashSet::new();
+        for &(db, h, addr) in aborted {
+            let key = self.read_record(addr)?.key;
+            if !done.insert((db, key.clone())) {
+                continue;
+            }
+            match self.find(db, &key, h)? {
+                Some(found) => {
+                    let hdr = found.rec.header;
+                    let (new, _) = self.append(
+                        RecordType::Put,
+                        hdr.flags & FLAG_LARGE,
+                        hdr.value_kind,
+                        db,
+                        &key,
+                        &found.rec.value,
+                        hdr.expire_at_ms,
+                        None,
+                        true,
+                    )?;
+                    let len = super::format::record_len(key.len(), found.rec.value.len());
+                    let expire = hdr.expire_at_ms;
+                    self.install(db, h, Some(found), new, len, expire, false);
+                }
+                None => {
+                    let (taddr, _) =
+                        self.append(RecordType::Tombstone, 0, 0, db, &key, &[], 0, None, true)?;
+                    self.note_tomb_at(taddr, super::format::record_len(key.len(), 0));
+                }
             }
         }
         Ok(())
@@ -698,7 +887,7 @@ impl Shard {
 
     /// Drops tombstones from the index, settles which extents are live, and sets the next
     /// sequence number.
-    fn finish_recovery(
+    pub(crate) fn finish_recovery(
         &mut self,
         pending: Pending,
         kept: &mut Vec<BlockId>,

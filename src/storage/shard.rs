@@ -5,9 +5,10 @@ use super::alloc::{BlockId, BlockIdHashing, StoreShared};
 use super::cache::RecordCache;
 use super::expiry::ExpirySet;
 use super::format::{
-    decode_record, encode_record, record_len, BlockHeaderPayload, MarkerPayload, RecordHeader,
-    RecordRef, RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG,
-    CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES,
+    decode_record, encode_record, encode_record_in_group, record_len, BlockHeaderPayload,
+    GroupPartPayload, MarkerPayload, RecordHeader, RecordRef, RecordType,
+    BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES, DB_COUNT,
+    FLAG_GROUPED, FLAG_LARGE, GROUP_ID_BYTES, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES,
     RECORD_HEADER_BYTES, VALUE_LEN_MAX_BYTES,
 };
 use super::hash::key_hash;
@@ -274,6 +275,24 @@ pub struct Shard {
     /// since, so the next defrag step need not walk every block again (that walk, once per
     /// loop round, cost more than a GET's own work). See `start_defrag_job`.
     pub(crate) defrag_idle: Option<DefragIdle>,
+    /// A command that may write several records here is running (`command_begin`).
+    scope: Option<CommandScope>,
+    /// Records a block seal moved during the current scope: (old address, new address), for
+    /// `Found`s taken before the move (see `relocate_scope_tail`). Empty outside a scope.
+    moved: Vec<(Address, Address)>,
+}
+
+/// The multi-record command in progress on a shard (`Shard::command_begin`).
+#[derive(Clone, Copy, Debug, Default)]
+struct CommandScope {
+    /// Nesting: EXEC opens a scope and each queued command opens one inside it.
+    depth: u32,
+    /// Block and offset of the scope's first record, while it is in the open block.
+    first: Option<(BlockId, usize)>,
+    /// The scope is (part of) a multi-shard group: puts and tombstones are GROUPED.
+    group: Option<u64>,
+    /// GROUPED records appended in this scope (the part record's count).
+    group_records: u32,
 }
 
 /// Why "no defrag candidate" still holds: the open block of that scan. Sealing it (a new
@@ -399,6 +418,8 @@ impl Shard {
             spare_staging: None,
             broken: None,
             defrag_idle: None,
+            scope: None,
+            moved: Vec::new(),
             shared,
         }
     }
@@ -510,6 +531,7 @@ impl Shard {
                     header: rec.header,
                     key: &rec.key,
                     value: &rec.value,
+                    group: None,
                 }
             };
             if rec.header.db != db || rec.key != key {
@@ -583,7 +605,7 @@ impl Shard {
         h: u64,
         old: Option<Found>,
     ) -> Result<(), StorageError> {
-        let (addr, len) = if record_len(key.len(), bytes.len()) <= self.inline_record_max() {
+        let (addr, len) = if self.appended_len(key.len(), bytes.len()) <= self.inline_record_max() {
             let (addr, _) = self.append(
                 RecordType::Put,
                 0,
@@ -595,7 +617,7 @@ impl Shard {
                 None,
                 false,
             )?;
-            (addr, record_len(key.len(), bytes.len()))
+            (addr, self.appended_len(key.len(), bytes.len()))
         } else {
             self.put_large(db, key, kind, bytes, expire)?
         };
@@ -849,6 +871,11 @@ impl Shard {
         self.unflushed || !self.pending_frees.is_empty()
     }
 
+    #[cfg(test)]
+    pub(crate) fn staged_bytes_for_tests(&self) -> usize {
+        self.staged_bytes()
+    }
+
     fn staged_bytes(&self) -> usize {
         self.open
             .as_ref()
@@ -978,6 +1005,10 @@ impl Shard {
 
     pub fn set_defrag_paused(&mut self, paused: bool) {
         self.defrag_paused = paused;
+    }
+
+    pub fn fsync_policy(&self) -> FsyncPolicy {
+        self.fsync
     }
 
     pub fn set_fsync_policy(&mut self, policy: FsyncPolicy) {
@@ -1227,7 +1258,7 @@ impl Shard {
 
     /// Points (db, key) at a freshly appended Put and moves the live-byte accounting.
     #[allow(clippy::too_many_arguments)]
-    fn install(
+    pub(crate) fn install(
         &mut self,
         db: Db,
         h: u64,
@@ -1240,10 +1271,11 @@ impl Shard {
         let d = db as usize;
         match old {
             Some(f) => {
-                let replaced = self.indexes[d].replace(h, f.addr, addr);
+                let fa = self.current_address(f.addr);
+                let replaced = self.indexes[d].replace(h, fa, addr);
                 assert!(replaced, "index lost an entry it just returned");
-                self.expiry_remove(db, f.rec.header.expire_at_ms, f.addr);
-                self.unaccount(db, f.addr, f.rec.header.record_len());
+                self.expiry_remove(db, f.rec.header.expire_at_ms, fa);
+                self.unaccount(db, fa, f.rec.header.record_len());
                 if retire_old_extents && f.rec.header.flags & FLAG_LARGE != 0 {
                     self.retire_extents_of(&f.rec);
                 }
@@ -1255,6 +1287,14 @@ impl Shard {
             info.live_bytes[d] += len as u32;
         }
         self.expiry_add(db, expire, addr);
+    }
+
+    /// Counts a tombstone just appended at `addr` in its block.
+    pub(crate) fn note_tomb_at(&mut self, addr: Address, len: usize) {
+        let (block, _) = self.shared.layout.split(addr);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.note_tomb(len);
+        }
     }
 
     pub(crate) fn expiry_add(&mut self, db: Db, expire_at_ms: u64, addr: Address) {
@@ -1327,14 +1367,16 @@ impl Shard {
             true,
         )?;
         let (tblock, _) = self.shared.layout.split(taddr);
+        let tlen = self.appended_len(found.rec.key.len(), 0);
         if let Some(info) = self.blocks.get_mut(&tblock) {
-            info.note_tomb(record_len(found.rec.key.len(), 0));
+            info.note_tomb(tlen);
         }
         self.counters.tombstones_written += 1;
-        let removed = self.indexes[db as usize].remove(h, found.addr);
+        let fa = self.current_address(found.addr);
+        let removed = self.indexes[db as usize].remove(h, fa);
         assert!(removed, "index lost an entry it just returned");
-        self.expiry_remove(db, found.rec.header.expire_at_ms, found.addr);
-        self.unaccount(db, found.addr, found.rec.header.record_len());
+        self.expiry_remove(db, found.rec.header.expire_at_ms, fa);
+        self.unaccount(db, fa, found.rec.header.record_len());
         if found.rec.header.flags & FLAG_LARGE != 0 {
             self.retire_extents_of(&found.rec);
         }
@@ -1393,13 +1435,69 @@ impl Shard {
         seq: Option<u64>,
         use_reserve: bool,
     ) -> Result<(Address, u64), StorageError> {
+        let group = match record_type {
+            RecordType::Put | RecordType::Tombstone => self.current_group(),
+            _ => None,
+        };
+        let group = group.filter(|_| {
+            record_len(key.len(), value.len()) + GROUP_ID_BYTES <= self.inline_record_max()
+        });
+        let r = self.append_in_group(
+            record_type,
+            flags,
+            value_kind,
+            db,
+            key,
+            value,
+            expire_at_ms,
+            seq,
+            use_reserve,
+            group,
+        )?;
+        if group.is_some() {
+            if let Some(sc) = self.scope.as_mut() {
+                sc.group_records += 1;
+            }
+        }
+        Ok(r)
+    }
+
+    /// The group the records appended now belong to (a multi-shard command is running).
+    fn current_group(&self) -> Option<u64> {
+        self.scope.and_then(|sc| sc.group)
+    }
+
+    /// Bytes a put or tombstone of these lengths takes if appended now.
+    fn appended_len(&self, key_len: usize, value_len: usize) -> usize {
+        record_len(key_len, value_len) + self.current_group().map_or(0, |_| GROUP_ID_BYTES)
+    }
+
+    /// [`Shard::append`] with the group given: `Some` writes the record GROUPED.
+    #[allow(clippy::too_many_arguments)]
+    fn append_in_group(
+        &mut self,
+        record_type: RecordType,
+        flags: u8,
+        value_kind: u8,
+        db: Db,
+        key: &[u8],
+        value: &[u8],
+        expire_at_ms: u64,
+        seq: Option<u64>,
+        use_reserve: bool,
+        group: Option<u64>,
+    ) -> Result<(Address, u64), StorageError> {
         self.check_broken()?;
-        let len = record_len(key.len(), value.len());
+        let flags = (flags & !FLAG_GROUPED) | group.map_or(0, |_| FLAG_GROUPED);
+        let len = record_len(key.len(), value.len()) + group.map_or(0, |_| GROUP_ID_BYTES);
         assert!(
             len <= self.inline_record_max(),
             "record of {len} bytes cannot fit a block"
         );
         self.ensure_room(len, use_reserve)?;
+        if let (Some(sc), Some(ob)) = (self.scope.as_mut(), self.open.as_ref()) {
+            sc.first.get_or_insert((ob.block, ob.write_pos));
+        }
         let seq = seq.unwrap_or_else(|| {
             self.next_seq += 1;
             self.next_seq - 1
@@ -1416,12 +1514,13 @@ impl Shard {
             seq,
             expire_at_ms,
         };
-        encode_record(
+        encode_record_in_group(
             &mut self.staging.as_mut_slice()[ob.write_pos..],
             ob.block_seq,
             hdr,
             key,
             value,
+            group.unwrap_or(0),
         );
         let addr = self.shared.layout.address(ob.block, ob.write_pos);
         ob.write_pos += len;
@@ -1438,9 +1537,235 @@ impl Shard {
             if ob.write_pos + len + MARKER_RECORD_BYTES <= self.block_size() {
                 return Ok(());
             }
+            if let Some(from) = self.scope_tail_to_move(len) {
+                if let Some((block, block_seq)) = self.shared.alloc_block(use_reserve) {
+                    return self.move_scope_tail(from, block, block_seq);
+                }
+            }
             self.seal_open()?;
         }
         self.open_new_block(use_reserve)
+    }
+
+    /// Opens a command scope: until the matching [`Shard::command_end`], a block seal does
+    /// not split this shard's records of the command. When the open block cannot take the
+    /// next record and the command already staged records in it, those records (never yet
+    /// handed to a write) are cut from the block being sealed and appended again, with their
+    /// sequence numbers, to the new block, so all of them land in one chunk and a crash
+    /// keeps all or none of them. Scopes nest (EXEC, then each queued command); the
+    /// outermost one counts. A command writing one record needs no scope. Limit: a
+    /// command whose records here do not fit one block is still split at its second seal.
+    pub fn command_begin(&mut self) {
+        self.scope.get_or_insert_with(CommandScope::default).depth += 1;
+    }
+
+    /// Ends the scope opened by the matching [`Shard::command_begin`].
+    pub fn command_end(&mut self) {
+        if let Some(sc) = self.scope.as_mut() {
+            sc.depth -= 1;
+            if sc.depth == 0 {
+                self.scope = None;
+                self.moved.clear();
+            }
+        }
+    }
+
+    /// Opens a group scope (a command scope whose puts and tombstones here are GROUPED with
+    /// `group`, `docs/atomic-writes.md`). Inside an open group only the nesting grows.
+    pub fn group_begin(&mut self, group: u64) {
+        let sc = self.scope.get_or_insert_with(CommandScope::default);
+        sc.depth += 1;
+        if sc.group.is_none() {
+            sc.group = Some(group);
+            sc.group_records = 0;
+        }
+    }
+
+    /// GROUPED records this shard wrote in its open group so far.
+    pub fn group_records(&self) -> u32 {
+        self.scope.map_or(0, |sc| sc.group_records)
+    }
+
+    /// Closes the scope of [`Shard::group_begin`]. At the outermost level, if this shard
+    /// wrote records of the group, appends its part record naming `shards` (every shard
+    /// that wrote one, ascending).
+    pub fn group_end(&mut self, shards: &[u32]) -> Result<(), StorageError> {
+        let result = match self.scope {
+            Some(CommandScope {
+                depth: 1,
+                group: Some(group),
+                group_records,
+                ..
+            }) if group_records > 0 => {
+                debug_assert!(shards.contains(&self.id) && shards.is_sorted());
+                let payload = GroupPartPayload {
+                    group,
+                    records: group_records,
+                    shards: shards.to_vec(),
+                }
+                .encode();
+                let seq = self.next_seq - 1;
+                self.append_in_group(
+                    RecordType::GroupPart,
+                    0,
+                    0,
+                    0,
+                    &[],
+                    &payload,
+                    0,
+                    Some(seq),
+                    true,
+                    None,
+                )
+                .map(|_| ())
+            }
+            _ => Ok(()),
+        };
+        self.command_end();
+        result
+    }
+
+    /// Writes what is staged (records and a marker) without syncing and without freeing
+    /// retired blocks: the participants of a group are written this way, then the store's
+    /// devices are synced once ([`Shard::sync_store_devices`]), and only then is the group
+    /// decided. Freeing waits for the next [`Shard::flush`], whose marker carries a
+    /// `decided_below` past the group.
+    pub fn group_flush_write(&mut self) -> Result<(), StorageError> {
+        self.check_broken()?;
+        if self.unflushed || self.inflight.is_some() {
+            self.write_chunk(self.watermarks_dirty)?;
+            self.counters.flushes += 1;
+            self.unflushed = false;
+            self.first_unflushed_ms = None;
+        }
+        Ok(())
+    }
+
+    /// A new group id from the store's counter (one per multi-shard command).
+    pub fn group_alloc(&self) -> u64 {
+        self.shared.groups.alloc()
+    }
+
+    /// All parts of `group` are durable (after [`Shard::group_flush_write`] of every
+    /// participant and one sync): later markers may say so.
+    pub fn group_decide(&self, group: u64) {
+        self.shared.groups.decide(group);
+    }
+
+    /// Where the record at `a` is now: a seal inside the current scope may have moved it.
+    fn current_address(&self, mut a: Address) -> Address {
+        while let Some(&(_, new)) = self.moved.iter().find(|(old, _)| *old == a) {
+            a = new;
+        }
+        a
+    }
+
+    /// The staging offset of the scope's records in the open block, if moving them to a
+    /// fresh block (with the `len`-byte record that does not fit) keeps them together.
+    fn scope_tail_to_move(&self, len: usize) -> Option<usize> {
+        let scope = self.scope?;
+        if scope.group.is_some() {
+            // A group's records count only with all of them: a seal may split them.
+            return None;
+        }
+        let (block, from) = scope.first?;
+        let ob = self.open.as_ref()?;
+        let first_record = record_len(0, BLOCK_HEADER_PAYLOAD_BYTES);
+        let fits =
+            first_record + (ob.write_pos - from) + len + MARKER_RECORD_BYTES <= self.block_size();
+        (block == ob.block && from >= ob.chunk_start && from > first_record && fits).then_some(from)
+    }
+
+    /// Seals the open block without the scope's records from `from` on and appends them
+    /// again to the freshly allocated `block`, re-pointing the index, expiry and live-byte
+    /// accounting (see [`Shard::command_begin`]).
+    fn move_scope_tail(
+        &mut self,
+        from: usize,
+        block: BlockId,
+        block_seq: u64,
+    ) -> Result<(), StorageError> {
+        let (old_block, old_seq, end) = {
+            let ob = self.open.as_ref().expect("a block to seal");
+            (ob.block, ob.block_seq, ob.write_pos)
+        };
+        let tail = self.staging.as_slice()[from..end].to_vec();
+        self.staging.as_mut_slice()[from..end].fill(0);
+        self.set_write_pos(from);
+        if let Err(e) = self.seal_open() {
+            // Nothing was sealed: put the records back where the index expects them.
+            self.staging.as_mut_slice()[from..end].copy_from_slice(&tail);
+            self.set_write_pos(end);
+            let (dev, _) = self.shared.layout.locate(block);
+            self.shared.lock_alloc().release(dev, block);
+            return Err(e);
+        }
+        self.open_allocated_block(block, block_seq);
+        if let Some(sc) = self.scope.as_mut() {
+            sc.first = None;
+        }
+        let mut pos = 0;
+        while pos < tail.len() {
+            let r = decode_record(&tail[pos..], old_seq).expect("a staged record verifies");
+            let (h, rlen) = (r.header, r.header.record_len());
+            let old = self.shared.layout.address(old_block, from + pos);
+            let (new, _) = self.append_in_group(
+                h.record_type,
+                h.flags,
+                h.value_kind,
+                h.db,
+                r.key,
+                r.value,
+                h.expire_at_ms,
+                Some(h.seq),
+                true,
+                r.group,
+            )?;
+            self.repoint_moved(&h, r.key, old, new, rlen);
+            pos += rlen;
+        }
+        Ok(())
+    }
+
+    fn set_write_pos(&mut self, pos: usize) {
+        if let Some(ob) = self.open.as_mut() {
+            ob.write_pos = pos;
+            let block = ob.block;
+            if let Some(info) = self.blocks.get_mut(&block) {
+                info.used_bytes = pos as u32;
+            }
+        }
+    }
+
+    /// Moves what pointed at a staged record from `old` to its copy at `new`.
+    fn repoint_moved(
+        &mut self,
+        h: &RecordHeader,
+        key: &[u8],
+        old: Address,
+        new: Address,
+        len: usize,
+    ) {
+        let (old_block, _) = self.shared.layout.split(old);
+        let (new_block, _) = self.shared.layout.split(new);
+        let hash = self.hash(h.db, key);
+        if h.record_type == RecordType::Tombstone {
+            if let Some(i) = self.blocks.get_mut(&old_block) {
+                i.tomb_bytes = i.tomb_bytes.saturating_sub(len as u32);
+            }
+            if let Some(i) = self.blocks.get_mut(&new_block) {
+                i.note_tomb(len);
+            }
+        } else if self.indexes[h.db as usize].replace(hash, old, new) {
+            // Any indexed record (a put, or another kind the index points at).
+            self.unaccount(h.db, old, len);
+            if let Some(i) = self.blocks.get_mut(&new_block) {
+                i.live_bytes[h.db as usize] += len as u32;
+            }
+            self.expiry_remove(h.db, h.expire_at_ms, old);
+            self.expiry_add(h.db, h.expire_at_ms, new);
+        }
+        self.moved.push((old, new));
     }
 
     fn seal_open(&mut self) -> Result<(), StorageError> {
@@ -1458,6 +1783,11 @@ impl Shard {
             .shared
             .alloc_block(use_reserve)
             .ok_or(StorageError::DeviceFull)?;
+        self.open_allocated_block(block, block_seq);
+        Ok(())
+    }
+
+    fn open_allocated_block(&mut self, block: BlockId, block_seq: u64) {
         if let Some(f) = self.inflight.as_mut().filter(|f| !f.retired) {
             // The worker's ring is still writing from this buffer: park it untouched and
             // stage the new block in another one.
@@ -1490,7 +1820,6 @@ impl Shard {
             device_from: 0,
         });
         self.mark_unflushed();
-        Ok(())
     }
 
     /// Writes the staged part of the open block plus its commit marker, padded to 4096, in
@@ -1549,6 +1878,7 @@ impl Shard {
             chunk_crc: crc32c::crc32c(&staging[ob.chunk_start..marker_pos]),
             block_seq: ob.block_seq,
             flush_watermarks: self.watermarks,
+            decided_below: self.shared.groups.decided_below(),
         }
         .encode();
         let hdr = header_record(RecordType::Marker, 0, self.next_seq - 1, payload.len());
@@ -1928,7 +2258,7 @@ impl Shard {
                 info.live_bytes[db as usize] = info.used_bytes;
             }
         }
-        Ok((addr, record_len(key.len(), root.len())))
+        Ok((addr, self.appended_len(key.len(), root.len())))
     }
 
     fn write_extent(
@@ -1966,6 +2296,7 @@ impl Shard {
             chunk_crc: crc32c::crc32c(&out[..pos]),
             block_seq,
             flush_watermarks: self.watermarks,
+            decided_below: self.shared.groups.decided_below(),
         }
         .encode();
         let mh = header_record(RecordType::Marker, 0, seq, marker.len());
@@ -2170,7 +2501,10 @@ impl Shard {
             let off = job.records[job.next];
             job.next += 1;
             let moved_before = self.counters.defrag_relocated_records;
-            self.relocate_record(&job, off, older_log_block_exists)?;
+            if !self.relocate_record(&job, off, older_log_block_exists)? {
+                // An undecided group's record: drop the job, the block stays (retried later).
+                return Ok(());
+            }
             let moved = self.counters.defrag_relocated_records > moved_before;
             if moved && self.defrag_record_sleep_us > 0 {
                 self.defrag_next_record = Some(
@@ -2197,16 +2531,26 @@ impl Shard {
 
     /// Copies one record of a block being defragged forward if it still matters: a put that
     /// is its key's current record, or a tombstone that may still shadow an older record.
+    /// A GROUPED record of a decided group is copied plain (same sequence number). `false`:
+    /// the record belongs to a group not decided yet, so the block must stay.
     fn relocate_record(
         &mut self,
         job: &DefragJob,
         off: usize,
         older_log_block_exists: bool,
-    ) -> Result<(), StorageError> {
+    ) -> Result<bool, StorageError> {
         let rec =
             decode_record(&job.image.as_slice()[off..], job.block_seq).expect("parsed before");
         let hdr = rec.header;
         let addr = self.shared.layout.address(job.block, off);
+        if rec
+            .group
+            .is_some_and(|g| g >= self.shared.groups.decided_below())
+        {
+            // Its group is not decided (only after a failed settle): a plain copy could
+            // outlive the group's other parts. The block stays until the group is decided.
+            return Ok(false);
+        }
         match hdr.record_type {
             RecordType::Put => {
                 let h = self.hash(hdr.db, rec.key);
@@ -2214,7 +2558,7 @@ impl Shard {
                     .candidates(h)
                     .any(|a| a == addr)
                 {
-                    return Ok(());
+                    return Ok(true);
                 }
                 let (new, _) = self.append(
                     RecordType::Put,
@@ -2230,9 +2574,11 @@ impl Shard {
                 let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
                 assert!(replaced, "index lost an entry it just returned");
                 let len = hdr.record_len() as u32;
+                // The copy is plain: no group id.
+                let copy_len = len - hdr.group_id_len() as u32;
                 let (nb, _) = self.shared.layout.split(new);
                 if let Some(i) = self.blocks.get_mut(&nb) {
-                    i.live_bytes[hdr.db as usize] += len;
+                    i.live_bytes[hdr.db as usize] += copy_len;
                 }
                 self.unaccount(hdr.db, addr, len as usize);
                 self.expiry_remove(hdr.db, hdr.expire_at_ms, addr);
@@ -2249,7 +2595,7 @@ impl Shard {
                         .is_some()
                 {
                     self.raider.tombstones_dropped += 1;
-                    return Ok(());
+                    return Ok(true);
                 }
                 let (new, _) = self.append(
                     RecordType::Tombstone,
@@ -2264,13 +2610,13 @@ impl Shard {
                 )?;
                 let (nb, _) = self.shared.layout.split(new);
                 if let Some(i) = self.blocks.get_mut(&nb) {
-                    i.note_tomb(hdr.record_len());
+                    i.note_tomb(hdr.record_len() - hdr.group_id_len());
                 }
                 self.counters.defrag_relocated_records += 1;
             }
             _ => {}
         }
-        Ok(())
+        Ok(true)
     }
 }
 

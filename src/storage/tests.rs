@@ -1142,12 +1142,10 @@ fn watched_keys_are_touched_by_every_write_path() {
     assert!(s.watch_changed(0, b"x", mark, 200).unwrap());
 }
 
-// Proves (when it passes) that one command's records in ONE shard are all-or-nothing on a
-// crash: a two-key write whose second record seals the open block must not leave the first
-// key's new version behind without the second's. Today `ensure_room` writes the sealed block
-// (holding the first record) at once, so a crash before the closing `flush()` keeps half.
+// Proves that one command's records in ONE shard are all-or-nothing on a crash: a two-key
+// write whose second record seals the open block does not leave the first key's new version
+// behind without the second's (the command scope moves the first record into the new block).
 #[test]
-#[ignore = "fails today: a block seal inside one command splits its records (docs/atomic-writes.md)"]
 fn a_block_seal_does_not_split_one_command() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
     let c = cfg(64 * 1024, FsyncPolicy::Always);
@@ -1159,11 +1157,14 @@ fn a_block_seal_does_not_split_one_command() {
     };
     let mut split_at = None;
     for v in 1..200u32 {
+        // One command (an MSET a b): its records are written inside a command scope.
+        s.command_begin();
         s.put(0, b"a", ValueKind::String, &value(v), None, 0)
             .unwrap();
         let before = dev.unsynced_writes();
         s.put(0, b"b", ValueKind::String, &value(v), None, 0)
             .unwrap();
+        s.command_end();
         if dev.unsynced_writes() > before && v > 1 {
             split_at = Some(v);
             break;
@@ -1188,12 +1189,11 @@ fn a_block_seal_does_not_split_one_command() {
     assert_eq!(a, b, "pair {v}: one command's two records recovered apart");
 }
 
-// Proves (when it passes) that a write to two shards is all-or-nothing on a crash. It
-// replays the server's coordinated pass under `appendfsync always`: the lent shard is
-// flushed and synced when the pass ends, the coordinator's own shard at its next epoch, and
-// a crash in between keeps one part of the write and loses the other.
+// Proves that a write to two shards is all-or-nothing on a crash. It replays the server's
+// coordinated pass under `appendfsync always` with the old order of flushes (the lent shard
+// flushed and synced, the coordinator's own shard not yet) and a crash in between: the
+// group's part on shard 0 is missing, so neither part is applied.
 #[test]
-#[ignore = "fails today: each shard commits its part of a multi-shard write alone (docs/atomic-writes.md)"]
 fn a_two_shard_write_is_all_or_nothing() {
     let dev = Arc::new(MemDevice::new("t", 8 * MIB));
     let c = StoreConfig {
@@ -1213,8 +1213,11 @@ fn a_two_shard_write_is_all_or_nothing() {
         .unwrap();
         s.flush().unwrap();
     }
-    // One MSET k0 new k1 new: a part on each shard.
-    for (i, s) in shards.iter_mut().enumerate() {
+    // One MSET k0 new k1 new: a part on each shard, in one write scope (a group).
+    let mut slots: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+    let mut groups = crate::storage::WriteGroups::default();
+    groups.begin(&mut slots, vec![0, 1]);
+    for (i, s) in slots.iter_mut().flatten().enumerate() {
         s.put(
             0,
             format!("k{i}").as_bytes(),
@@ -1225,6 +1228,8 @@ fn a_two_shard_write_is_all_or_nothing() {
         )
         .unwrap();
     }
+    groups.end(&mut slots).unwrap();
+    let mut shards: Vec<Shard> = slots.into_iter().flatten().collect();
     // The end of the coordinated pass: the lent shard (1) is made durable ...
     shards[1].flush().unwrap();
     // ... and the process dies before the coordinator's epoch writes shard 0.
@@ -1234,4 +1239,393 @@ fn a_two_shard_write_is_all_or_nothing() {
     let k0 = val(&mut shards[0], b"k0", 0);
     let k1 = val(&mut shards[1], b"k1", 0);
     assert_eq!(k0, k1, "the two parts of one write recovered apart");
+    assert_eq!(
+        k0.as_deref(),
+        Some(&b"old"[..]),
+        "the incomplete group is dropped"
+    );
+    // The decision is stable: a second crash and recovery (decided_below now past the
+    // aborted group) still finds the old values.
+    drop(shards);
+    dev.crash(None);
+    let mut shards = open_mem(&dev, &c).shards;
+    assert_eq!(val(&mut shards[1], b"k1", 0).as_deref(), Some(&b"old"[..]));
+    assert_eq!(val(&mut shards[0], b"k0", 0).as_deref(), Some(&b"old"[..]));
+}
+
+// Proves a settled group (every part written and synced, then decided) survives a crash
+// whole, and keeps surviving once decided_below passes it and defrag-free paths run.
+#[test]
+fn a_settled_two_shard_write_survives_whole() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = StoreConfig {
+        shard_count: 2,
+        ..cfg(64 * 1024, FsyncPolicy::Always)
+    };
+    let shards = open_mem(&dev, &c).shards;
+    let mut slots: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+    let mut groups = crate::storage::WriteGroups::default();
+    groups.begin(&mut slots, vec![0, 1]);
+    for (i, s) in slots.iter_mut().flatten().enumerate() {
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            b"v1",
+            None,
+            0,
+        )
+        .unwrap();
+        s.delete(0, b"absent", 0).unwrap();
+    }
+    groups.end(&mut slots).unwrap();
+    assert!(groups.unsettled());
+    groups.settle(&mut slots).unwrap();
+    let writes = dev.unsynced_writes();
+    assert_eq!(writes, 0, "settling synced every part");
+    drop(slots);
+    dev.crash(None);
+    for _ in 0..2 {
+        let mut shards = open_mem(&dev, &c).shards;
+        assert_eq!(val(&mut shards[0], b"k0", 0).as_deref(), Some(&b"v1"[..]));
+        assert_eq!(val(&mut shards[1], b"k1", 0).as_deref(), Some(&b"v1"[..]));
+        // A later plain write on one shard flushes a marker whose decided_below passes the
+        // group; recovery then takes the group as decided.
+        shards[0]
+            .put(0, b"other", ValueKind::String, b"x", None, 0)
+            .unwrap();
+        shards[0].flush().unwrap();
+        drop(shards);
+        dev.crash(None);
+    }
+}
+
+/// One write of the group-atomicity model: keys (indexes into `MODEL_KEYS`) and the value
+/// each gets (`None`: deleted).
+#[derive(Clone, Debug)]
+struct ModelOp {
+    writes: Vec<(usize, Option<Vec<u8>>)>,
+}
+
+const MODEL_KEYS: usize = 12;
+
+fn model_key(k: usize) -> Vec<u8> {
+    format!("m{k}").into_bytes()
+}
+
+/// A random run: multi-key MSETs (values big enough that block seals fall inside them),
+/// multi-key DELs and one-key SETs, some of them batched like a coordinated pass.
+fn model_ops(seed: u64, n: usize) -> Vec<(ModelOp, bool)> {
+    let mut rng = seed | 1;
+    let mut next = move |m: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % m
+    };
+    let mut out = Vec::new();
+    for j in 0..n {
+        let kind = next(10);
+        let count = match kind {
+            0..=5 => 2 + next(3) as usize,
+            6..=7 => 2 + next(2) as usize,
+            _ => 1,
+        };
+        let mut keys: Vec<usize> = Vec::new();
+        while keys.len() < count {
+            let k = next(MODEL_KEYS as u64) as usize;
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        let writes = keys
+            .into_iter()
+            .map(|k| {
+                let v = (!(6..=7).contains(&kind)).then(|| {
+                    let mut v = format!("op{j}:{k}:").into_bytes();
+                    v.resize(500 + next(6000) as usize, b'.');
+                    v
+                });
+                (k, v)
+            })
+            .collect();
+        // `true`: this op ends a batch (the pass settles after it).
+        out.push((ModelOp { writes }, next(3) != 0));
+    }
+    out
+}
+
+/// Runs `ops` on a store of three shards (each multi-key op in a write scope, as the
+/// server does). Returns per op the keys it actually wrote and the journal position after
+/// which it is durable (its settle, or its shard's flush for a one-key write).
+fn model_run(
+    dev: &Arc<MemDevice>,
+    c: &StoreConfig,
+    ops: &[(ModelOp, bool)],
+) -> Vec<(Vec<usize>, Option<usize>)> {
+    let shards = open_mem(dev, c).shards;
+    let mut slots: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+    let mut groups = crate::storage::WriteGroups::default();
+    let shard_of =
+        |k: usize| crate::storage::shard_of_slot(crate::storage::key_slot(&model_key(k)), 3);
+    let mut done: Vec<(Vec<usize>, Option<usize>)> = Vec::new();
+    let mut unacked: Vec<usize> = Vec::new();
+    let mut in_batch = false;
+    for (op, ends_batch) in ops {
+        let mut ids: Vec<u32> = op.writes.iter().map(|(k, _)| shard_of(*k)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let scoped = op.writes.len() > 1;
+        if !ends_batch && !in_batch {
+            // A coordinated pass: one group over every shard around its commands.
+            groups.begin(&mut slots, vec![0, 1, 2]);
+            in_batch = true;
+        }
+        if scoped {
+            groups.begin(&mut slots, ids.clone());
+        }
+        let mut wrote = Vec::new();
+        for (k, v) in &op.writes {
+            let s = slots[shard_of(*k) as usize].as_mut().unwrap();
+            match v {
+                Some(v) => {
+                    s.put(0, &model_key(*k), ValueKind::String, v, None, 0)
+                        .unwrap();
+                    wrote.push(*k);
+                }
+                None => {
+                    if s.delete(0, &model_key(*k), 0).unwrap() {
+                        wrote.push(*k);
+                    }
+                }
+            }
+        }
+        done.push((wrote, None));
+        unacked.push(done.len() - 1);
+        if scoped {
+            groups.end(&mut slots).unwrap();
+        }
+        if *ends_batch {
+            if in_batch {
+                groups.end(&mut slots).unwrap();
+                in_batch = false;
+            }
+            groups.settle(&mut slots).unwrap();
+            if !scoped {
+                slots[ids[0] as usize].as_mut().unwrap().flush().unwrap();
+            }
+            // Every op so far is written (a one-key op staged earlier on a shard not flushed
+            // here may still be staged: flush them all, as the next epoch would).
+            for s in slots.iter_mut().flatten() {
+                s.flush().unwrap();
+            }
+            let at = dev.recorded_writes();
+            for j in unacked.drain(..) {
+                done[j].1 = Some(at);
+            }
+        }
+    }
+    // Ops of an unfinished batch: their records written, not synced (a settle that dies
+    // before its sync).
+    if in_batch {
+        groups.end(&mut slots).unwrap();
+    }
+    for s in slots.iter_mut().flatten() {
+        s.group_flush_write().unwrap();
+    }
+    done
+}
+
+/// Checks a recovered store against the model: every op wholly present or wholly absent,
+/// every value one some op wrote, and every op durable at `cut` present.
+fn model_check(
+    shards: &mut [Shard],
+    ops: &[(ModelOp, bool)],
+    done: &[(Vec<usize>, Option<usize>)],
+    cut: usize,
+) -> Vec<Option<Vec<u8>>> {
+    let shard_of = |k: usize| {
+        crate::storage::shard_of_slot(crate::storage::key_slot(&model_key(k)), 3) as usize
+    };
+    let got: Vec<Option<Vec<u8>>> = (0..MODEL_KEYS)
+        .map(|k| val(&mut shards[shard_of(k)], &model_key(k), 0))
+        .collect();
+    // Per key: the op indexes its recovered value is consistent with (-1: never written).
+    let consistent: Vec<Vec<i64>> = (0..MODEL_KEYS)
+        .map(|k| {
+            let mut v: Vec<i64> = Vec::new();
+            if got[k].is_none() {
+                v.push(-1);
+            }
+            for (j, (op, _)) in ops.iter().enumerate() {
+                if !done[j].0.contains(&k) {
+                    continue;
+                }
+                let w = op.writes.iter().find(|(x, _)| *x == k).map(|(_, w)| w);
+                if w == Some(&got[k]) {
+                    v.push(j as i64);
+                }
+            }
+            assert!(
+                !v.is_empty(),
+                "cut {cut}: key m{k} holds a value no op wrote"
+            );
+            v
+        })
+        .collect();
+    for (j, (wrote, acked)) in done.iter().enumerate() {
+        let j = j as i64;
+        // A key holding exactly op j's value shows it present; a key holding only values
+        // older than op j shows it absent (no later write of the key survived either). A
+        // later op's value says nothing about op j.
+        let after = |k: &usize| consistent[*k].iter().any(|&x| x >= j);
+        let shows_present = wrote.iter().any(|k| consistent[*k] == [j]);
+        let shows_absent = wrote.iter().any(|k| !after(k));
+        assert!(
+            !(shows_present && shows_absent),
+            "cut {cut}: op {j} recovered in part ({:?})",
+            ops[j as usize]
+                .0
+                .writes
+                .iter()
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        );
+        if acked.is_some_and(|a| a <= cut) {
+            assert!(wrote.iter().all(after), "cut {cut}: durable op {j} lost");
+        }
+    }
+    got
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3))]
+    // Proves the engine against a model: random runs of multi-shard MSET/DEL groups (some
+    // batched like a coordinated pass, block seals inside them) cut after every single
+    // device write recover with every op wholly present or wholly absent, every durable op
+    // present, and the same state again after a second crash and recovery.
+    #[test]
+    fn groups_survive_a_cut_after_every_write(seed in proptest::prelude::any::<u64>()) {
+        let c = StoreConfig {
+            shard_count: 3,
+            ..cfg(64 * 1024, FsyncPolicy::Always)
+        };
+        let dev = Arc::new(MemDevice::new("t", 4 * MIB));
+        dev.record_writes();
+        let ops = model_ops(seed, 24);
+        let done = model_run(&dev, &c, &ops);
+        let total = dev.recorded_writes();
+        for cut in 0..=total {
+            let cut_dev = Arc::new(dev.replay_first(cut));
+            let Ok(mut opened) = open_on(vec![cut_dev.clone() as Arc<dyn BlockDevice>], &c) else {
+                // Cut before the label and first metadata slot were written: nothing to check.
+                proptest::prop_assert!(cut < 8, "cut {} does not open", cut);
+                continue;
+            };
+            let first = model_check(&mut opened.shards, &ops, &done, cut);
+            drop(opened);
+            cut_dev.crash(None);
+            let mut again = open_mem(&cut_dev, &c);
+            let second = model_check(&mut again.shards, &ops, &done, cut);
+            proptest::prop_assert_eq!(first, second, "cut {}: a second recovery differs", cut);
+        }
+    }
+
+    // Proves that a power loss dropping, keeping or tearing each unsynced write on its own
+    // (reordering the shards' chunk writes) never recovers a group in part.
+    #[test]
+    fn groups_survive_reordered_power_loss(seed in proptest::prelude::any::<u64>()) {
+        let c = StoreConfig {
+            shard_count: 3,
+            ..cfg(64 * 1024, FsyncPolicy::Always)
+        };
+        let dev = Arc::new(MemDevice::new("t", 4 * MIB));
+        let mut ops = model_ops(seed, 16);
+        // The last ops stay in one unsettled batch: their writes are in flight at the crash.
+        let n = ops.len();
+        for op in &mut ops[n - 4..] {
+            op.1 = false;
+        }
+        let done = model_run(&dev, &c, &ops);
+        // Their records written, not synced, as a settle that dies before its sync leaves them.
+        dev.crash_random(seed);
+        let mut opened = open_mem(&dev, &c);
+        model_check(&mut opened.shards, &ops, &done, 0);
+    }
+}
+
+// Proves the cost of a two-shard write: each record 8 bytes longer, one part record per
+// shard, one chunk write per participant and one sync for the whole group; and that a
+// one-record write outside a scope is byte for byte what it was (no group id, no part).
+#[test]
+fn multi_shard_write_cost() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = StoreConfig {
+        shard_count: 2,
+        ..cfg(64 * 1024, FsyncPolicy::Always)
+    };
+    let shards = open_mem(&dev, &c).shards;
+    let mut slots: Vec<Option<Shard>> = shards.into_iter().map(Some).collect();
+    let before: Vec<(u64, u64)> = slots
+        .iter()
+        .flatten()
+        .map(|s| (s.stats().device_writes, s.stats().fsyncs))
+        .collect();
+    let mut groups = crate::storage::WriteGroups::default();
+    groups.begin(&mut slots, vec![0, 1]);
+    for (i, s) in slots.iter_mut().flatten().enumerate() {
+        s.put(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            b"v",
+            None,
+            0,
+        )
+        .unwrap();
+        assert_eq!(s.group_records(), 1);
+    }
+    groups.end(&mut slots).unwrap();
+    // Staged per shard: the block header (80), the GROUPED put (32 + 2 + 1 -> 40, + 8) and
+    // the part record (32 + 16 + 4 * 2 = 56).
+    for s in slots.iter().flatten() {
+        assert_eq!(s.staged_bytes_for_tests(), 80 + 48 + 56);
+    }
+    groups.settle(&mut slots).unwrap();
+    let after: Vec<(u64, u64)> = slots
+        .iter()
+        .flatten()
+        .map(|s| (s.stats().device_writes, s.stats().fsyncs))
+        .collect();
+    let writes: u64 = after.iter().zip(&before).map(|(a, b)| a.0 - b.0).sum();
+    let syncs: u64 = after.iter().zip(&before).map(|(a, b)| a.1 - b.1).sum();
+    assert_eq!((writes, syncs), (2, 1));
+    // A plain one-record write: header-only record, no part.
+    let s = slots[0].as_mut().unwrap();
+    s.put(0, b"k0", ValueKind::String, b"w", None, 0).unwrap();
+    assert_eq!(s.staged_bytes_for_tests(), 40);
+}
+
+// Proves a store labelled format version 1 opens (its data intact) and is relabelled
+// version 2, so a version-1 binary would refuse it from then on.
+#[test]
+fn a_version_1_label_opens_and_becomes_version_2() {
+    let dev = Arc::new(MemDevice::new("t", 8 * MIB));
+    let c = cfg(64 * 1024, FsyncPolicy::Always);
+    let mut s = one_shard(&dev, &c);
+    s.put(0, b"k", ValueKind::String, b"v", None, 0).unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let mut sector = dev.peek(0, 4096);
+    sector[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&sector[..format::LABEL_CRC_OFFSET]);
+    sector[124..128].copy_from_slice(&crc.to_le_bytes());
+    let mut buf = crate::device::AlignedBuf::new_zeroed(4096);
+    buf.as_mut_slice().copy_from_slice(&sector);
+    dev.write_at(0, &buf).unwrap();
+    dev.sync().unwrap();
+    assert_eq!(format::label_version(&dev.peek(0, 4096)), 1);
+    let mut s = one_shard(&dev, &c);
+    assert_eq!(val(&mut s, b"k", 0).as_deref(), Some(&b"v"[..]));
+    assert_eq!(format::label_version(&dev.peek(0, 4096)), 2);
 }
