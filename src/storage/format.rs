@@ -45,6 +45,9 @@ pub enum RecordType {
     Marker = 4,
     Fragment = 5,
     Checkpoint = 6,
+    /// A page of a paged collection (`docs/collections.md` section 3): reachable only
+    /// through its owner's PAGED root, never indexed.
+    Page = 7,
 }
 
 impl RecordType {
@@ -56,6 +59,7 @@ impl RecordType {
             4 => Some(RecordType::Marker),
             5 => Some(RecordType::Fragment),
             6 => Some(RecordType::Checkpoint),
+            7 => Some(RecordType::Page),
             _ => None,
         }
     }
@@ -63,6 +67,9 @@ impl RecordType {
 
 /// Flag bit: the Put's payload is a fragment list, not the value itself.
 pub const FLAG_LARGE: u8 = 1;
+/// Flag bit: the Put is a paged collection's root (`src/storage/paged.rs`); its payload
+/// lists directory pages, not the value.
+pub const FLAG_PAGED: u8 = 2;
 
 /// The 32-byte record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -496,6 +496,8 @@ struct Pending {
     tombs: Vec<(Db, u64, Address)>,
     roots: Vec<(Db, u64, Address)>,
     max_seq: u64,
+    /// Paged collections (`paged.rs`): the roots indexed and every committed page seen.
+    paged: super::paged::RecoveredPages,
 }
 
 impl Shard {
@@ -629,6 +631,13 @@ impl Shard {
             let is_put = match hdr.record_type {
                 RecordType::Put => true,
                 RecordType::Tombstone => false,
+                RecordType::Page => {
+                    // Not indexed: live only if the chosen root reaches it (finish_recovery).
+                    pending
+                        .paged
+                        .page(self.shared.layout.address(block, off), hdr.db);
+                    continue;
+                }
                 _ => continue,
             };
             let db = hdr.db;
@@ -656,6 +665,9 @@ impl Shard {
                 self.expiry_add(db, hdr.expire_at_ms, addr);
                 if hdr.flags & FLAG_LARGE != 0 {
                     pending.roots.push((db, h, addr));
+                }
+                if super::paged::is_root(hdr.flags) {
+                    pending.paged.root(db, h, addr);
                 }
             } else {
                 info.note_tomb(hdr.record_len());
@@ -700,12 +712,14 @@ impl Shard {
     /// sequence number.
     fn finish_recovery(
         &mut self,
-        pending: Pending,
+        mut pending: Pending,
         kept: &mut Vec<BlockId>,
     ) -> Result<(), StorageError> {
         for (db, h, a) in pending.tombs {
             self.indexes[db as usize].remove(h, a);
         }
+        // Paged roots count only if all their pages were found; their pages become live.
+        super::paged::finish_recovery(self, std::mem::take(&mut pending.paged))?;
         let mut live_extents: HashMap<BlockId, Db> = HashMap::new();
         for (db, h, a) in pending.roots {
             if !self.indexes[db as usize].candidates(h).any(|x| x == a) {
