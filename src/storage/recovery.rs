@@ -649,8 +649,17 @@ impl Shard {
             let h = self.hash(db, rec.key);
             let existing = self.find_recovering(db, rec.key, h, block, block_seq, bytes)?;
             match existing {
-                Some((_, old)) if old.seq >= hdr.seq => continue,
+                Some((_, old)) if old.seq >= hdr.seq => {
+                    // Kept in case the newer paged root turns out to miss pages.
+                    if old.record_type == RecordType::Put && super::paged::is_root(old.flags) {
+                        pending.paged.superseded(db, h, addr, hdr.seq);
+                    }
+                    continue;
+                }
                 Some((old_addr, old)) => {
+                    if is_put && super::paged::is_root(hdr.flags) {
+                        pending.paged.superseded(db, h, old_addr, old.seq);
+                    }
                     self.indexes[db as usize].replace(h, old_addr, addr);
                     if old.record_type == RecordType::Put {
                         self.unaccount(db, old_addr, old.record_len());
@@ -719,7 +728,8 @@ impl Shard {
             self.indexes[db as usize].remove(h, a);
         }
         // Paged roots count only if all their pages were found; their pages become live.
-        super::paged::finish_recovery(self, std::mem::take(&mut pending.paged))?;
+        let paged = std::mem::take(&mut pending.paged);
+        super::paged::finish_recovery(self, paged, &mut pending.roots)?;
         let mut live_extents: HashMap<BlockId, Db> = HashMap::new();
         for (db, h, a) in pending.roots {
             if !self.indexes[db as usize].candidates(h).any(|x| x == a) {
