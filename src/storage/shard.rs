@@ -714,6 +714,34 @@ impl Shard {
         seq: u64,
         shares_pages: bool,
     ) -> Result<(), StorageError> {
+        self.put_paged_root_as(
+            db,
+            key,
+            kind,
+            root,
+            expire_at_ms,
+            now_ms,
+            seq,
+            shares_pages,
+            true,
+        )
+    }
+
+    /// `put_paged_root`; `visible` false for defrag's relocation (same contents: WATCH and
+    /// keyspace events are not told).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_paged_root_as(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        root: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        seq: u64,
+        shares_pages: bool,
+        visible: bool,
+    ) -> Result<(), StorageError> {
         check_db(db)?;
         self.last_now_ms = now_ms;
         let expire = expire_at_ms.unwrap_or(0);
@@ -740,6 +768,9 @@ impl Shard {
                 .as_ref()
                 .is_some_and(|f| f.rec.header.flags & FLAG_PAGED != 0));
         self.install(db, h, old, addr, len, expire, retire);
+        if !visible {
+            return Ok(());
+        }
         if !self.watches.is_empty() {
             self.watches.touch(db, key, false);
         }
@@ -2404,6 +2435,16 @@ impl Shard {
                     i.note_tomb(hdr.record_len());
                 }
                 self.counters.defrag_relocated_records += 1;
+            }
+            RecordType::Page => {
+                // A page still reachable from its collection's current root is copied and
+                // the root (and directory page) rewritten to point at the copy (paged.rs).
+                let (key, payload) = (rec.key.to_vec(), rec.value.to_vec());
+                match super::paged::relocate_page(self, hdr.db, &key, addr, &payload) {
+                    Ok(true) => self.counters.defrag_relocated_records += 1,
+                    Ok(false) | Err(StorageError::DeviceFull) => {}
+                    Err(e) => return Err(e),
+                }
             }
             _ => {}
         }
