@@ -200,8 +200,40 @@ fn run(p: &mut Pair, seed: u64, tag: &str) {
     }
     whole_check(p, h, &s3);
     p.check(&["TYPE", h]);
-    p.check(&["DEL", h, &h2, &s3, s2]);
+    // DUMP of a paged value restores in Redis (and Redis's DUMP in lavik) to the same contents.
+    let (hd, sd) = (format!("{tag}:{{b}}hd"), format!("{tag}:{{b}}sd"));
+    let from_lavik = bulk(&p.l.call(&[b"DUMP", h2.as_bytes()]));
+    p.check_bytes(&[b"RESTORE", hd.as_bytes(), b"0", &from_lavik]);
+    p.check_with(&["HGETALL", &hd], sorted_pairs);
+    p.check(&["SADD", &sd, "seed"]);
+    fill(p, &format!("{tag}:{{b}}tmp"), &sd, 2000);
+    let from_redis = bulk(&p.r.call(&[b"DUMP", sd.as_bytes()]));
+    p.check_bytes(&[b"RESTORE", sd.as_bytes(), b"0", &from_redis, b"REPLACE"]);
+    p.check_with(&["SMEMBERS", &sd], sorted_elements);
+    p.check(&["SADD", &sd, "after-restore"]);
+    p.check(&["SCARD", &sd]);
+    // Expiry of a paged value (lazy, on access), then DEL and FLUSHDB of paged values.
+    p.check(&["PEXPIRE", &h2, "40"]);
+    std::thread::sleep(std::time::Duration::from_millis(120));
+    p.check(&["EXISTS", &h2]);
+    p.check(&["HLEN", &h2]);
+    p.check(&["DEL", h, &s3, s2, &hd]);
     p.check(&["DBSIZE"]);
+    p.check(&["FLUSHDB"]);
+    p.check(&["DBSIZE"]);
+    p.check(&["SCARD", &sd]);
+}
+
+/// The payload of a bulk reply.
+fn bulk(reply: &[u8]) -> Vec<u8> {
+    let e = elements(reply);
+    assert_eq!(
+        e.len(),
+        1,
+        "a bulk reply: {:?}",
+        String::from_utf8_lossy(reply)
+    );
+    e[0].clone()
 }
 
 fn start(tag: &str) -> Pair {
