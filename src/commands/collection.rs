@@ -124,6 +124,68 @@ pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, S
     }))
 }
 
+/// Point reads that need only the root (counts) or one directory page and one leaf of a
+/// paged collection (HGET, HEXISTS, HSTRLEN, HLEN, SISMEMBER, SMISMEMBER, SCARD); a
+/// one-record value is decoded as `load_*` does.
+pub enum Point {
+    Count,
+    Lookup(Vec<Vec<u8>>),
+}
+
+/// `None`: the key is missing. Otherwise the count, or per name its value (`None` when
+/// absent; an empty value for a set member).
+#[allow(clippy::type_complexity)]
+pub fn point_read(
+    ctx: &mut Ctx,
+    key: &[u8],
+    kind: ValueKind,
+    q: &Point,
+) -> Result<Option<(usize, Vec<Option<Vec<u8>>>)>, String> {
+    let Some(Loaded { value: raw, .. }) = load_coll(ctx, key, kind)? else {
+        return Ok(None);
+    };
+    let has_values = kind == ValueKind::Hash;
+    match raw {
+        Raw::Whole(bytes) => {
+            let (n, found) = if has_values {
+                let h = HashValue::decode(&bytes).map_err(corrupt)?;
+                let found = match q {
+                    Point::Count => Vec::new(),
+                    Point::Lookup(names) => {
+                        names.iter().map(|f| h.get(f).map(|v| v.to_vec())).collect()
+                    }
+                };
+                (h.len(), found)
+            } else {
+                let s = SetValue::decode(&bytes).map_err(corrupt)?;
+                let found = match q {
+                    Point::Count => Vec::new(),
+                    Point::Lookup(names) => {
+                        names.iter().map(|m| s.contains(m).then(Vec::new)).collect()
+                    }
+                };
+                (s.len(), found)
+            };
+            Ok(Some((n, found)))
+        }
+        Raw::Paged(root) => {
+            let root = paged::Root::decode(&root).map_err(storage_error)?;
+            let db = ctx.db;
+            let shard = ctx.shards.for_key(key);
+            let mut found = Vec::new();
+            if let Point::Lookup(names) = q {
+                for name in names {
+                    found.push(
+                        paged::lookup(shard, db, key, &root, name, has_values)
+                            .map_err(storage_error)?,
+                    );
+                }
+            }
+            Ok(Some((root.count as usize, found)))
+        }
+    }
+}
+
 fn store_raw(
     ctx: &mut Ctx,
     key: &[u8],
