@@ -665,14 +665,19 @@ pub fn update<E: Elem>(
     // New leaf list, each with the directory page it goes to.
     let mut new_leaves: Vec<(usize, Entry)> = Vec::with_capacity(flat.len() + 2);
     let mut changed_dirs = vec![false; tree.dirs.len()];
+    // Index of the original leaf last pushed unchanged (a backward merge may take it in;
+    // never a leaf just rewritten, whose members are no longer in its bucket).
+    let mut last_kept: Option<usize> = None;
     let mut i = 0;
     while i < flat.len() {
         let (d, e) = flat[i];
         if !dirty[i] {
             new_leaves.push((d, e));
+            last_kept = Some(i);
             i += 1;
             continue;
         }
+        let kept_before = last_kept.take();
         // A dirty leaf, merged with following gathered leaves while the sum stays small.
         let mut run: Vec<(u64, &E)> = std::mem::take(&mut buckets[i]);
         let first = first_of[i];
@@ -692,8 +697,8 @@ pub fn update<E: Elem>(
         if j == i + 1 && !run.is_empty() {
             if let Some(&(pd, pe)) = new_leaves.last() {
                 let prev = i - 1;
-                if gather[prev]
-                    && !dirty[prev]
+                if kept_before == Some(prev)
+                    && gather[prev]
                     && (pe.len as usize) + bucket_bytes(&run) < LEAF_MERGE_BYTES
                 {
                     let mut merged = std::mem::take(&mut buckets[prev]);
@@ -1354,5 +1359,47 @@ mod tests {
         let mut s = open(&dev);
         assert_eq!(contents(&load_hash(&mut s, b"h").unwrap()), want);
         check_live(&mut s, &[b"h", b"s"]);
+    }
+
+    // Shrinking a paged hash by removals spread over many leaves per store (interleaved
+    // dirty and untouched leaves, forward and backward merges) keeps every remaining field,
+    // down to the demotion to one record.
+    #[test]
+    fn shrink_with_spread_removals_merges_without_loss() {
+        let dev = Arc::new(MemDevice::new("t", 64 << 20));
+        let mut s = open(&dev);
+        let mut h = HashValue::new();
+        h.prepare_write(3000, 1);
+        let mut model = BTreeMap::new();
+        for i in 0..3000u32 {
+            let (f, v) = (format!("field-{i}"), format!("value-{i}"));
+            h.set(f.as_bytes(), v.as_bytes());
+            model.insert(f.into_bytes(), v.into_bytes());
+        }
+        store_hash(&mut s, b"h", &h);
+        let mut rng = 12345u64;
+        let mut stores = 0;
+        while model.len() > 60 {
+            let mut h = load_hash(&mut s, b"h").unwrap();
+            for _ in 0..12 {
+                rng = rng
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let f = format!("field-{}", (rng >> 33) % 3000).into_bytes();
+                assert_eq!(h.remove(&f), model.remove(&f).is_some());
+            }
+            store_hash(&mut s, b"h", &h);
+            stores += 1;
+            if stores % 5 == 0 {
+                assert_eq!(
+                    contents(&load_hash(&mut s, b"h").unwrap()),
+                    model,
+                    "store {stores}"
+                );
+            }
+        }
+        assert!(!is_paged(&mut s, b"h"), "demoted at the end");
+        assert_eq!(contents(&load_hash(&mut s, b"h").unwrap()), model);
+        check_live(&mut s, &[b"h"]);
     }
 }
