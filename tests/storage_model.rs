@@ -11,10 +11,10 @@
 //! `docs/collections.md`): the model compares the value kind with the bytes, so a crash,
 //! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
-use lavik::storage::collection::{HashValue, SetValue};
+use lavik::storage::collection::{HashEncoding, HashValue, SetEncoding, SetValue};
 use lavik::storage::list_codec::{End, ListValue};
 use lavik::storage::zset::ZSetValue;
-use lavik::storage::{self, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
+use lavik::storage::{self, paged, Collection, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -75,6 +75,22 @@ enum Op {
     },
     /// A full tomb-raider sweep, then defrag rounds that may drop the tombstones it marked.
     TombRaid,
+    /// A hash or set key gets a fresh collection of `n` members, big enough to be paged
+    /// (`docs/collections.md`: stored as the command layer stores it).
+    PagedPut {
+        db: u8,
+        k: u8,
+        n: usize,
+        fill: u8,
+    },
+    /// One member of an existing hash or set is set or removed, the way a command does it
+    /// (load, mutate, store: a paged value rewrites only the pages it touched).
+    PagedEdit {
+        db: u8,
+        k: u8,
+        i: u16,
+        del: bool,
+    },
 }
 
 /// `value_lens` sets put sizes; `background_weight` how often defrag and expiry run.
@@ -90,7 +106,7 @@ fn op_strategy(
         1 => (key.clone(), any::<u8>()).prop_map(|((db, k), fill)| Op::PutLarge { db, k, fill }),
         8 => key.clone().prop_map(|(db, k)| Op::Del { db, k }),
         4 => (key.clone(), ttl).prop_map(|((db, k), ttl)| Op::Expire { db, k, ttl }),
-        10 => key.prop_map(|(db, k)| Op::Get { db, k }),
+        10 => key.clone().prop_map(|(db, k)| Op::Get { db, k }),
         8 => Just(Op::Flush),
         1 => (0..DBS).prop_map(|db| Op::FlushDb { db }),
         4 => (0u64..3000).prop_map(|ms| Op::Tick { ms }),
@@ -103,7 +119,155 @@ fn op_strategy(
         .prop_map(Op::Crash),
         2 => any::<bool>().prop_map(|checkpoint| Op::Reopen { checkpoint }),
         2 => Just(Op::TombRaid),
+        3 => (key.clone(), 100usize..1500, any::<u8>())
+            .prop_map(|((db, k), n, fill)| Op::PagedPut { db, k, n, fill }),
+        12 => (key, 0u16..1600, any::<bool>())
+            .prop_map(|((db, k), i, del)| Op::PagedEdit { db, k, i, del }),
     ]
+}
+
+/// A hash or set in a canonical form: hashtable encodings (whose order Redis leaves
+/// unspecified and which a paged collection keeps in position order) with their elements
+/// sorted; other values unchanged.
+fn canonical(kind: ValueKind, bytes: &[u8]) -> Vec<u8> {
+    match kind {
+        ValueKind::Hash => {
+            let h = HashValue::decode(bytes).expect("hash decodes");
+            if h.encoding() != HashEncoding::Hashtable {
+                return bytes.to_vec();
+            }
+            let mut pairs = h.pairs().to_vec();
+            pairs.sort();
+            let mut out = HashValue::new();
+            out.prepare_write(usize::MAX, 0);
+            for (f, v) in &pairs {
+                out.set(f, v);
+            }
+            out.encode()
+        }
+        ValueKind::Set => {
+            let s = SetValue::decode(bytes).expect("set decodes");
+            if s.encoding() != SetEncoding::Hashtable {
+                return bytes.to_vec();
+            }
+            let mut members = s.members().to_vec();
+            members.sort();
+            let mut out = SetValue::create(b"x", usize::MAX);
+            for m in &members {
+                out.add(m);
+            }
+            out.encode()
+        }
+        _ => bytes.to_vec(),
+    }
+}
+
+/// A hash or set of the shard, as a command loads it.
+enum Coll {
+    Hash(HashValue),
+    Set(SetValue),
+}
+
+fn load_coll(s: &mut Shard, db: u8, key: &[u8], now: u64) -> Option<(Coll, Option<u64>)> {
+    match s.get_collection(db, key, now).unwrap()? {
+        Collection::Whole(v) => match v.kind {
+            ValueKind::Hash => Some((
+                Coll::Hash(HashValue::decode(&v.bytes).unwrap()),
+                v.expire_at_ms,
+            )),
+            ValueKind::Set => Some((
+                Coll::Set(SetValue::decode(&v.bytes).unwrap()),
+                v.expire_at_ms,
+            )),
+            _ => None,
+        },
+        Collection::Paged {
+            kind,
+            root,
+            expire_at_ms,
+        } => {
+            let root = paged::Root::decode(&root).unwrap();
+            Some(match kind {
+                ValueKind::Hash => {
+                    let (pairs, tree) = paged::load(s, db, key, &root, true).unwrap();
+                    (Coll::Hash(HashValue::from_paged(pairs, tree)), expire_at_ms)
+                }
+                _ => {
+                    let (members, tree) = paged::load(s, db, key, &root, false).unwrap();
+                    (Coll::Set(SetValue::from_paged(members, tree)), expire_at_ms)
+                }
+            })
+        }
+    }
+}
+
+/// `store_hash`/`store_set` of the command layer: paged above the promotion size, one
+/// record again under the demotion size, deleted when empty.
+fn store_coll(s: &mut Shard, db: u8, key: &[u8], c: &Coll, exp: Option<u64>, now: u64) {
+    let (empty, tree, hashtable, body, kind, enc) = match c {
+        Coll::Hash(h) => (
+            h.is_empty(),
+            h.paged_tree(),
+            h.encoding() == HashEncoding::Hashtable,
+            h.body_bytes(),
+            ValueKind::Hash,
+            h.encoding_byte(),
+        ),
+        Coll::Set(v) => (
+            v.is_empty(),
+            v.paged_tree(),
+            v.encoding() == SetEncoding::Hashtable,
+            v.body_bytes(),
+            ValueKind::Set,
+            v.encoding_byte(),
+        ),
+    };
+    if empty {
+        s.delete(db, key, now).unwrap();
+        return;
+    }
+    let paged_now = match tree {
+        Some(_) => body >= paged::DEMOTE_BYTES,
+        None => hashtable && body > paged::PROMOTE_BYTES,
+    };
+    let r = match (paged_now, tree, c) {
+        (true, Some(t), Coll::Hash(h)) => {
+            paged::update(s, db, key, kind, enc, h.pairs(), t, exp, now)
+        }
+        (true, Some(t), Coll::Set(v)) => {
+            paged::update(s, db, key, kind, enc, v.members(), t, exp, now)
+        }
+        (true, None, Coll::Hash(h)) => paged::build(s, db, key, kind, enc, h.pairs(), exp, now),
+        (true, None, Coll::Set(v)) => paged::build(s, db, key, kind, enc, v.members(), exp, now),
+        (false, _, Coll::Hash(h)) => s.put(db, key, kind, &h.encode(), exp, now),
+        (false, _, Coll::Set(v)) => s.put(db, key, kind, &v.encode(), exp, now),
+    };
+    r.unwrap();
+}
+
+fn edit(c: &mut Coll, i: u16, del: bool) {
+    let f = format!("f{i}");
+    match c {
+        Coll::Hash(h) if del => {
+            h.remove(f.as_bytes());
+        }
+        Coll::Hash(h) => {
+            h.set(f.as_bytes(), format!("edited-{i}").as_bytes());
+        }
+        Coll::Set(v) if del => {
+            v.remove(f.as_bytes());
+        }
+        Coll::Set(v) => {
+            v.add(f.as_bytes());
+        }
+    }
+}
+
+fn coll_bytes(c: &Coll) -> Option<Vec<u8>> {
+    match c {
+        Coll::Hash(h) => (!h.is_empty()).then(|| h.encode()),
+        Coll::Set(v) => (!v.is_empty()).then(|| v.encode()),
+    }
 }
 
 fn key_bytes(k: u8) -> Vec<u8> {
@@ -189,7 +353,7 @@ fn tagged(v: Value) -> Vec<u8> {
         ValueKind::List => assert!(ListValue::decode(&v.bytes).is_ok(), "list record decodes"),
         ValueKind::String => {}
     }
-    [&[kind_tag(v.kind)][..], &v.bytes].concat()
+    [&[kind_tag(v.kind)][..], &canonical(v.kind, &v.bytes)].concat()
 }
 
 fn visible(e: Option<&Entry>, now: u64) -> Option<Vec<u8>> {
@@ -279,7 +443,7 @@ impl Harness {
                 self.shard(k)
                     .put(db, &key_bytes(k), kind_of(k), &v, exp, now)
                     .unwrap();
-                let model = [&[kind_tag(kind_of(k))][..], &v].concat();
+                let model = [&[kind_tag(kind_of(k))][..], &canonical(kind_of(k), &v)].concat();
                 self.cur.insert((db, k), (model, exp));
                 self.note((db, k));
             }
@@ -288,8 +452,68 @@ impl Harness {
                 self.shard(k)
                     .put(db, &key_bytes(k), kind_of(k), &v, None, now)
                     .unwrap();
-                let model = [&[kind_tag(kind_of(k))][..], &v].concat();
+                let model = [&[kind_tag(kind_of(k))][..], &canonical(kind_of(k), &v)].concat();
                 self.cur.insert((db, k), (model, None));
+                self.note((db, k));
+            }
+            Op::PagedPut { db, k, n, fill } => {
+                let kind = kind_of(k);
+                let mut c = match kind {
+                    ValueKind::Hash => {
+                        let mut h = HashValue::new();
+                        h.prepare_write(n, 1);
+                        Coll::Hash(h)
+                    }
+                    ValueKind::Set => Coll::Set(SetValue::create(b"f", n.max(200))),
+                    _ => return Ok(()),
+                };
+                for i in 0..n {
+                    let f = format!("f{i}");
+                    match &mut c {
+                        Coll::Hash(h) => {
+                            h.set(f.as_bytes(), format!("value-{fill}-{i}").as_bytes());
+                        }
+                        Coll::Set(v) => {
+                            v.add(format!("{f}-{fill}-member").as_bytes());
+                        }
+                    }
+                }
+                store_coll(self.shard(k), db, &key_bytes(k), &c, None, now);
+                let bytes = coll_bytes(&c).expect("not empty");
+                let model = [&[kind_tag(kind)][..], &canonical(kind, &bytes)].concat();
+                self.cur.insert((db, k), (model, None));
+                self.note((db, k));
+            }
+            Op::PagedEdit { db, k, i, del } => {
+                let kind = kind_of(k);
+                let Some((model, exp)) = self.cur.get(&(db, k)).cloned() else {
+                    return Ok(());
+                };
+                if !matches!(kind, ValueKind::Hash | ValueKind::Set)
+                    || exp.is_some_and(|t| t <= now)
+                {
+                    return Ok(());
+                }
+                let (mut c, engine_exp) = load_coll(self.shard(k), db, &key_bytes(k), now)
+                    .expect("the model's collection exists");
+                prop_assert_eq!(engine_exp, exp, "expiry of {:?}", (db, k));
+                edit(&mut c, i, del);
+                store_coll(self.shard(k), db, &key_bytes(k), &c, exp, now);
+                // The model applies the same edit to its own copy.
+                let mut mc = match kind {
+                    ValueKind::Hash => Coll::Hash(HashValue::decode(&model[1..]).unwrap()),
+                    _ => Coll::Set(SetValue::decode(&model[1..]).unwrap()),
+                };
+                edit(&mut mc, i, del);
+                match coll_bytes(&mc) {
+                    Some(b) => {
+                        let m = [&[kind_tag(kind)][..], &canonical(kind, &b)].concat();
+                        self.cur.insert((db, k), (m, exp));
+                    }
+                    None => {
+                        self.cur.remove(&(db, k));
+                    }
+                }
                 self.note((db, k));
             }
             Op::Del { db, k } => {

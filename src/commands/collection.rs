@@ -11,9 +11,10 @@
 
 use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
-use crate::storage::collection::{CodecError, HashValue, SetValue};
+use crate::storage::collection::{CodecError, HashEncoding, HashValue, SetEncoding, SetValue};
 use crate::storage::list_codec::ListValue;
 use crate::storage::zset::ZSetValue;
+use crate::storage::{paged, Collection};
 use crate::storage::{StorageError, ValueKind};
 use std::cell::Cell;
 
@@ -44,15 +45,54 @@ fn load_raw(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded<
     }
 }
 
+/// A hash or set as stored: its one-record bytes, or a paged root's payload.
+enum Raw {
+    Whole(Vec<u8>),
+    Paged(Vec<u8>),
+}
+
+fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded<Raw>>, String> {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    match ctx
+        .shards
+        .for_key(key)
+        .get_collection(db, key, now)
+        .map_err(storage_error)?
+    {
+        None => Ok(None),
+        Some(Collection::Whole(v)) if v.kind != kind => Err(ERR_WRONGTYPE.into()),
+        Some(Collection::Whole(v)) => Ok(Some(Loaded {
+            value: Raw::Whole(v.bytes),
+            expire_at_ms: v.expire_at_ms,
+        })),
+        Some(Collection::Paged { kind: k, .. }) if k != kind => Err(ERR_WRONGTYPE.into()),
+        Some(Collection::Paged {
+            root, expire_at_ms, ..
+        }) => Ok(Some(Loaded {
+            value: Raw::Paged(root),
+            expire_at_ms,
+        })),
+    }
+}
+
 pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>, String> {
     let Some(Loaded {
-        value: bytes,
+        value: raw,
         expire_at_ms,
-    }) = load_raw(ctx, key, ValueKind::Hash)?
+    }) = load_coll(ctx, key, ValueKind::Hash)?
     else {
         return Ok(None);
     };
-    let value = HashValue::decode(&bytes).map_err(corrupt)?;
+    let value = match raw {
+        Raw::Whole(bytes) => HashValue::decode(&bytes).map_err(corrupt)?,
+        Raw::Paged(root) => {
+            let db = ctx.db;
+            let shard = ctx.shards.for_key(key);
+            let root = paged::Root::decode(&root).map_err(storage_error)?;
+            let (pairs, tree) = paged::load(shard, db, key, &root, true).map_err(storage_error)?;
+            HashValue::from_paged(pairs, tree)
+        }
+    };
     Ok(Some(Loaded {
         value,
         expire_at_ms,
@@ -61,17 +101,89 @@ pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>,
 
 pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, String> {
     let Some(Loaded {
-        value: bytes,
+        value: raw,
         expire_at_ms,
-    }) = load_raw(ctx, key, ValueKind::Set)?
+    }) = load_coll(ctx, key, ValueKind::Set)?
     else {
         return Ok(None);
     };
-    let value = SetValue::decode(&bytes).map_err(corrupt)?;
+    let value = match raw {
+        Raw::Whole(bytes) => SetValue::decode(&bytes).map_err(corrupt)?,
+        Raw::Paged(root) => {
+            let db = ctx.db;
+            let shard = ctx.shards.for_key(key);
+            let root = paged::Root::decode(&root).map_err(storage_error)?;
+            let (members, tree) =
+                paged::load(shard, db, key, &root, false).map_err(storage_error)?;
+            SetValue::from_paged(members, tree)
+        }
+    };
     Ok(Some(Loaded {
         value,
         expire_at_ms,
     }))
+}
+
+/// Point reads that need only the root (counts) or one directory page and one leaf of a
+/// paged collection (HGET, HEXISTS, HSTRLEN, HLEN, SISMEMBER, SMISMEMBER, SCARD); a
+/// one-record value is decoded as `load_*` does.
+pub enum Point {
+    Count,
+    Lookup(Vec<Vec<u8>>),
+}
+
+/// `None`: the key is missing. Otherwise the count, or per name its value (`None` when
+/// absent; an empty value for a set member).
+#[allow(clippy::type_complexity)]
+pub fn point_read(
+    ctx: &mut Ctx,
+    key: &[u8],
+    kind: ValueKind,
+    q: &Point,
+) -> Result<Option<(usize, Vec<Option<Vec<u8>>>)>, String> {
+    let Some(Loaded { value: raw, .. }) = load_coll(ctx, key, kind)? else {
+        return Ok(None);
+    };
+    let has_values = kind == ValueKind::Hash;
+    match raw {
+        Raw::Whole(bytes) => {
+            let (n, found) = if has_values {
+                let h = HashValue::decode(&bytes).map_err(corrupt)?;
+                let found = match q {
+                    Point::Count => Vec::new(),
+                    Point::Lookup(names) => {
+                        names.iter().map(|f| h.get(f).map(|v| v.to_vec())).collect()
+                    }
+                };
+                (h.len(), found)
+            } else {
+                let s = SetValue::decode(&bytes).map_err(corrupt)?;
+                let found = match q {
+                    Point::Count => Vec::new(),
+                    Point::Lookup(names) => {
+                        names.iter().map(|m| s.contains(m).then(Vec::new)).collect()
+                    }
+                };
+                (s.len(), found)
+            };
+            Ok(Some((n, found)))
+        }
+        Raw::Paged(root) => {
+            let root = paged::Root::decode(&root).map_err(storage_error)?;
+            let db = ctx.db;
+            let shard = ctx.shards.for_key(key);
+            let mut found = Vec::new();
+            if let Point::Lookup(names) = q {
+                for name in names {
+                    found.push(
+                        paged::lookup(shard, db, key, &root, name, has_values)
+                            .map_err(storage_error)?,
+                    );
+                }
+            }
+            Ok(Some((root.count as usize, found)))
+        }
+    }
 }
 
 fn store_raw(
@@ -94,6 +206,34 @@ fn store_raw(
     }
 }
 
+/// How a hashtable-encoded collection is stored (`docs/collections.md` section 2): paged
+/// above `PROMOTE_BYTES` of members, one record again only under `DEMOTE_BYTES`.
+fn stays_paged(tree: Option<&paged::Tree>, hashtable: bool, body_bytes: usize) -> bool {
+    match tree {
+        Some(_) => body_bytes >= paged::DEMOTE_BYTES,
+        None => hashtable && body_bytes > paged::PROMOTE_BYTES,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn store_paged<E: paged::Elem>(
+    ctx: &mut Ctx,
+    key: &[u8],
+    kind: ValueKind,
+    encoding: u8,
+    elems: &[E],
+    tree: Option<&paged::Tree>,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let shard = ctx.shards.for_key(key);
+    match tree {
+        Some(t) => paged::update(shard, db, key, kind, encoding, elems, t, expire_at_ms, now),
+        None => paged::build(shard, db, key, kind, encoding, elems, expire_at_ms, now),
+    }
+    .map_err(storage_error)
+}
+
 /// Writes `h` under `key` (deleting the key when `h` is empty).
 pub fn store_hash(
     ctx: &mut Ctx,
@@ -101,6 +241,11 @@ pub fn store_hash(
     h: &HashValue,
     expire_at_ms: Option<u64>,
 ) -> Result<(), String> {
+    let hashtable = h.encoding() == HashEncoding::Hashtable;
+    if !h.is_empty() && stays_paged(h.paged_tree(), hashtable, h.body_bytes()) {
+        let (kind, enc) = (ValueKind::Hash, h.encoding_byte());
+        return store_paged(ctx, key, kind, enc, h.pairs(), h.paged_tree(), expire_at_ms);
+    }
     let bytes = (!h.is_empty()).then(|| h.encode());
     store_raw(ctx, key, ValueKind::Hash, bytes, expire_at_ms)
 }
@@ -111,6 +256,19 @@ pub fn store_set(
     s: &SetValue,
     expire_at_ms: Option<u64>,
 ) -> Result<(), String> {
+    let hashtable = s.encoding() == SetEncoding::Hashtable;
+    if !s.is_empty() && stays_paged(s.paged_tree(), hashtable, s.body_bytes()) {
+        let (kind, enc) = (ValueKind::Set, s.encoding_byte());
+        return store_paged(
+            ctx,
+            key,
+            kind,
+            enc,
+            s.members(),
+            s.paged_tree(),
+            expire_at_ms,
+        );
+    }
     let bytes = (!s.is_empty()).then(|| s.encode());
     store_raw(ctx, key, ValueKind::Set, bytes, expire_at_ms)
 }
@@ -282,7 +440,7 @@ pub fn parse_scan_opts<'a>(a: &[&'a [u8]]) -> Result<ScanOpts<'a>, String> {
 /// Where an element sits in the hashtable scan order: a fixed hash of its bytes, never 0
 /// (0 is the cursor that starts and ends an iteration) and below 2^63.
 fn scan_position(element: &[u8]) -> u64 {
-    (crate::storage::key_hash(0, element) >> 1) | 1
+    paged::position(element)
 }
 
 /// One step of a hashtable-encoded collection's cursor iteration over `elements`: the

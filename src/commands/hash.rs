@@ -4,8 +4,8 @@
 //! once, so nothing is half-applied.
 
 use super::collection::{
-    distinct_indexes, load_hash, parse_cursor, parse_rand_count, parse_scan_opts, random_below,
-    scan_reply, scan_step, store_hash, Loaded,
+    distinct_indexes, load_hash, parse_cursor, parse_rand_count, parse_scan_opts, point_read,
+    random_below, scan_reply, scan_step, store_hash, Loaded, Point,
 };
 use super::events::{GENERIC, HASH};
 use super::{eq_ic, glob_match, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
@@ -13,6 +13,7 @@ use crate::resp::encode::Proto;
 use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashEncoding, HashValue};
+use crate::storage::ValueKind;
 
 fn load_or_new(ctx: &mut Ctx, key: &[u8]) -> Result<Loaded<HashValue>, String> {
     Ok(load_hash(ctx, key)?.unwrap_or(Loaded {
@@ -64,12 +65,15 @@ pub fn hsetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
+/// One field of `key` through a point read (one leaf of a paged hash).
+fn field_of(ctx: &mut Ctx, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let q = Point::Lookup(vec![field.to_vec()]);
+    Ok(point_read(ctx, key, ValueKind::Hash, &q)?.and_then(|(_, mut f)| f.pop().flatten()))
+}
+
 pub fn hget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    match load_hash(ctx, a[1])?
-        .as_ref()
-        .and_then(|h| h.value.get(a[2]))
-    {
-        Some(v) => r.bulk(v),
+    match field_of(ctx, a[1], a[2])? {
+        Some(v) => r.bulk(&v),
         None => r.null(),
     }
     Ok(())
@@ -105,24 +109,19 @@ pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn hlen(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let n = load_hash(ctx, a[1])?.map_or(0, |h| h.value.len());
+    let n = point_read(ctx, a[1], ValueKind::Hash, &Point::Count)?.map_or(0, |(n, _)| n);
     r.int(n as i64);
     Ok(())
 }
 
 pub fn hstrlen(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let h = load_hash(ctx, a[1])?;
-    let n = h
-        .as_ref()
-        .and_then(|h| h.value.get(a[2]))
-        .map_or(0, |v| v.len());
+    let n = field_of(ctx, a[1], a[2])?.map_or(0, |v| v.len());
     r.int(n as i64);
     Ok(())
 }
 
 pub fn hexists(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let h = load_hash(ctx, a[1])?;
-    let there = h.as_ref().is_some_and(|h| h.value.get(a[2]).is_some());
+    let there = field_of(ctx, a[1], a[2])?.is_some();
     r.int(there as i64);
     Ok(())
 }

@@ -8,13 +8,14 @@
 //! member), so their encoding and order match Redis's for the small encodings.
 
 use super::collection::{
-    distinct_indexes, load_set, parse_cursor, parse_rand_count, parse_scan_opts, random_below,
-    scan_reply, scan_step, store_set, Loaded,
+    distinct_indexes, load_set, parse_cursor, parse_rand_count, parse_scan_opts, point_read,
+    random_below, scan_reply, scan_step, store_set, Loaded, Point,
 };
 use super::events::{GENERIC, SET};
 use super::{eq_ic, glob_match, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{SetEncoding, SetValue};
+use crate::storage::ValueKind;
 
 fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'m [u8]>) {
     r.set(members.len());
@@ -62,22 +63,24 @@ pub fn srem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn scard(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let n = load_set(ctx, a[1])?.map_or(0, |s| s.value.len());
+    let n = point_read(ctx, a[1], ValueKind::Set, &Point::Count)?.map_or(0, |(n, _)| n);
     r.int(n as i64);
     Ok(())
 }
 
 pub fn sismember(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let s = load_set(ctx, a[1])?;
-    r.int(s.is_some_and(|s| s.value.contains(a[2])) as i64);
+    let q = Point::Lookup(vec![a[2].to_vec()]);
+    let found = point_read(ctx, a[1], ValueKind::Set, &q)?;
+    r.int(found.is_some_and(|(_, f)| f[0].is_some()) as i64);
     Ok(())
 }
 
 pub fn smismember(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let s = load_set(ctx, a[1])?;
+    let q = Point::Lookup(a[2..].iter().map(|m| m.to_vec()).collect());
+    let found = point_read(ctx, a[1], ValueKind::Set, &q)?;
     r.array(a.len() - 2);
-    for m in &a[2..] {
-        r.int(s.as_ref().is_some_and(|s| s.value.contains(m)) as i64);
+    for i in 0..a.len() - 2 {
+        r.int(found.as_ref().is_some_and(|(_, f)| f[i].is_some()) as i64);
     }
     Ok(())
 }

@@ -1402,8 +1402,10 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("storage") {
         out.push_str(&format!(
-            "# Storage\r\nlavik_shards:{}\r\nlavik_index_bytes:{index_bytes}\r\n",
-            sh.shard_count
+            "# Storage\r\nlavik_shards:{}\r\nlavik_index_bytes:{index_bytes}\r\nlavik_device_write_bytes:{}\r\n",
+            sh.shard_count,
+            // Bytes written to the devices by all shards (docs/collections.md section 5).
+            shard_stats.iter().map(|(_, s)| s.device_write_bytes).sum::<u64>()
         ));
         // A growing data file: its size, limit, room left and steps (storage/grow.rs).
         match &growth {

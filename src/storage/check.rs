@@ -49,6 +49,7 @@ pub struct CheckReport {
     pub records_tombstone: u64,
     pub records_fragment: u64,
     pub records_checkpoint: u64,
+    pub records_page: u64,
     pub live_keys: u64,
     pub live_keys_with_expiry: u64,
     pub live_tombstones: u64,
@@ -95,12 +96,13 @@ fn summarise(r: &mut CheckReport) {
     );
     let _ = writeln!(
         t,
-        "records: {} puts ({} large), {} tombstones, {} fragments, {} checkpoint pieces",
+        "records: {} puts ({} large), {} tombstones, {} fragments, {} checkpoint pieces, {} collection pages",
         r.records_put,
         r.records_large,
         r.records_tombstone,
         r.records_fragment,
-        r.records_checkpoint
+        r.records_checkpoint,
+        r.records_page
     );
     let _ = writeln!(
         t,
@@ -376,6 +378,10 @@ fn count_record(
         }
         RecordType::Checkpoint => {
             r.records_checkpoint += 1;
+            return;
+        }
+        RecordType::Page => {
+            r.records_page += 1;
             return;
         }
         RecordType::BlockHeader | RecordType::Marker | RecordType::GroupPart => return,

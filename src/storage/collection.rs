@@ -83,6 +83,28 @@ impl Lookup {
     }
 }
 
+/// The page tree a value was loaded from (`paged.rs`), when it is stored paged; the
+/// positions touched since are recorded so storing rewrites only their pages. Not part of
+/// the value: equality ignores it.
+#[derive(Clone, Debug, Default)]
+pub struct PagedOrigin(pub Option<Box<crate::storage::paged::Tree>>);
+
+impl PartialEq for PagedOrigin {
+    fn eq(&self, _: &PagedOrigin) -> bool {
+        true
+    }
+}
+
+impl Eq for PagedOrigin {}
+
+impl PagedOrigin {
+    fn touch(&mut self, member: &[u8]) {
+        if let Some(t) = self.0.as_mut() {
+            t.touched.push(crate::storage::paged::position(member));
+        }
+    }
+}
+
 /// Largest length a varint may carry: element lengths and counts are below 4 GiB (a value is
 /// far smaller: `Shard::value_len_max`).
 const VARINT_MAX_BYTES: usize = 5;
@@ -210,6 +232,7 @@ pub struct HashValue {
     encoding: HashEncoding,
     pairs: Vec<(Vec<u8>, Vec<u8>)>,
     lookup: Lookup,
+    origin: PagedOrigin,
 }
 
 impl Default for HashValue {
@@ -224,11 +247,46 @@ impl HashValue {
             encoding: HashEncoding::Listpack,
             pairs: Vec::new(),
             lookup: Lookup::default(),
+            origin: PagedOrigin::default(),
         }
     }
 
     pub fn encoding(&self) -> HashEncoding {
         self.encoding
+    }
+
+    /// A hash read from pages (hashtable encoding, `pairs` in position order).
+    pub fn from_paged(
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        tree: crate::storage::paged::Tree,
+    ) -> HashValue {
+        HashValue {
+            encoding: HashEncoding::Hashtable,
+            pairs,
+            lookup: Lookup::default(),
+            origin: PagedOrigin(Some(Box::new(tree))),
+        }
+    }
+
+    /// The page tree this value was loaded from, if it is stored paged.
+    pub fn paged_tree(&self) -> Option<&crate::storage::paged::Tree> {
+        self.origin.0.as_deref()
+    }
+
+    /// Bytes of the pairs in the encoding (without the header).
+    pub fn body_bytes(&self) -> usize {
+        self.pairs
+            .iter()
+            .map(crate::storage::paged::elem_bytes)
+            .sum()
+    }
+
+    /// The encoding byte of `encode`.
+    pub fn encoding_byte(&self) -> u8 {
+        match self.encoding {
+            HashEncoding::Listpack => 0,
+            HashEncoding::Hashtable => 1,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -268,6 +326,7 @@ impl HashValue {
         if field.len().max(value.len()) > HASH_MAX_LISTPACK_VALUE_BYTES {
             self.encoding = HashEncoding::Hashtable;
         }
+        self.origin.touch(field);
         let added = match self.position(field) {
             Some(i) => {
                 self.pairs[i].1 = value.to_vec();
@@ -292,6 +351,7 @@ impl HashValue {
         let Some(i) = self.position(field) else {
             return false;
         };
+        self.origin.touch(field);
         if self.encoding == HashEncoding::Hashtable {
             let (removed, _) = self.pairs.swap_remove(i);
             let moved = self.pairs.get(i).map(|(f, _)| f.as_slice());
@@ -306,10 +366,7 @@ impl HashValue {
     pub fn encode(&self) -> Vec<u8> {
         let body: usize = self.pairs.iter().map(|(f, v)| f.len() + v.len() + 2).sum();
         let mut out = Vec::with_capacity(1 + VARINT_MAX_BYTES + body);
-        out.push(match self.encoding {
-            HashEncoding::Listpack => 0,
-            HashEncoding::Hashtable => 1,
-        });
+        out.push(self.encoding_byte());
         put_varint(&mut out, self.pairs.len() as u32);
         for (f, v) in &self.pairs {
             put_bytes(&mut out, f);
@@ -343,6 +400,7 @@ impl HashValue {
             encoding,
             pairs,
             lookup: Lookup::default(),
+            origin: PagedOrigin::default(),
         })
     }
 }
@@ -360,6 +418,7 @@ pub struct SetValue {
     encoding: SetEncoding,
     members: Vec<Vec<u8>>,
     lookup: Lookup,
+    origin: PagedOrigin,
 }
 
 impl Default for SetValue {
@@ -381,6 +440,7 @@ impl SetValue {
             encoding: SetEncoding::Intset,
             members: Vec::new(),
             lookup: Lookup::default(),
+            origin: PagedOrigin::default(),
         }
     }
 
@@ -398,6 +458,7 @@ impl SetValue {
             encoding,
             members: Vec::new(),
             lookup: Lookup::default(),
+            origin: PagedOrigin::default(),
         }
     }
 
@@ -415,6 +476,38 @@ impl SetValue {
 
     pub fn encoding(&self) -> SetEncoding {
         self.encoding
+    }
+
+    /// A set read from pages (hashtable encoding, members in position order).
+    pub fn from_paged(members: Vec<Vec<u8>>, tree: crate::storage::paged::Tree) -> SetValue {
+        SetValue {
+            encoding: SetEncoding::Hashtable,
+            members,
+            lookup: Lookup::default(),
+            origin: PagedOrigin(Some(Box::new(tree))),
+        }
+    }
+
+    /// The page tree this value was loaded from, if it is stored paged.
+    pub fn paged_tree(&self) -> Option<&crate::storage::paged::Tree> {
+        self.origin.0.as_deref()
+    }
+
+    /// Bytes of the members in the encoding (without the header).
+    pub fn body_bytes(&self) -> usize {
+        self.members
+            .iter()
+            .map(crate::storage::paged::elem_bytes)
+            .sum()
+    }
+
+    /// The encoding byte of `encode`.
+    pub fn encoding_byte(&self) -> u8 {
+        match self.encoding {
+            SetEncoding::Intset => 0,
+            SetEncoding::Listpack => 1,
+            SetEncoding::Hashtable => 2,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -480,6 +573,7 @@ impl SetValue {
         if self.position(member).is_some() {
             return false;
         }
+        self.origin.touch(member);
         if self.encoding == SetEncoding::Listpack
             && (self.members.len() >= SET_MAX_LISTPACK_ENTRIES
                 || member.len() > SET_MAX_LISTPACK_VALUE_BYTES)
@@ -505,6 +599,10 @@ impl SetValue {
 
     /// Removes and returns the member at `index` (for SPOP), as `remove` does.
     pub fn remove_at(&mut self, index: usize) -> Vec<u8> {
+        if let Some(m) = self.members.get(index) {
+            let m = m.clone();
+            self.origin.touch(&m);
+        }
         if self.encoding == SetEncoding::Hashtable {
             let removed = self.members.swap_remove(index);
             let moved = self.members.get(index).map(|m| m.as_slice());
@@ -519,11 +617,7 @@ impl SetValue {
     pub fn encode(&self) -> Vec<u8> {
         let body: usize = self.members.iter().map(|m| m.len() + 1).sum();
         let mut out = Vec::with_capacity(1 + VARINT_MAX_BYTES + body);
-        out.push(match self.encoding {
-            SetEncoding::Intset => 0,
-            SetEncoding::Listpack => 1,
-            SetEncoding::Hashtable => 2,
-        });
+        out.push(self.encoding_byte());
         put_varint(&mut out, self.members.len() as u32);
         for m in &self.members {
             put_bytes(&mut out, m);
@@ -565,6 +659,7 @@ impl SetValue {
             encoding,
             members,
             lookup: Lookup::default(),
+            origin: PagedOrigin::default(),
         })
     }
 }

@@ -54,6 +54,9 @@ pub enum RecordType {
     Checkpoint = 6,
     /// One shard's part of a multi-record group (`docs/atomic-writes.md`).
     GroupPart = 9,
+    /// A page of a paged collection (`docs/collections.md` section 3): reachable only
+    /// through its owner's PAGED root, never indexed.
+    Page = 7,
 }
 
 impl RecordType {
@@ -66,6 +69,7 @@ impl RecordType {
             5 => Some(RecordType::Fragment),
             6 => Some(RecordType::Checkpoint),
             9 => Some(RecordType::GroupPart),
+            7 => Some(RecordType::Page),
             _ => None,
         }
     }
@@ -76,6 +80,9 @@ pub const FLAG_LARGE: u8 = 1;
 /// Flag bit: the record belongs to a group; its group id follows the padded payload and the
 /// record counts only if the group is complete (`docs/atomic-writes.md`).
 pub const FLAG_GROUPED: u8 = 2;
+/// Flag bit: the Put is a paged collection's root (`src/storage/paged.rs`); its payload
+/// lists directory pages, not the value.
+pub const FLAG_PAGED: u8 = 4;
 
 /// The 32-byte record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

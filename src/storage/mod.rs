@@ -52,6 +52,7 @@ pub mod grow;
 mod hash;
 pub mod index;
 pub mod list_codec;
+pub mod paged;
 pub mod prefetch;
 mod recovery;
 mod shard;
@@ -231,6 +232,17 @@ pub struct Value {
     pub kind: ValueKind,
     pub bytes: Vec<u8>,
     pub expire_at_ms: Option<u64>,
+}
+
+/// What `Shard::get_collection` returns: a value as `get` gives it, or a paged
+/// collection's root (`paged.rs`), whose pages the caller loads.
+pub enum Collection {
+    Whole(Value),
+    Paged {
+        kind: ValueKind,
+        root: Vec<u8>,
+        expire_at_ms: Option<u64>,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

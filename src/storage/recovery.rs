@@ -7,7 +7,7 @@ use super::format::{
     BLOCK_SIZE_MAX_BYTES, BLOCK_SIZE_MIN_BYTES, CHUNK_ALIGN_BYTES, DB_COUNT, FLAG_LARGE,
     FORMAT_VERSION, LABEL_OFFSET_BYTES, META_SLOT_OFFSETS_BYTES, RECORD_HEADER_BYTES,
 };
-use super::format::{label_version, GroupPartPayload};
+use super::format::{label_version, GroupPartPayload, FLAG_PAGED};
 use super::group::{complete_groups, ScannedGroups};
 use super::index::{Address, Index};
 use super::shard::{parse_root, BlockInfo, Shard};
@@ -567,6 +567,8 @@ pub(crate) struct Pending {
     groups: ScannedGroups,
     /// GROUPED records, applied after the scan if their group is complete.
     grouped: Vec<GroupedRecord>,
+    /// Paged collections (`paged.rs`): the roots indexed and every committed page seen.
+    paged: super::paged::RecoveredPages,
 }
 
 /// A GROUPED put or tombstone found by the scan (not applied yet).
@@ -721,6 +723,13 @@ impl Shard {
                     }
                     continue;
                 }
+                RecordType::Page => {
+                    // Not indexed: live only if the chosen root reaches it (finish_recovery).
+                    pending
+                        .paged
+                        .page(self.shared.layout.address(block, off), hdr.db);
+                    continue;
+                }
                 _ => continue,
             }
             let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
@@ -763,8 +772,17 @@ impl Shard {
         let is_put = hdr.record_type == RecordType::Put;
         let db = hdr.db;
         match existing {
-            Some((_, old)) if old.seq >= hdr.seq => return,
+            Some((_, old)) if old.seq >= hdr.seq => {
+                // Kept in case the newer paged root turns out to miss pages.
+                if old.record_type == RecordType::Put && super::paged::is_root(old.flags) {
+                    pending.paged.superseded(db, h, addr, hdr.seq);
+                }
+                return;
+            }
             Some((old_addr, old)) => {
+                if is_put && super::paged::is_root(hdr.flags) {
+                    pending.paged.superseded(db, h, old_addr, old.seq);
+                }
                 self.indexes[db as usize].replace(h, old_addr, addr);
                 if old.record_type == RecordType::Put {
                     self.unaccount(db, old_addr, old.record_len());
@@ -779,6 +797,9 @@ impl Shard {
             self.expiry_add(db, hdr.expire_at_ms, addr);
             if hdr.flags & FLAG_LARGE != 0 {
                 pending.roots.push((db, h, addr));
+            }
+            if super::paged::is_root(hdr.flags) {
+                pending.paged.root(db, h, addr);
             }
         } else {
             info.note_tomb(hdr.record_len());
@@ -831,7 +852,8 @@ impl Shard {
                     let hdr = found.rec.header;
                     let (new, _) = self.append(
                         RecordType::Put,
-                        hdr.flags & FLAG_LARGE,
+                        // A paged root is restated as it is: the same pages stay reachable.
+                        hdr.flags & (FLAG_LARGE | FLAG_PAGED),
                         hdr.value_kind,
                         db,
                         &key,
@@ -889,12 +911,15 @@ impl Shard {
     /// sequence number.
     pub(crate) fn finish_recovery(
         &mut self,
-        pending: Pending,
+        mut pending: Pending,
         kept: &mut Vec<BlockId>,
     ) -> Result<(), StorageError> {
         for (db, h, a) in pending.tombs {
             self.indexes[db as usize].remove(h, a);
         }
+        // Paged roots count only if all their pages were found; their pages become live.
+        let paged = std::mem::take(&mut pending.paged);
+        super::paged::finish_recovery(self, paged, &mut pending.roots)?;
         let mut live_extents: HashMap<BlockId, Db> = HashMap::new();
         for (db, h, a) in pending.roots {
             if !self.indexes[db as usize].candidates(h).any(|x| x == a) {

@@ -8,7 +8,7 @@ use super::format::{
     decode_record, encode_record, encode_record_in_group, record_len, BlockHeaderPayload,
     GroupPartPayload, MarkerPayload, RecordHeader, RecordRef, RecordType,
     BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_EXTENT, BLOCK_KIND_LOG, CHUNK_ALIGN_BYTES, DB_COUNT,
-    FLAG_GROUPED, FLAG_LARGE, GROUP_ID_BYTES, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES,
+    FLAG_GROUPED, FLAG_LARGE, FLAG_PAGED, GROUP_ID_BYTES, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES,
     RECORD_HEADER_BYTES, VALUE_LEN_MAX_BYTES,
 };
 use super::hash::key_hash;
@@ -478,7 +478,13 @@ impl Shard {
         let kind = ValueKind::from_u8(header.value_kind).ok_or_else(|| {
             StorageError::Corrupt(format!("unknown value kind {}", header.value_kind))
         })?;
-        let bytes = self.materialize(found.rec)?;
+        let bytes = if header.flags & FLAG_PAGED != 0 {
+            // A paged collection read whole, in the one-record encoding (generic readers:
+            // RENAME, COPY, MOVE, DUMP). Collection commands use `get_collection`.
+            super::paged::materialize(self, &found.rec)?
+        } else {
+            self.materialize(found.rec)?
+        };
         Ok(Some(Value {
             kind,
             bytes,
@@ -537,7 +543,8 @@ impl Shard {
             if rec.header.db != db || rec.key != key {
                 continue;
             }
-            if is_expired(&rec.header, now_ms) || rec.header.flags & FLAG_LARGE != 0 {
+            if is_expired(&rec.header, now_ms) || rec.header.flags & (FLAG_LARGE | FLAG_PAGED) != 0
+            {
                 return None;
             }
             let kind = ValueKind::from_u8(rec.header.value_kind)?;
@@ -631,6 +638,166 @@ impl Shard {
             self.watches.touch(db, key, false);
         }
         crate::runtime::tracking::modified(key);
+        if created {
+            crate::runtime::events::notify(crate::runtime::events::NEW, "new", key, db);
+        }
+        Ok(())
+    }
+
+    // ---- paged collections (hooks of `paged.rs`) ---------------------------------------
+
+    /// `get` for collection commands: a paged collection comes back as its root payload
+    /// (`Collection::Paged`), everything else as `get` returns it.
+    pub fn get_collection(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Option<super::Collection>, StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        let h = self.hash(db, key);
+        let Some(found) = self.find(db, key, h)? else {
+            return Ok(None);
+        };
+        if found.rec.header.flags & FLAG_PAGED == 0 || is_expired(&found.rec.header, now_ms) {
+            return Ok(self.get(db, key, now_ms)?.map(super::Collection::Whole));
+        }
+        let hdr = found.rec.header;
+        let kind = ValueKind::from_u8(hdr.value_kind).ok_or_else(|| {
+            StorageError::Corrupt(format!("unknown value kind {}", hdr.value_kind))
+        })?;
+        Ok(Some(super::Collection::Paged {
+            kind,
+            root: found.rec.value,
+            expire_at_ms: (hdr.expire_at_ms != 0).then_some(hdr.expire_at_ms),
+        }))
+    }
+
+    /// Takes a sequence number for a paged write: its pages carry it, its root takes it.
+    pub(crate) fn reserve_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+
+    /// Appends a page record of (db, key)'s collection; it counts as live from now on.
+    pub(crate) fn append_page(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        payload: &[u8],
+        seq: u64,
+    ) -> Result<Address, StorageError> {
+        check_db(db)?;
+        let (addr, _) = self.append(
+            RecordType::Page,
+            0,
+            kind.to_u8(),
+            db,
+            key,
+            payload,
+            0,
+            Some(seq),
+            false,
+        )?;
+        let (block, _) = self.shared.layout.split(addr);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.live_bytes[db as usize] += record_len(key.len(), payload.len()) as u32;
+        }
+        Ok(addr)
+    }
+
+    /// A page of a collection whose key is `key_len` bytes is reachable (recovery).
+    pub(crate) fn account_page(&mut self, db: Db, addr: Address, key_len: usize, len: u32) {
+        let (block, _) = self.shared.layout.split(addr);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.live_bytes[db as usize] += record_len(key_len, len as usize) as u32;
+        }
+    }
+
+    /// A page of a collection whose key is `key_len` bytes stopped being reachable.
+    pub(crate) fn unaccount_page(&mut self, db: Db, addr: Address, key_len: usize, len: u32) {
+        self.unaccount(db, addr, record_len(key_len, len as usize));
+    }
+
+    /// Appends a paged root for (db, key) under sequence number `seq` (its pages were
+    /// appended before it) and points the index at it. `shares_pages`: the old record is
+    /// the root this one was derived from and the caller unaccounted the pages it dropped;
+    /// otherwise an old paged root's pages are all released.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_paged_root(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        root: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        seq: u64,
+        shares_pages: bool,
+    ) -> Result<(), StorageError> {
+        self.put_paged_root_as(
+            db,
+            key,
+            kind,
+            root,
+            expire_at_ms,
+            now_ms,
+            seq,
+            shares_pages,
+            true,
+        )
+    }
+
+    /// `put_paged_root`; `visible` false for defrag's relocation (same contents: WATCH and
+    /// keyspace events are not told).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_paged_root_as(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        root: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+        seq: u64,
+        shares_pages: bool,
+        visible: bool,
+    ) -> Result<(), StorageError> {
+        check_db(db)?;
+        self.last_now_ms = now_ms;
+        let expire = expire_at_ms.unwrap_or(0);
+        let h = self.hash(db, key);
+        let old = self.find(db, key, h)?;
+        let created = crate::runtime::events::flags() & crate::runtime::events::NEW != 0
+            && old
+                .as_ref()
+                .is_none_or(|f| is_expired(&f.rec.header, self.last_now_ms));
+        // The record's length as appended (a GROUPED root carries its group id too).
+        let len = self.appended_len(key.len(), root.len());
+        let (addr, _) = self.append(
+            RecordType::Put,
+            FLAG_PAGED,
+            kind.to_u8(),
+            db,
+            key,
+            root,
+            expire,
+            Some(seq),
+            false,
+        )?;
+        let retire = !(shares_pages
+            && old
+                .as_ref()
+                .is_some_and(|f| f.rec.header.flags & FLAG_PAGED != 0));
+        self.install(db, h, old, addr, len, expire, retire);
+        if !visible {
+            return Ok(());
+        }
+        if !self.watches.is_empty() {
+            self.watches.touch(db, key, false);
+        }
         if created {
             crate::runtime::events::notify(crate::runtime::events::NEW, "new", key, db);
         }
@@ -1279,6 +1446,9 @@ impl Shard {
                 if retire_old_extents && f.rec.header.flags & FLAG_LARGE != 0 {
                     self.retire_extents_of(&f.rec);
                 }
+                if retire_old_extents && f.rec.header.flags & FLAG_PAGED != 0 {
+                    super::paged::release(self, db, &f.rec);
+                }
             }
             None => self.indexes[d].insert(h, addr),
         }
@@ -1379,6 +1549,9 @@ impl Shard {
         self.unaccount(db, fa, found.rec.header.record_len());
         if found.rec.header.flags & FLAG_LARGE != 0 {
             self.retire_extents_of(&found.rec);
+        }
+        if found.rec.header.flags & FLAG_PAGED != 0 {
+            super::paged::release(self, db, &found.rec);
         }
         if !self.watches.is_empty() {
             self.watches.touch(db, &found.rec.key, true);
@@ -2613,6 +2786,16 @@ impl Shard {
                     i.note_tomb(hdr.record_len() - hdr.group_id_len());
                 }
                 self.counters.defrag_relocated_records += 1;
+            }
+            RecordType::Page => {
+                // A page still reachable from its collection's current root is copied and
+                // the root (and directory page) rewritten to point at the copy (paged.rs).
+                let (key, payload) = (rec.key.to_vec(), rec.value.to_vec());
+                match super::paged::relocate_page(self, hdr.db, &key, addr, &payload) {
+                    Ok(true) => self.counters.defrag_relocated_records += 1,
+                    Ok(false) | Err(StorageError::DeviceFull) => {}
+                    Err(e) => return Err(e),
+                }
             }
             _ => {}
         }
