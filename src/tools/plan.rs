@@ -208,6 +208,10 @@ pub fn render(i: &PlanInput, p: &Plan) -> String {
     let _ = writeln!(t, "  record cache (budget)  {}", human(p.ram_cache));
     let _ = writeln!(t, "  baseline + per worker  {}", human(p.ram_baseline));
     let _ = writeln!(t, "  total                  {}", human(p.ram_total));
+    // What INFO's used_memory reports; the process's RSS adds the binary, thread stacks,
+    // rings and allocator slack (31.7 / 44.3 MB at 10M keys, one worker, without / with
+    // TTLs: docs/benchmarks/plan-vs-measure).
+    let _ = writeln!(t, "  (RSS: about 30-50 MiB more for the process itself)");
     let _ = writeln!(t, "device (lavik):");
     let _ = writeln!(
         t,
