@@ -61,6 +61,7 @@ const LOADING_STALE: &[&str] = &["noscript", "loading", "stale", "fast"];
 const ADMIN: &[&str] = &["admin", "noscript", "loading", "stale"];
 const PFDEBUG: &[&str] = &["write", "denyoom", "admin"];
 const LOADING_STALE_SLOW: &[&str] = &["loading", "stale"];
+const LOADING_STALE_FAST: &[&str] = &["loading", "stale", "fast"];
 const EVAL: &[&str] = &[
     "noscript",
     "stale",
@@ -420,7 +421,7 @@ pub static TABLE: &[CommandSpec] = &[
     all!("flushall", -1, WD, "server", "1.0.0", "Removes all keys from all databases.", k::flushall),
     // connection
     local!("ping", -1, FAST, "connection", "1.0.0", "Returns the server's liveliness response."),
-    local!("echo", 2, FAST, "connection", "1.0.0", "Returns the given string."),
+    local!("echo", 2, LOADING_STALE_FAST, "connection", "1.0.0", "Returns the given string."),
     local!("hello", -1, LOADING_STALE, "connection", "6.0.0", "Handshakes with the Redis server."),
     local!("auth", -2, LOADING_STALE, "connection", "1.0.0", "Authenticates the connection."),
     local!("select", 2, LOADING_STALE, "connection", "1.0.0", "Changes the selected database."),
@@ -444,7 +445,7 @@ pub static TABLE: &[CommandSpec] = &[
     // server
     local!("info", -1, LOADING_STALE_SLOW, "server", "1.0.0", "Returns information and statistics about the server."),
     local!("config", -2, ADMIN, "server", "2.0.0", "A container for server configuration commands."),
-    local!("time", 1, LOADING_STALE, "server", "2.6.0", "Returns the server time."),
+    local!("time", 1, LOADING_STALE_FAST, "server", "2.6.0", "Returns the server time."),
     local!("shutdown", -1, ADMIN, "server", "1.0.0", "Synchronously saves the database(s) to disk and shuts down the Redis server."),
     local!("save", 1, ADMIN, "server", "1.0.0", "Synchronously saves the database(s) to disk."),
     local!("bgsave", -1, ADMIN, "server", "1.0.0", "Asynchronously saves the database(s) to disk."),

@@ -843,6 +843,13 @@ fn inner_call(
     if spec.flags.contains(&"noscript") {
         return fail("This Redis command is not allowed from script");
     }
+    if let Some(reply) = keyless_reply(spec.name, &refs) {
+        if raise && reply.first() == Some(&b'-') {
+            return raise_table(error_table_text(&reply[..reply.len() - 2]));
+        }
+        let mut pos = 0;
+        return reply_to_lua(lua, &reply, &mut pos);
+    }
     let Some(handler) = spec.handler.filter(|_| spec.kind == Kind::Keyed) else {
         return fail(ERR_NOT_FROM_SCRIPT_YET);
     };
@@ -893,6 +900,29 @@ fn inner_call(
     }
     let mut pos = 0;
     reply_to_lua(lua, &out, &mut pos)
+}
+
+/// The commands without keys a script may call (Redis allows them; they touch no shard):
+/// TIME, PING and ECHO, answered here in RESP2 (the form `reply_to_lua` converts).
+fn keyless_reply(name: &str, argv: &[&[u8]]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut rb = ReplyBuf::new(&mut out, Proto::Resp2);
+    match name {
+        "time" => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            rb.array(2);
+            rb.bulk(t.as_secs().to_string().as_bytes());
+            rb.bulk(t.subsec_micros().to_string().as_bytes());
+        }
+        "ping" if argv.len() == 1 => rb.simple("PONG"),
+        "ping" if argv.len() == 2 => rb.bulk(argv[1]),
+        "ping" => rb.error("ERR wrong number of arguments for 'ping' command"),
+        "echo" => rb.bulk(argv[1]),
+        _ => return None,
+    }
+    Some(out)
 }
 
 fn arg_count_is(args: &MultiValue, n: usize) -> bool {
