@@ -28,9 +28,9 @@
 #   run 2 (2 workers): every acknowledged write recovered exactly (values, counter, the
 #   1 MiB value, DBSIZE), the same command checks and redis-benchmark again; SIGTERM exits 0.
 # The tap replaces QEMU user networking, whose slirp reset redis-benchmark connections in
-# both modes; over the tap no reset was seen. Not part of tools/test yet: one kernel-mode
-# run of several returned a wrong 1 MiB value after recovery (recovered-big; the value is
-# kept in $work/recovered-big.got; see docs/appliance.md).
+# both modes; over the tap no reset was seen. tools/test runs appliance mode only: one
+# kernel-mode run of several returned a wrong 1 MiB value after recovery (recovered-big;
+# the value is kept in $work/recovered-big.got; see docs/appliance.md).
 # The tap `lvkapp0` is created before the boot and deleted by the EXIT trap, only if this
 # script created it (an existing one makes the script refuse to run).
 #
