@@ -76,6 +76,26 @@ fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded
 }
 
 pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>, String> {
+    load_hash_with(ctx, key, None)
+}
+
+/// `load_hash` for a command that reads and writes only the fields `names`: of a paged hash
+/// only the leaves that can hold them are read (`paged::load_partial`); the value then holds
+/// just those leaves' fields (its `len` still counts the whole hash) and `store_hash`
+/// rewrites only them.
+pub fn load_hash_for(
+    ctx: &mut Ctx,
+    key: &[u8],
+    names: &[&[u8]],
+) -> Result<Option<Loaded<HashValue>>, String> {
+    load_hash_with(ctx, key, Some(names))
+}
+
+fn load_hash_with(
+    ctx: &mut Ctx,
+    key: &[u8],
+    names: Option<&[&[u8]]>,
+) -> Result<Option<Loaded<HashValue>>, String> {
     let Some(Loaded {
         value: raw,
         expire_at_ms,
@@ -89,7 +109,11 @@ pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>,
             let db = ctx.db;
             let shard = ctx.shards.for_key(key);
             let root = paged::Root::decode(&root).map_err(storage_error)?;
-            let (pairs, tree) = paged::load(shard, db, key, &root, true).map_err(storage_error)?;
+            let (pairs, tree) = match names {
+                Some(n) => paged::load_partial(shard, db, key, &root, n, true),
+                None => paged::load(shard, db, key, &root, true),
+            }
+            .map_err(storage_error)?;
             HashValue::from_paged(pairs, tree)
         }
     };
@@ -100,6 +124,24 @@ pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>,
 }
 
 pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, String> {
+    load_set_with(ctx, key, None)
+}
+
+/// `load_set` for a command that reads and writes only the members `names` (as
+/// `load_hash_for`).
+pub fn load_set_for(
+    ctx: &mut Ctx,
+    key: &[u8],
+    names: &[&[u8]],
+) -> Result<Option<Loaded<SetValue>>, String> {
+    load_set_with(ctx, key, Some(names))
+}
+
+fn load_set_with(
+    ctx: &mut Ctx,
+    key: &[u8],
+    names: Option<&[&[u8]]>,
+) -> Result<Option<Loaded<SetValue>>, String> {
     let Some(Loaded {
         value: raw,
         expire_at_ms,
@@ -113,8 +155,11 @@ pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, S
             let db = ctx.db;
             let shard = ctx.shards.for_key(key);
             let root = paged::Root::decode(&root).map_err(storage_error)?;
-            let (members, tree) =
-                paged::load(shard, db, key, &root, false).map_err(storage_error)?;
+            let (members, tree) = match names {
+                Some(n) => paged::load_partial(shard, db, key, &root, n, false),
+                None => paged::load(shard, db, key, &root, false),
+            }
+            .map_err(storage_error)?;
             SetValue::from_paged(members, tree)
         }
     };
@@ -241,6 +286,36 @@ pub fn store_hash(
     h: &HashValue,
     expire_at_ms: Option<u64>,
 ) -> Result<(), String> {
+    if let Some(t) = h.paged_tree().filter(|t| t.is_partial()) {
+        if h.is_empty() {
+            return store_raw(ctx, key, ValueKind::Hash, None, expire_at_ms);
+        }
+        if t.rest_bytes() + h.body_bytes() >= paged::DEMOTE_BYTES {
+            let enc = h.encoding_byte();
+            return store_paged(
+                ctx,
+                key,
+                ValueKind::Hash,
+                enc,
+                h.pairs(),
+                Some(t),
+                expire_at_ms,
+            );
+        }
+        // Small enough for one record again: the fields not read join those read.
+        let (db, shard) = (ctx.db, ctx.shards.for_key(key));
+        let mut all = paged::load_rest(shard, db, key, t, true).map_err(storage_error)?;
+        all.extend_from_slice(h.pairs());
+        all.sort_by_cached_key(|(f, _)| (paged::position(f), f.clone()));
+        let whole = HashValue::from_paged(all, paged::Tree::default());
+        return store_raw(
+            ctx,
+            key,
+            ValueKind::Hash,
+            Some(whole.encode()),
+            expire_at_ms,
+        );
+    }
     let hashtable = h.encoding() == HashEncoding::Hashtable;
     if !h.is_empty() && stays_paged(h.paged_tree(), hashtable, h.body_bytes()) {
         let (kind, enc) = (ValueKind::Hash, h.encoding_byte());
@@ -256,6 +331,30 @@ pub fn store_set(
     s: &SetValue,
     expire_at_ms: Option<u64>,
 ) -> Result<(), String> {
+    if let Some(t) = s.paged_tree().filter(|t| t.is_partial()) {
+        if s.is_empty() {
+            return store_raw(ctx, key, ValueKind::Set, None, expire_at_ms);
+        }
+        if t.rest_bytes() + s.body_bytes() >= paged::DEMOTE_BYTES {
+            let enc = s.encoding_byte();
+            return store_paged(
+                ctx,
+                key,
+                ValueKind::Set,
+                enc,
+                s.members(),
+                Some(t),
+                expire_at_ms,
+            );
+        }
+        // Small enough for one record again: the members not read join those read.
+        let (db, shard) = (ctx.db, ctx.shards.for_key(key));
+        let mut all = paged::load_rest(shard, db, key, t, false).map_err(storage_error)?;
+        all.extend_from_slice(s.members());
+        all.sort_by_cached_key(|m| (paged::position(m), m.clone()));
+        let whole = SetValue::from_paged(all, paged::Tree::default());
+        return store_raw(ctx, key, ValueKind::Set, Some(whole.encode()), expire_at_ms);
+    }
     let hashtable = s.encoding() == SetEncoding::Hashtable;
     if !s.is_empty() && stays_paged(s.paged_tree(), hashtable, s.body_bytes()) {
         let (kind, enc) = (ValueKind::Set, s.encoding_byte());

@@ -4,8 +4,8 @@
 //! once, so nothing is half-applied.
 
 use super::collection::{
-    distinct_indexes, load_hash, parse_cursor, parse_rand_count, parse_scan_opts, point_read,
-    random_below, scan_reply, scan_step, store_hash, Loaded, Point,
+    distinct_indexes, load_hash, load_hash_for, parse_cursor, parse_rand_count, parse_scan_opts,
+    point_read, random_below, scan_reply, scan_step, store_hash, Loaded, Point,
 };
 use super::events::{GENERIC, HASH};
 use super::{eq_ic, glob_match, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
@@ -15,8 +15,9 @@ use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashEncoding, HashValue};
 use crate::storage::ValueKind;
 
-fn load_or_new(ctx: &mut Ctx, key: &[u8]) -> Result<Loaded<HashValue>, String> {
-    Ok(load_hash(ctx, key)?.unwrap_or(Loaded {
+/// The hash at `key` with (at least) the fields `names` read, or a new empty one.
+fn load_or_new(ctx: &mut Ctx, key: &[u8], names: &[&[u8]]) -> Result<Loaded<HashValue>, String> {
+    Ok(load_hash_for(ctx, key, names)?.unwrap_or(Loaded {
         value: HashValue::new(),
         expire_at_ms: None,
     }))
@@ -27,7 +28,8 @@ fn set_pairs(ctx: &mut Ctx, a: &[&[u8]], name: &str) -> Result<i64, String> {
     if a.len() % 2 == 1 {
         return Err(wrong_args(name));
     }
-    let mut h = load_or_new(ctx, a[1])?;
+    let fields: Vec<&[u8]> = a[2..].iter().step_by(2).copied().collect();
+    let mut h = load_or_new(ctx, a[1], &fields)?;
     let longest = a[2..].iter().map(|x| x.len()).max().unwrap_or(0);
     h.value.prepare_write((a.len() - 2) / 2, longest);
     let mut added = 0;
@@ -52,7 +54,7 @@ pub fn hmset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn hsetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let mut h = load_or_new(ctx, a[1])?;
+    let mut h = load_or_new(ctx, a[1], &a[2..3])?;
     if h.value.get(a[2]).is_some() {
         r.int(0);
         return Ok(());
@@ -92,7 +94,7 @@ pub fn hmget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let Some(mut h) = load_hash(ctx, a[1])? else {
+    let Some(mut h) = load_hash_for(ctx, a[1], &a[2..])? else {
         r.int(0);
         return Ok(());
     };
@@ -159,7 +161,7 @@ pub fn hgetall(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn hincrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let incr = parse_int(a[3])?;
-    let mut h = load_or_new(ctx, a[1])?;
+    let mut h = load_or_new(ctx, a[1], &a[2..3])?;
     let old = match h.value.get(a[2]) {
         Some(v) => parse_i64(v).ok_or("ERR hash value is not an integer")?,
         None => 0,
@@ -181,7 +183,7 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         Some(false) => return Err("ERR value is NaN or Infinity".into()),
         Some(true) => {}
     }
-    let mut h = load_or_new(ctx, a[1])?;
+    let mut h = load_or_new(ctx, a[1], &a[2..3])?;
     let old = h.value.get(a[2]).map(|v| v.to_vec());
     if old
         .as_deref()

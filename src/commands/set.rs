@@ -8,8 +8,8 @@
 //! member), so their encoding and order match Redis's for the small encodings.
 
 use super::collection::{
-    distinct_indexes, load_set, parse_cursor, parse_rand_count, parse_scan_opts, point_read,
-    random_below, scan_reply, scan_step, store_set, Loaded, Point,
+    distinct_indexes, load_set, load_set_for, parse_cursor, parse_rand_count, parse_scan_opts,
+    point_read, random_below, scan_reply, scan_step, store_set, Loaded, Point,
 };
 use super::events::{GENERIC, SET};
 use super::{eq_ic, glob_match, CmdResult, Ctx, ERR_SYNTAX};
@@ -26,7 +26,7 @@ fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'
 
 pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let hint = a.len() - 2;
-    let mut s = match load_set(ctx, a[1])? {
+    let mut s = match load_set_for(ctx, a[1], &a[2..])? {
         Some(mut s) => {
             s.value.prepare_add(hint);
             s
@@ -46,7 +46,7 @@ pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn srem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let Some(mut s) = load_set(ctx, a[1])? else {
+    let Some(mut s) = load_set_for(ctx, a[1], &a[2..])? else {
         r.int(0);
         return Ok(());
     };
@@ -186,8 +186,8 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 pub fn smove(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (src_key, dst_key, member) = (a[1], a[2], a[3]);
     // Redis looks both up, answers 0 for a missing source, then checks both types.
-    let src = load_set(ctx, src_key);
-    let dst = load_set(ctx, dst_key);
+    let src = load_set_for(ctx, src_key, &a[3..4]);
+    let dst = load_set_for(ctx, dst_key, &a[3..4]);
     let Some(mut src) = src? else {
         dst.map(|_| ()).or_else(|e| {
             if e.starts_with("WRONGTYPE") {

@@ -98,6 +98,11 @@ impl PartialEq for PagedOrigin {
 impl Eq for PagedOrigin {}
 
 impl PagedOrigin {
+    /// Members not read by a partial load (`paged::load_partial`): they count in `len`.
+    fn rest_count(&self) -> usize {
+        self.0.as_ref().map_or(0, |t| t.rest_count())
+    }
+
     fn touch(&mut self, member: &[u8]) {
         if let Some(t) = self.0.as_mut() {
             t.touched.push(crate::storage::paged::position(member));
@@ -289,12 +294,13 @@ impl HashValue {
         }
     }
 
+    /// Fields of the whole hash (for a partial load, with those not read).
     pub fn len(&self) -> usize {
-        self.pairs.len()
+        self.pairs.len() + self.origin.rest_count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
+        self.len() == 0
     }
 
     pub fn pairs(&self) -> &[(Vec<u8>, Vec<u8>)] {
@@ -510,12 +516,13 @@ impl SetValue {
         }
     }
 
+    /// Members of the whole set (for a partial load, with those not read).
     pub fn len(&self) -> usize {
-        self.members.len()
+        self.members.len() + self.origin.rest_count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.len() == 0
     }
 
     pub fn members(&self) -> &[Vec<u8>] {

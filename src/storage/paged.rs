@@ -71,6 +71,35 @@ pub struct Tree {
     leaves: Vec<Vec<Entry>>,
     /// Positions of members added, changed or removed since the load.
     pub touched: Vec<u64>,
+    /// Set by `load_partial`: only some leaves' members were read.
+    partial: Option<Partial>,
+}
+
+/// What a partial load read (`load_partial`): directory pages and leaves, and the totals of
+/// the members it did not read, so an update can count the whole collection.
+#[derive(Clone, Debug, Default)]
+struct Partial {
+    dir_read: Vec<bool>,
+    /// Per directory page, per leaf entry (empty for a page not read).
+    leaf_read: Vec<Vec<bool>>,
+    rest_count: u64,
+    rest_bytes: u64,
+}
+
+impl Tree {
+    /// Members of the collection that the load did not read (0 after a whole load).
+    pub fn rest_count(&self) -> usize {
+        self.partial.as_ref().map_or(0, |p| p.rest_count as usize)
+    }
+
+    /// Encoded bytes of the members the load did not read.
+    pub fn rest_bytes(&self) -> usize {
+        self.partial.as_ref().map_or(0, |p| p.rest_bytes as usize)
+    }
+
+    pub fn is_partial(&self) -> bool {
+        self.partial.is_some()
+    }
 }
 
 /// An element of a collection: a hash pair or a set member.
@@ -384,8 +413,122 @@ pub fn load<E: Elem>(
             dirs: root.dirs.clone(),
             leaves,
             touched: Vec::new(),
+            partial: None,
         },
     ))
+}
+
+/// Reads only what a write of the members `names` needs: for each name the directory page
+/// and the leaf that can hold it, with that leaf's neighbours in the same directory page (a
+/// merge may take them in). Returns those leaves' members in position order and a partial
+/// tree: `update` then rewrites only leaves it read, and counts the rest from the root.
+pub fn load_partial<E: Elem>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    names: &[&[u8]],
+    has_values: bool,
+) -> Result<(Vec<E>, Tree), StorageError> {
+    let nd = root.dirs.len();
+    let mut leaves: Vec<Vec<Entry>> = vec![Vec::new(); nd];
+    let mut dir_read = vec![false; nd];
+    let mut leaf_read: Vec<Vec<bool>> = vec![Vec::new(); nd];
+    for name in names {
+        let p = position(name);
+        let di = root
+            .dirs
+            .partition_point(|e| e.first <= p)
+            .saturating_sub(1);
+        if !dir_read[di] {
+            let rec = read_page(shard, db, key, root.dirs[di].addr)?;
+            let entries = decode_dir(&rec.value)?;
+            if entries.is_empty()
+                || entries.iter().map(|e| e.count).sum::<u32>() != root.dirs[di].count
+            {
+                return Err(corrupt("directory page disagrees with the root"));
+            }
+            leaf_read[di] = vec![false; entries.len()];
+            leaves[di] = entries;
+            dir_read[di] = true;
+        }
+        let entries = &leaves[di];
+        let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
+        let hi = (li + 1).min(entries.len() - 1);
+        for l in li.saturating_sub(1)..=hi {
+            leaf_read[di][l] = true;
+        }
+    }
+    let mut elems: Vec<E> = Vec::new();
+    for di in 0..nd {
+        let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+        for (li, l) in leaves[di].iter().enumerate() {
+            if !leaf_read[di][li] {
+                continue;
+            }
+            let end = leaves[di].get(li + 1).map_or(dir_end, |n| n.first);
+            let start = if di == 0 && li == 0 { 0 } else { l.first };
+            let rec = read_page(shard, db, key, l.addr)?;
+            let n = decode_leaf(&rec.value, has_values, (start, end), &mut elems)?;
+            if n != l.count as usize {
+                return Err(corrupt("leaf count disagrees with its directory"));
+            }
+        }
+    }
+    let read_bytes = elems.iter().map(elem_bytes).sum::<usize>() as u64;
+    let (Some(rest_count), Some(rest_bytes)) = (
+        root.count.checked_sub(elems.len() as u64),
+        root.bytes.checked_sub(read_bytes),
+    ) else {
+        return Err(corrupt("root totals below the members of its leaves"));
+    };
+    Ok((
+        elems,
+        Tree {
+            dirs: root.dirs.clone(),
+            leaves,
+            touched: Vec::new(),
+            partial: Some(Partial {
+                dir_read,
+                leaf_read,
+                rest_count,
+                rest_bytes,
+            }),
+        },
+    ))
+}
+
+/// The members of the leaves a partial load did not read (everything else of the
+/// collection), in position order: what a demotion to one record needs besides them.
+pub fn load_rest<E: Elem>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    tree: &Tree,
+    has_values: bool,
+) -> Result<Vec<E>, StorageError> {
+    let Some(part) = &tree.partial else {
+        return Ok(Vec::new());
+    };
+    let mut elems: Vec<E> = Vec::new();
+    for (di, d) in tree.dirs.iter().enumerate() {
+        let dir_end = tree.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+        let entries = if part.dir_read[di] {
+            tree.leaves[di].clone()
+        } else {
+            decode_dir(&read_page(shard, db, key, d.addr)?.value)?
+        };
+        for (li, l) in entries.iter().enumerate() {
+            if part.dir_read[di] && part.leaf_read[di][li] {
+                continue;
+            }
+            let end = entries.get(li + 1).map_or(dir_end, |n| n.first);
+            let start = if di == 0 && li == 0 { 0 } else { l.first };
+            let rec = read_page(shard, db, key, l.addr)?;
+            decode_leaf(&rec.value, has_values, (start, end), &mut elems)?;
+        }
+    }
+    Ok(elems)
 }
 
 /// Reads only the directory page and the leaf that can hold `name`: `Some(value)` (an
@@ -621,21 +764,42 @@ pub fn update<E: Elem>(
         .enumerate()
         .flat_map(|(d, v)| v.iter().map(move |e| (d, *e)))
         .collect();
+    if flat.is_empty() {
+        return Err(corrupt("update of a tree without leaves"));
+    }
+    // After a partial load only some leaves' members are in `elems` (`read`), and `flat`
+    // holds the leaves of the directory pages read: two neighbours in `flat` are neighbours
+    // in the collection only when their pages are the same or consecutive (`adjacent`).
+    let read: Vec<bool> = match &tree.partial {
+        None => vec![true; flat.len()],
+        Some(p) => p.leaf_read.iter().flatten().copied().collect(),
+    };
+    let adjacent = |i: usize| flat[i].0 + 1 >= flat[i + 1].0;
+    // Whether flat[0] is the collection's first leaf (it covers from position 0).
+    let has_first = !tree.leaves[0].is_empty();
     let mut first_of: Vec<u64> = flat.iter().map(|(_, e)| e.first).collect();
-    first_of[0] = 0;
+    if has_first {
+        first_of[0] = 0;
+    }
     let leaf_of = |p: u64| first_of.partition_point(|&f| f <= p).saturating_sub(1);
     let mut dirty = vec![false; flat.len()];
     for &p in &tree.touched {
-        dirty[leaf_of(p)] = true;
+        let i = leaf_of(p);
+        if !read[i] || (i == 0 && !has_first && p < first_of[0]) {
+            return Err(corrupt(
+                "a write touched a leaf its partial load did not read",
+            ));
+        }
+        dirty[i] = true;
     }
     // Leaves next to a dirty one are gathered too: a merge may take them in.
     let mut gather = dirty.clone();
     for i in 0..flat.len() {
         if dirty[i] {
-            if i > 0 {
+            if i > 0 && read[i - 1] && adjacent(i - 1) {
                 gather[i - 1] = true;
             }
-            if i + 1 < flat.len() {
+            if i + 1 < flat.len() && read[i + 1] && adjacent(i) {
                 gather[i + 1] = true;
             }
         }
@@ -686,6 +850,7 @@ pub fn update<E: Elem>(
         let mut j = i + 1;
         while j < flat.len()
             && gather[j]
+            && adjacent(j - 1)
             && bucket_bytes(&run) + bucket_bytes(&buckets[j]) < LEAF_MERGE_BYTES
         {
             run.append(&mut buckets[j]);
@@ -699,6 +864,7 @@ pub fn update<E: Elem>(
                 let prev = i - 1;
                 if kept_before == Some(prev)
                     && gather[prev]
+                    && adjacent(prev)
                     && (pe.len as usize) + bucket_bytes(&run) < LEAF_MERGE_BYTES
                 {
                     let mut merged = std::mem::take(&mut buckets[prev]);
@@ -732,10 +898,14 @@ pub fn update<E: Elem>(
         }
         i = j;
     }
-    if new_leaves.is_empty() {
+    if new_leaves.is_empty() && tree.partial.is_none() {
         return Err(corrupt("update of an empty collection"));
     }
-    new_leaves[0].1.first = 0;
+    if has_first {
+        if let Some(l) = new_leaves.first_mut() {
+            l.1.first = 0;
+        }
+    }
     // Directory pages: regroup by old directory; rewrite the changed ones.
     let mut groups: Vec<(usize, Vec<Entry>)> = Vec::new();
     for (d, e) in new_leaves {
@@ -748,6 +918,11 @@ pub fn update<E: Elem>(
     let mut gi = 0;
     for (d, _) in tree.dirs.iter().enumerate() {
         let present = groups.get(gi).is_some_and(|(gd, _)| *gd == d);
+        if tree.partial.as_ref().is_some_and(|p| !p.dir_read[d]) {
+            // A directory page the partial load did not read: unchanged.
+            dirs.push(tree.dirs[d]);
+            continue;
+        }
         if !present {
             // Every leaf of this directory page went away (merged into a neighbour's).
             dead.push((tree.dirs[d].addr, tree.dirs[d].len));
@@ -766,12 +941,15 @@ pub fn update<E: Elem>(
             dirs.push(w.dir(chunk)?);
         }
     }
+    if dirs.is_empty() {
+        return Err(corrupt("update of an empty collection"));
+    }
     dirs = merge_small_dirs(&mut w, tree, dirs, &mut dead)?;
     dirs[0].first = 0;
     let root = Root {
         encoding,
-        count: elems.len() as u64,
-        bytes: elems.iter().map(elem_bytes).sum::<usize>() as u64,
+        count: (tree.rest_count() + elems.len()) as u64,
+        bytes: (tree.rest_bytes() + elems.iter().map(elem_bytes).sum::<usize>()) as u64,
         dirs,
     };
     let key_len = key.len();
