@@ -455,8 +455,8 @@ pub fn load_partial<E: Elem>(
         let entries = &leaves[di];
         let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
         let hi = (li + 1).min(entries.len() - 1);
-        for l in li.saturating_sub(1)..=hi {
-            leaf_read[di][l] = true;
+        for r in &mut leaf_read[di][li.saturating_sub(1)..=hi] {
+            *r = true;
         }
     }
     let mut elems: Vec<E> = Vec::new();
