@@ -64,27 +64,53 @@ fn slow_read_does_not_stall_the_worker() {
     fill(&s);
     let mut w = s.raw();
     w.expect(&[b"SET", b"hot", b"staged"], b"+OK\r\n");
-
-    let mut slow = s.raw();
-    slow.cmd(&[b"GET", b"k0"]); // k0 was written first: its block is sealed, on the device
-    std::thread::sleep(Duration::from_millis(100));
-
-    let mut other = s.raw();
-    other.expect(&[b"PING"], b"+PONG\r\n");
-    other.expect(&[b"GET", b"hot"], b"$6\r\nstaged\r\n");
-    // The slow GET has not answered yet: its read is still held back.
-    slow.s.set_nonblocking(true).unwrap();
-    let mut tmp = [0u8; 16];
-    assert!(
-        matches!(slow.s.read(&mut tmp), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-        "the slow GET answered before the other connection's commands"
-    );
-    slow.s.set_nonblocking(false).unwrap();
     let mut want = format!("${VALUE_BYTES}\r\n").into_bytes();
     want.extend(vec![b'v'; VALUE_BYTES]);
     want.extend_from_slice(b"\r\n");
-    assert_eq!(slow.read_exact(want.len()), want);
-    assert!(info_field(&s, "lavik_parked_commands") >= 1);
+
+    // The proof: the other connection is served while the slow GET is still unanswered.
+    // On a loaded machine the other connection may itself take 3 s; then the attempt
+    // proves nothing (either order is possible) and is repeated. A worker that stalls on
+    // the read never serves the other connection before the slow reply: every attempt
+    // is then inconclusive and the test fails.
+    let delay = Duration::from_millis(3000);
+    let mut slow = s.raw();
+    for attempt in 0..5 {
+        let parked = info_field(&s, "lavik_parked_commands");
+        let sent = std::time::Instant::now();
+        // k0..k4 were written first: their blocks are sealed, on the device.
+        slow.cmd(&[b"GET", format!("k{attempt}").as_bytes()]);
+        // The GET is parked on its read before the other connection's commands go.
+        let deadline = sent + Duration::from_secs(60);
+        while info_field(&s, "lavik_parked_commands") == parked {
+            assert!(std::time::Instant::now() < deadline, "the GET never parked");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut other = s.raw();
+        other.expect(&[b"PING"], b"+PONG\r\n");
+        other.expect(&[b"GET", b"hot"], b"$6\r\nstaged\r\n");
+        let served = sent.elapsed();
+        slow.s.set_nonblocking(true).unwrap();
+        let mut tmp = [0u8; 1];
+        let pending =
+            matches!(slow.s.read(&mut tmp), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        slow.s.set_nonblocking(false).unwrap();
+        if pending {
+            assert_eq!(slow.read_exact(want.len()), want);
+            assert!(info_field(&s, "lavik_parked_commands") >= 1);
+            return;
+        }
+        // The slow GET answered first: only acceptable if its delay was over by then.
+        assert!(
+            served >= delay,
+            "the slow GET answered before the other connection's commands ({served:?})"
+        );
+        // The byte read above is the first of the slow reply.
+        let rest = slow.read_exact(want.len() - 1);
+        assert_eq!(&want[1..], &rest[..]);
+        assert_eq!(tmp[0], want[0]);
+    }
+    panic!("the other connection was never served within the slow GET's 3 s delay");
 }
 
 // A pipeline keeps its order around a parked command: a write after a parked read sees

@@ -46,15 +46,16 @@ fn strings() {
     assert_eq!(q::<i64>(&mut c, &["SETNX", "fresh", "z"]), 1);
     assert_eq!(q::<String>(&mut c, &["SETEX", "t", "100", "v"]), "OK");
     let ttl: i64 = q(&mut c, &["TTL", "t"]);
-    assert!((99..=100).contains(&ttl));
+    assert!((90..=100).contains(&ttl), "TTL {ttl}");
     assert_eq!(q::<String>(&mut c, &["PSETEX", "pt", "100000", "v"]), "OK");
-    assert!(q::<i64>(&mut c, &["PTTL", "pt"]) > 99_000);
+    assert!(q::<i64>(&mut c, &["PTTL", "pt"]) > 90_000);
     assert_eq!(q::<String>(&mut c, &["GETSET", "k", "new"]), "v2");
     assert_eq!(q::<String>(&mut c, &["GETDEL", "k"]), "new");
     assert_eq!(q::<Option<String>>(&mut c, &["GET", "k"]), None);
     q::<String>(&mut c, &["SET", "g", "val"]);
     assert_eq!(q::<String>(&mut c, &["GETEX", "g", "EX", "50"]), "val");
-    assert_eq!(q::<i64>(&mut c, &["TTL", "g"]), 50);
+    let ttl = q::<i64>(&mut c, &["TTL", "g"]);
+    assert!((45..=50).contains(&ttl), "TTL {ttl}");
     assert_eq!(q::<String>(&mut c, &["GETEX", "g", "PERSIST"]), "val");
     assert_eq!(q::<i64>(&mut c, &["TTL", "g"]), -1);
     assert_eq!(
@@ -205,7 +206,9 @@ fn expiry() {
     assert_eq!(q::<i64>(&mut c, &["EXPIRE", "k", "100", "NX"]), 1);
     assert_eq!(q::<i64>(&mut c, &["EXPIRE", "k", "50", "GT"]), 0);
     assert_eq!(q::<i64>(&mut c, &["EXPIRE", "k", "50", "LT"]), 1);
-    assert_eq!(q::<i64>(&mut c, &["TTL", "k"]), 50);
+    // 50, not 100 (49 once half a second passed on a loaded machine).
+    let ttl = q::<i64>(&mut c, &["TTL", "k"]);
+    assert!((45..=50).contains(&ttl), "TTL {ttl}");
     let now: i64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -233,7 +236,9 @@ fn expiry() {
     assert_eq!(q::<i64>(&mut c, &["TTL", "ka"]), -1);
     q::<String>(&mut c, &["SET", "ka", "v", "EX", "100"]);
     q::<String>(&mut c, &["SET", "ka", "w", "KEEPTTL"]);
-    assert_eq!(q::<i64>(&mut c, &["TTL", "ka"]), 100);
+    // Kept: 100 (99 once half a second passed on a loaded machine), not -1.
+    let ttl = q::<i64>(&mut c, &["TTL", "ka"]);
+    assert!((95..=100).contains(&ttl), "TTL {ttl}");
     q::<String>(&mut c, &["SET", "ka", "w"]);
     assert_eq!(q::<i64>(&mut c, &["TTL", "ka"]), -1);
     assert!(qerr(&mut c, &["EXPIRE", "ka", "9223372036854775807"]).contains("invalid expire time"));
@@ -270,8 +275,15 @@ fn connection_and_server() {
         q::<i64>(&mut c, &["CLIENT", "KILL", "ID", &other_id.to_string()]),
         1
     );
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    assert!(cmd("PING").query::<String>(&mut other).is_err());
+    // The close reaches the other connection's worker asynchronously: wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while cmd("PING").query::<String>(&mut other).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed client still answers"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let count: i64 = q(&mut c, &["COMMAND", "COUNT"]);
     assert!(count > 60);
     let infos: Vec<Value> = q(&mut c, &["COMMAND", "INFO", "get", "nosuch"]);
@@ -332,7 +344,7 @@ fn monitor() {
     use std::io::{BufRead, BufReader, Write};
     let s = Server::start("cmd-monitor", &[]);
     let mut m = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
-    m.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+    m.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .unwrap();
     m.write_all(b"MONITOR\r\n").unwrap();
     let mut r = BufReader::new(m.try_clone().unwrap());

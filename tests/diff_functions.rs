@@ -345,6 +345,44 @@ fn try_call(c: &mut RespConn, args: &[&[u8]], wait: Duration) -> Option<Vec<u8>>
     out
 }
 
+/// Opens connections to `port` until one answers `args` within 300 ms with a reply
+/// `done` accepts (retrying on that connection while it answers something else, e.g.
+/// +PONG before the script has run past busy-reply-threshold, or -NOTBUSY before it
+/// started). Connections that answered nothing yet are pushed to `stuck` (on lavik: on the
+/// runner's worker; their reply comes after the kill). Which worker the kernel gives a new
+/// connection is its hash's choice, so connections are opened until one lands elsewhere.
+fn answering_conn(
+    port: u16,
+    args: &[&[u8]],
+    done: impl Fn(&[u8]) -> bool,
+    stuck: &mut Vec<RespConn>,
+) -> (RespConn, Vec<u8>) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{port}: no connection answered {:?} as expected",
+            String::from_utf8_lossy(args[0])
+        );
+        let mut c = RespConn::connect(port);
+        // Retry on this connection while it answers, but not done yet (a connection on
+        // lavik's runner worker answers until the script starts there, then goes quiet).
+        while let Some(rep) = try_call(&mut c, args, Duration::from_millis(300)) {
+            if done(&rep) {
+                return (c, rep);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{port}: {:?} kept answering {}",
+                String::from_utf8_lossy(args[0]),
+                String::from_utf8_lossy(&rep)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stuck.push(c);
+    }
+}
+
 /// Runs the busy scenario on one server: a looping script on `runner`, then -BUSY for
 /// others once `busy-reply-threshold` passed, the wrong kill command's reply, FUNCTION
 /// STATS, the right kill, and the killed script's error. Returns the replies in order.
@@ -353,27 +391,13 @@ fn busy_scenario(port: u16, runner_cmd: &[&[u8]], wrong_kill: &[u8], kill: &[u8]
     let mut admin = RespConn::connect(port);
     out.push(admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"200"]));
     out.push(admin.call(&[b"CONFIG", b"GET", b"lua-time-limit"]));
-    // Other connections: lavik spreads them over its workers; the runner's own worker
-    // cannot answer while it runs the script, so pick a connection that does.
-    let mut others: Vec<RespConn> = (0..10).map(|_| RespConn::connect(port)).collect();
     let mut runner = RespConn::connect(port);
     runner.send(runner_cmd);
-    std::thread::sleep(Duration::from_millis(400));
-    let mut answering = None;
+    // The first -BUSY an answering connection gets (the script loops until killed, so
+    // waiting for it is waiting for a condition, not a race).
     let mut stuck = Vec::new();
-    for (i, c) in others.iter_mut().enumerate() {
-        match try_call(c, &[b"PING"], Duration::from_millis(300)) {
-            Some(rep) => {
-                if answering.is_none() {
-                    out.push(rep);
-                    answering = Some(i);
-                }
-            }
-            None => stuck.push(i),
-        }
-    }
-    let a = answering.expect("a connection on another worker answers");
-    let c = &mut others[a];
+    let (mut c, busy) = answering_conn(port, &[b"PING"], |r| r.starts_with(b"-BUSY"), &mut stuck);
+    out.push(busy);
     out.push(c.call(&[b"GET", b"somekey"]));
     out.push(c.call(&[b"HELLO", b"2"]).iter().take(4).copied().collect());
     out.push(c.call(&[wrong_kill, b"KILL"]));
@@ -381,10 +405,10 @@ fn busy_scenario(port: u16, runner_cmd: &[&[u8]], wrong_kill: &[u8], kill: &[u8]
     out.push(stats.iter().take(60).copied().collect());
     out.push(c.call(&[kill, b"KILL"]));
     out.push(runner.reply());
-    for i in stuck {
-        out.push(others[i].reply());
+    for mut s in stuck {
+        out.push(s.reply());
     }
-    out.push(others[a].call(&[b"PING"]));
+    out.push(c.call(&[b"PING"]));
     out.push(admin.call(&[b"CONFIG", b"SET", b"lua-time-limit", b"5000"]));
     out.push(admin.call(&[b"CONFIG", b"GET", b"busy-reply-threshold"]));
     out
@@ -430,7 +454,6 @@ fn unkillable_after_write() {
     for port in [p.lavik.port, p.redis.port] {
         let mut admin = RespConn::connect(port);
         admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"100"]);
-        let mut others: Vec<RespConn> = (0..10).map(|_| RespConn::connect(port)).collect();
         let mut runner = RespConn::connect(port);
         runner.send(&[
             b"EVAL",
@@ -438,22 +461,19 @@ fn unkillable_after_write() {
             b"1",
             b"wk",
         ]);
-        std::thread::sleep(Duration::from_millis(300));
-        let mut seen = false;
-        for c in others.iter_mut() {
-            if let Some(rep) = try_call(c, &[b"SCRIPT", b"KILL"], Duration::from_millis(300)) {
-                assert!(
-                    rep.starts_with(
-                        b"-UNKILLABLE Sorry the script already executed write commands"
-                    ),
-                    "{port}: {}",
-                    String::from_utf8_lossy(&rep)
-                );
-                seen = true;
-                break;
-            }
-        }
-        assert!(seen, "{port}: no connection answered SCRIPT KILL");
+        // Until the script has started, SCRIPT KILL answers -NOTBUSY: retry past that.
+        let mut stuck = Vec::new();
+        let (_, rep) = answering_conn(
+            port,
+            &[b"SCRIPT", b"KILL"],
+            |r| !r.starts_with(b"-NOTBUSY"),
+            &mut stuck,
+        );
+        assert!(
+            rep.starts_with(b"-UNKILLABLE Sorry the script already executed write commands"),
+            "{port}: {}",
+            String::from_utf8_lossy(&rep)
+        );
         drop(runner);
     }
 }

@@ -195,6 +195,18 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
         let stop = Arc::new(AtomicBool::new(false));
         let models = load(s.port, 3, 1000 * round, stop.clone());
         std::thread::sleep(Duration::from_millis(700 + 200 * round));
+        // ... and not before the load acknowledged something (slow on a loaded machine).
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while models.iter().all(|m| {
+            let m = m.lock().unwrap();
+            m.hashes.len() + m.sets.len() + m.lists.len() == 0
+        }) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the load acknowledged nothing"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         s.kill9();
         stop.store(true, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(50));

@@ -450,7 +450,7 @@ fn tls_only_from_config_file() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = String::new();
     while Instant::now() < deadline {
         last = cli(&pki, tls_port, "ca", Some("ca-client"), &["PING"]);
@@ -514,7 +514,7 @@ fn start_redis(pki: &Pki, dir: &Path, port: u16, tls_port: u16) -> Option<std::p
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("redis-server is installed (tools/test installs it)");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if pong(&cli(pki, tls_port, "ca", None, &["PING"])) {
             return Some(child);

@@ -97,20 +97,28 @@ impl Server {
         self.wait_ready();
     }
 
-    /// Waits (briefly) to see whether the process exits because its port is taken.
+    /// Waits until the process says it listens (false) or exits because its port is
+    /// taken (true). Only our own log counts, never a connect: a connect could reach the
+    /// other process holding the port. The deadline is for a loaded machine, not a guess
+    /// at how long start-up takes.
     fn exited_on_busy_port(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            // Our own log, not a connect: a connect could reach the other server.
-            if self.stderr().contains("listening on port") {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.stderr().contains("listening on port")
+                || self.args.iter().any(|a| a.contains("log-dir"))
+            {
                 return false;
             }
             if let Ok(Some(_)) = self.child.as_mut().unwrap().try_wait() {
                 return self.stderr().contains("Address already in use");
             }
+            assert!(
+                Instant::now() < deadline,
+                "lavik neither listened nor exited: {}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
-        false
     }
 
     /// Starts the process without waiting for it to answer.
@@ -127,9 +135,23 @@ impl Server {
         self.child = Some(child);
     }
 
-    /// Waits until PING answers PONG (or NOAUTH): listening and done loading.
+    /// Waits until PING answers PONG (or NOAUTH): listening and done loading. Probes only
+    /// once our own process logged that it listens, so a probe never reaches another
+    /// process that holds the port.
     pub fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
+        let logs_to_stderr = !self.args.iter().any(|a| a.contains("log-dir"));
+        while logs_to_stderr && !self.stderr().contains("listening on port") {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("lavik exited early ({status}): {}", self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lavik did not listen: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         loop {
             if let Ok(mut c) = TcpStream::connect(("127.0.0.1", self.port)) {
                 c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -253,7 +275,8 @@ pub struct Raw {
 impl Raw {
     pub fn connect(port: u16) -> Raw {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // Generous: a reply late on a loaded machine is not a failure (a hang still is).
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         s.set_nodelay(true).unwrap();
         Raw { s, buf: Vec::new() }
     }
@@ -311,13 +334,14 @@ impl Raw {
     #[allow(dead_code)]
     pub fn wait_connected_clients(&mut self, n: usize) {
         let want = format!("connected_clients:{n}\r\n");
-        for _ in 0..500 {
-            if self.bulk(&[b"INFO", b"clients"]).contains(&want) {
-                return;
-            }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.bulk(&[b"INFO", b"clients"]).contains(&want) {
+            assert!(
+                Instant::now() < deadline,
+                "connected_clients never became {n}"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        panic!("connected_clients never became {n}");
     }
 
     /// Sends a command and checks the exact reply bytes.
