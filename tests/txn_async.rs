@@ -13,6 +13,11 @@ const FILL_KEYS: usize = 12_000;
 const READ_DELAY_MS: u64 = 2000;
 
 fn fill(s: &Server) {
+    fill_batched(s, 500);
+}
+
+/// `fill` pipelining `per_batch` SETs at a time.
+fn fill_batched(s: &Server, per_batch: usize) {
     let mut c = s.raw();
     let value = vec![b'v'; VALUE_BYTES];
     let mut batch = Vec::new();
@@ -28,9 +33,13 @@ fn fill(s: &Server) {
         );
         batch.extend_from_slice(&value);
         batch.extend_from_slice(b"\r\n");
-        if i % 500 == 499 || i == FILL_KEYS - 1 {
+        if i % per_batch == per_batch - 1 || i == FILL_KEYS - 1 {
             c.send(&batch);
-            let n = if i % 500 == 499 { 500 } else { (i % 500) + 1 };
+            let n = if i % per_batch == per_batch - 1 {
+                per_batch
+            } else {
+                (i % per_batch) + 1
+            };
             let got = c.read_exact(5 * n);
             assert!(got.chunks(5).all(|r| r == b"+OK\r\n"));
             batch.clear();
@@ -267,4 +276,47 @@ fn parked_exec_does_not_stall_the_worker() {
         sync_before,
         "EXEC read synchronously"
     );
+}
+
+// With appendfsync always, a parked EXEC that writes still holds its reply until the write
+// is durable (the test-only sync delay shows the hold: a lower bound, not a race), and the
+// write survives SIGKILL.
+#[test]
+fn parked_exec_reply_waits_for_durability() {
+    let mut s = Server::start(
+        "txn-async-durable",
+        &[
+            "--threads",
+            "1",
+            "--cache-size",
+            "0",
+            "--appendfsync",
+            "always",
+            "--debug-sync-delay-ms",
+            "300",
+            "--flush-max-ms",
+            "60000",
+        ],
+    );
+    fill_batched(&s, 4000);
+    let mut c = s.raw();
+    assert_parks(&s, "MULTI/EXEC", || {
+        expect_text(&mut c, &["MULTI"], "+OK\r\n");
+        expect_text(&mut c, &["STRLEN", "k5"], "+QUEUED\r\n");
+        expect_text(&mut c, &["SET", "k5", "durable"], "+QUEUED\r\n");
+        let t0 = Instant::now();
+        expect_text(
+            &mut c,
+            &["EXEC"],
+            &format!("*2\r\n:{VALUE_BYTES}\r\n+OK\r\n"),
+        );
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(290),
+            "EXEC answered after {took:?}"
+        );
+    });
+    s.kill9();
+    s.restart_after_kill();
+    expect_text(&mut s.raw(), &["GET", "k5"], &bulk("durable"));
 }
