@@ -356,7 +356,7 @@ fn plan_signature(shards: &ShardSet, reads: &[(u32, RecordRead)]) -> u64 {
 }
 
 /// The sum of `change_signature` over the distinct shards in `ids`.
-fn shard_signature(shards: &ShardSet, ids: &[u32]) -> u64 {
+pub fn shard_signature(shards: &ShardSet, ids: &[u32]) -> u64 {
     let mut sum = 0u64;
     for (i, id) in ids.iter().enumerate() {
         if ids[..i].contains(id) {

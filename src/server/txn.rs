@@ -77,6 +77,10 @@ pub struct TxnState {
     pub prefetched_shard: Vec<u32>,
     /// Times this EXEC parked for reads; at `PLAN_ROUNDS_MAX` it runs with what it has.
     pub prefetch_rounds: u32,
+    /// The shards the parked reads were for, and their `change_signature` sum when the
+    /// reads were done: unchanged when EXEC runs, planning again would find nothing new.
+    pub prefetch_shards: Vec<u32>,
+    pub prefetch_signature: Option<u64>,
 }
 
 impl TxnState {
@@ -97,6 +101,8 @@ impl TxnState {
         self.prefetched = Vec::new();
         self.prefetched_shard = Vec::new();
         self.prefetch_rounds = 0;
+        self.prefetch_shards = Vec::new();
+        self.prefetch_signature = None;
     }
 }
 
@@ -276,6 +282,7 @@ impl Worker {
             reads::lend(&mut self.shards, fetched, fetched_shard)
         });
         conn.txn.prefetch_rounds = 0;
+        conn.txn.prefetch_signature = None;
         let outcome = self.txn_watch_keys(conn, args, &ids, now);
         self.txn_give_back(lent);
         outcome
@@ -487,6 +494,12 @@ impl Worker {
         {
             return false;
         }
+        // The reads are back and nothing they depended on changed since: run now.
+        if conn.txn.prefetch_signature.take().is_some_and(|sig| {
+            conn.txn.prefetch_shards == ids && reads::shard_signature(&self.shards, ids) == sig
+        }) {
+            return false;
+        }
         let mut todo = self.reads.plan_vec();
         plan_keys(
             &mut self.shards,
@@ -520,6 +533,8 @@ impl Worker {
             .parked_commands
             .fetch_add(1, Ordering::Relaxed);
         self.reads.park(p, todo, &mut self.ring, &self.fixed_files);
+        conn.txn.prefetch_shards.clear();
+        conn.txn.prefetch_shards.extend_from_slice(ids);
         conn.parked += 1;
         conn.txn.prefetch_rounds += 1;
         true
@@ -576,11 +591,20 @@ impl Worker {
             ReadDest::Remote { token, .. } => token,
         };
         let failed = p.error.is_some();
-        let unused = match self.conn_mut(token.packed()) {
+        let shards = &self.shards;
+        let conn = self
+            .conns
+            .get_mut(token.slot as usize)
+            .and_then(|c| c.as_deref_mut())
+            .filter(|c| c.gen == token.gen);
+        let unused = match conn {
             Some(conn) => {
                 conn.parked -= 1;
                 if failed {
                     conn.txn.prefetch_rounds = PLAN_ROUNDS_MAX;
+                } else {
+                    let sig = reads::shard_signature(shards, &conn.txn.prefetch_shards);
+                    conn.txn.prefetch_signature = Some(sig);
                 }
                 conn.txn.prefetched.extend(fetched);
                 conn.txn.prefetched_shard.extend(fetched_shard);
