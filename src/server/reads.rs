@@ -29,6 +29,22 @@
 //!
 //! Ordering is the caller's job (the worker): a connection's commands never overtake an
 //! earlier parked write, and a write never overtakes an earlier parked read.
+//!
+//! Transactions and scripts. EVAL, EVALSHA, FCALL (and their `_RO` forms) are keyed
+//! commands whose declared keys are the `numkeys` ones: they plan, park and run here like
+//! any keyed command, the script running with its declared keys' records lent. An EXEC
+//! whose shards are all the worker's own parks as one unit before it runs: the lookups of
+//! every queued command's declared keys and of the watched keys are planned together
+//! (`plan_keys`, a `Parked` with a `keyset`), the connection stops at its EXEC (nothing
+//! after it is parsed) and the worker serves others. When the unit's reads are done (with
+//! the same re-plan rule and `PLAN_ROUNDS_MAX` as a command) its records go to the
+//! connection, and EXEC is dispatched again: it plans once more with those records in
+//! hand (the shards may have changed meanwhile), parks again for anything new, or runs
+//! the WATCH check and the whole queue at once with the records lent (`lend`), no other
+//! command in between. A queued command that writes a key stages a new record and points
+//! the index at it, so a later queued read of that key finds the staged record, never the
+//! lent old one. An EXEC or script on borrowed shards (the coordinated cross-worker pass)
+//! cannot park: its reads go on the `BatchReads` ring, and the pass waits for them.
 
 use super::ConnToken;
 use crate::commands::table::key_positions;
@@ -152,6 +168,10 @@ pub struct Parked {
     unsubmitted: Vec<(u32, RecordRead)>,
     /// The client running it, for client-side caching (the thread's caller when parked).
     pub caller: crate::runtime::tracking::Caller,
+    /// A transaction's reads (see "Transactions" in the module essay): the (db, key)
+    /// lookups planned instead of `spec`'s key positions. Such a unit runs no handler
+    /// when its reads are done; its records go back to the connection's EXEC.
+    pub keyset: Option<Vec<(u8, Vec<u8>)>>,
 }
 
 impl Parked {
@@ -177,6 +197,7 @@ impl Parked {
             needs_replan: true,
             unsubmitted: Vec::new(),
             caller: crate::runtime::tracking::current(),
+            keyset: None,
         }
     }
 
@@ -301,6 +322,33 @@ fn plan_with(
     }
 }
 
+/// The reads that lookups of `keys` ((db, key) pairs) need on the shards `own` accepts:
+/// `plan` for a list of keys gathered from several commands (a transaction's queue).
+pub fn plan_keys(
+    shards: &mut ShardSet,
+    own: impl Fn(u32) -> bool,
+    keys: &[(u8, Vec<u8>)],
+    have: &[Fetched],
+    out: &mut Vec<(u32, RecordRead)>,
+) {
+    let mut reads = Vec::new();
+    for (db, key) in keys {
+        let id = shards.shard_id(key);
+        if !own(id) {
+            continue;
+        }
+        let Some(shard) = shards.slots[id as usize].as_mut() else {
+            continue;
+        };
+        shard.plan_key_reads(*db, key, have, &mut reads);
+        for r in reads.drain(..) {
+            if !out.iter().any(|(_, o)| o.same_record(&r)) {
+                out.push((id, r));
+            }
+        }
+    }
+}
+
 /// The sum of `change_signature` over the distinct shards `reads` touch.
 fn plan_signature(shards: &ShardSet, reads: &[(u32, RecordRead)]) -> u64 {
     let ids: Vec<u32> = reads.iter().map(|(id, _)| *id).collect();
@@ -308,7 +356,7 @@ fn plan_signature(shards: &ShardSet, reads: &[(u32, RecordRead)]) -> u64 {
 }
 
 /// The sum of `change_signature` over the distinct shards in `ids`.
-fn shard_signature(shards: &ShardSet, ids: &[u32]) -> u64 {
+pub fn shard_signature(shards: &ShardSet, ids: &[u32]) -> u64 {
     let mut sum = 0u64;
     for (i, id) in ids.iter().enumerate() {
         if ids[..i].contains(id) {
@@ -645,9 +693,12 @@ impl Reads {
         let mut more = self.spare_plans.pop().unwrap_or_default();
         if p.error.is_none() && p.rounds < PLAN_ROUNDS_MAX {
             let (spec, db, fetched) = (p.spec, p.db, &p.fetched);
-            p.args.with_refs(|args| {
-                plan(io.shards, io.own, spec, args, db, fetched, &mut more);
-            });
+            match &p.keyset {
+                Some(keys) => plan_keys(io.shards, io.own, keys, fetched, &mut more),
+                None => p.args.with_refs(|args| {
+                    plan(io.shards, io.own, spec, args, db, fetched, &mut more);
+                }),
+            }
         }
         if more.is_empty() {
             self.give_plan_vec(more);
@@ -819,6 +870,45 @@ pub fn with_lent_in<R>(
         fetched.append(v);
     }
     r
+}
+
+/// Records lent to their shards for longer than one closure: a transaction lends what
+/// its reads fetched for the WATCH check and its whole queue, then `give_back`.
+pub struct Lent {
+    groups: Vec<(u32, Vec<Fetched>)>,
+}
+
+/// Lends `fetched` (with the shard of each) to those shards; shards not held keep nothing
+/// (their records come back unused).
+pub fn lend(shards: &mut ShardSet, fetched: Vec<Fetched>, fetched_shard: Vec<u32>) -> Lent {
+    let mut groups: Vec<(u32, Vec<Fetched>)> = Vec::new();
+    for (f, sh) in fetched.into_iter().zip(fetched_shard) {
+        match groups.iter_mut().find(|(s, _)| *s == sh) {
+            Some((_, v)) => v.push(f),
+            None => groups.push((sh, vec![f])),
+        }
+    }
+    for (sh, v) in groups.iter_mut() {
+        if let Some(s) = shards.slots[*sh as usize].as_mut() {
+            s.lend_prefetched(v);
+        }
+    }
+    Lent { groups }
+}
+
+impl Lent {
+    /// Ends the loan: the records come back with their shards.
+    pub fn give_back(mut self, shards: &mut ShardSet) -> (Vec<Fetched>, Vec<u32>) {
+        let (mut fetched, mut fetched_shard) = (Vec::new(), Vec::new());
+        for (sh, v) in self.groups.iter_mut() {
+            if let Some(s) = shards.slots[*sh as usize].as_mut() {
+                s.take_prefetched(v);
+            }
+            fetched_shard.extend(std::iter::repeat_n(*sh, v.len()));
+            fetched.append(v);
+        }
+        (fetched, fetched_shard)
+    }
 }
 
 /// Registers the pooled read buffers with `ring` as fixed buffers (index = position).

@@ -14,9 +14,15 @@
 //!   CONFIG, ...) makes it every shard. EXEC runs only where all of those shards are held:
 //!   on the connection's worker when they are its own, otherwise in the coordinated pass
 //!   that borrows every worker's shards (the EVAL path). Holding them, it checks the
-//!   watches and runs the whole queue with no other command interleaved anywhere. Device
-//!   reads of queued commands go out on the batch ring (one wait per command, all of a
-//!   command's reads together); a transaction is never parked half-way.
+//!   watches and runs the whole queue with no other command interleaved anywhere.
+//! - **Device reads.** On the worker's own shards EXEC first plans the reads of every
+//!   queued command's declared keys and of the watched keys, and parks them as one unit
+//!   (`server::reads`, "Transactions"): the connection waits at its EXEC, the worker serves
+//!   others, and when the reads are done EXEC plans again and runs with the records lent,
+//!   so handlers read from memory. A transaction is never parked half-way: it parks before
+//!   the WATCH check, and runs whole once it starts. On borrowed shards (the coordinated
+//!   pass) it cannot park: each queued command's reads go out on the batch ring there and
+//!   the pass waits for them (one wait per queued command, a command's reads together).
 //! - **WATCH** registers each key on the shard that owns it (`storage::watch`): every write
 //!   of the key on that shard, from any connection, script or expiry, counts as a touch.
 //!   WATCH runs where its keys' shards are held (the same rule as EXEC); releasing a watch
@@ -36,10 +42,13 @@
 //! would need the watched shards at listing time.
 
 use super::super::conn::Conn;
+use super::super::reads::{self, plan_keys, ArgList, Parked, ReadDest, PLAN_ROUNDS_MAX};
+use super::super::ConnToken;
 use super::{exec_on, BatchReads, Outcome, Worker};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Kind};
 use crate::resp::ReplyBuf;
+use crate::storage::prefetch::Fetched;
 use crate::storage::watch::WatchMark;
 use std::sync::atomic::Ordering;
 
@@ -63,6 +72,15 @@ pub struct TxnState {
     /// reports them, as Redis does).
     pub executing: usize,
     pub watched: Vec<Watched>,
+    /// Records EXEC's parked reads fetched (with their shards), lent when it runs.
+    pub prefetched: Vec<Fetched>,
+    pub prefetched_shard: Vec<u32>,
+    /// Times this EXEC parked for reads; at `PLAN_ROUNDS_MAX` it runs with what it has.
+    pub prefetch_rounds: u32,
+    /// The shards the parked reads were for, and their `change_signature` sum when the
+    /// reads were done: unchanged when EXEC runs, planning again would find nothing new.
+    pub prefetch_shards: Vec<u32>,
+    pub prefetch_signature: Option<u64>,
 }
 
 impl TxnState {
@@ -80,6 +98,11 @@ impl TxnState {
         self.aborted = false;
         self.queued = Vec::new();
         self.executing = 0;
+        self.prefetched = Vec::new();
+        self.prefetched_shard = Vec::new();
+        self.prefetch_rounds = 0;
+        self.prefetch_shards = Vec::new();
+        self.prefetch_signature = None;
     }
 }
 
@@ -153,7 +176,7 @@ impl Worker {
                 conn.reply(|r| r.ok());
                 Outcome::Done
             }
-            "watch" => self.txn_watch(conn, args, now),
+            "watch" => self.txn_watch(conn, slot, args, now),
             "exec" => self.txn_exec(conn, slot, now),
             _ => unreachable!("txn_command is called for transaction commands only"),
         }
@@ -223,7 +246,7 @@ impl Worker {
         }
     }
 
-    fn txn_watch(&mut self, conn: &mut Conn, args: &[&[u8]], now: u64) -> Outcome {
+    fn txn_watch(&mut self, conn: &mut Conn, slot: u32, args: &[&[u8]], now: u64) -> Outcome {
         if conn.txn.in_multi {
             conn.reply(|r| r.error("ERR WATCH inside MULTI is not allowed"));
             return Outcome::Done;
@@ -247,7 +270,33 @@ impl Worker {
             return Self::txn_elsewhere(conn);
         }
         let db = conn.db;
-        for (key, &shard) in args[1..].iter().zip(&ids) {
+        // WATCH reads each key's record (an expired key is watched as absent): on the
+        // device, the connection waits at WATCH for them without blocking the worker.
+        let keys: Vec<(u8, Vec<u8>)> = args[1..].iter().map(|k| (db, k.to_vec())).collect();
+        if self.txn_park_for(conn, slot, &ids, keys) {
+            return Outcome::Blocked;
+        }
+        let lent = (!conn.txn.prefetched.is_empty()).then(|| {
+            let fetched = std::mem::take(&mut conn.txn.prefetched);
+            let fetched_shard = std::mem::take(&mut conn.txn.prefetched_shard);
+            reads::lend(&mut self.shards, fetched, fetched_shard)
+        });
+        conn.txn.prefetch_rounds = 0;
+        conn.txn.prefetch_signature = None;
+        let outcome = self.txn_watch_keys(conn, args, &ids, now);
+        self.txn_give_back(lent);
+        outcome
+    }
+
+    fn txn_watch_keys(
+        &mut self,
+        conn: &mut Conn,
+        args: &[&[u8]],
+        ids: &[u32],
+        now: u64,
+    ) -> Outcome {
+        let db = conn.db;
+        for (key, &shard) in args[1..].iter().zip(ids) {
             if conn
                 .txn
                 .watched
@@ -315,8 +364,17 @@ impl Worker {
         if !self.txn_holds(need.as_deref()) {
             return Self::txn_elsewhere(conn);
         }
+        // Records still on the device: wait for them without blocking the worker.
+        if self.txn_park_reads(conn, slot, need.as_deref()) {
+            return Outcome::Blocked;
+        }
         // Every shard of the transaction is held: from here to the reply nothing else runs
-        // on them.
+        // on them. What the parked reads fetched is lent for all of it.
+        let lent = (!conn.txn.prefetched.is_empty()).then(|| {
+            let fetched = std::mem::take(&mut conn.txn.prefetched);
+            let fetched_shard = std::mem::take(&mut conn.txn.prefetched_shard);
+            reads::lend(&mut self.shards, fetched, fetched_shard)
+        });
         let watched = std::mem::take(&mut conn.txn.watched);
         let mut dirty = false;
         for w in &watched {
@@ -331,10 +389,12 @@ impl Worker {
         }
         self.txn_release(watched);
         if dirty {
+            self.txn_give_back(lent);
             conn.txn.end_multi();
             conn.reply(|r| r.null_array());
             return Outcome::Done;
         }
+        let records_lent = lent.is_some();
         let queued = std::mem::take(&mut conn.txn.queued);
         conn.txn.executing = queued.len();
         // Crash atomicity: the whole EXEC is one write scope over its shards (a group when
@@ -369,6 +429,10 @@ impl Worker {
                 self.round_writes = true;
             }
             match spec.kind {
+                Kind::Keyed if records_lent => {
+                    let (db, proto) = (conn.db, conn.proto);
+                    self.exec_handler(spec, &refs, db, proto, now, &mut out);
+                }
                 Kind::Keyed => self.txn_run_keyed(spec, &refs, conn, now, &mut out),
                 Kind::AllShards => {
                     let (db, proto) = (conn.db, conn.proto);
@@ -382,6 +446,8 @@ impl Worker {
                 self.feed_monitors(conn, &refs);
             }
         }
+        // Back before blocked clients are served (their handlers lend records of their own).
+        self.txn_give_back(lent);
         if scope_ids.is_some_and(|ids| !ids.is_empty()) {
             if let Err(e) = super::close_write_scope(&mut self.shards) {
                 tracing::error!("a transaction's writes could not be made durable: {e}");
@@ -398,6 +464,166 @@ impl Worker {
             conn.push_ready(out);
         }
         Outcome::Done
+    }
+
+    /// Parks EXEC for the device reads its WATCH check and queue need (`true`: parked,
+    /// the connection waits at EXEC). Only when every shard of the transaction is this
+    /// worker's own: borrowed shards cannot wait (their reads must not outlive the loan).
+    fn txn_park_reads(&mut self, conn: &mut Conn, slot: u32, need: Option<&[u32]>) -> bool {
+        let Some(ids) = need else {
+            return false;
+        };
+        let keys = Self::txn_read_keys(conn);
+        self.txn_park_for(conn, slot, ids, keys)
+    }
+
+    /// Parks the connection's EXEC or WATCH for the reads that lookups of `keys` need
+    /// (`true`: parked), when all of `ids` (the shards) are the worker's own.
+    fn txn_park_for(
+        &mut self,
+        conn: &mut Conn,
+        slot: u32,
+        ids: &[u32],
+        keys: Vec<(u8, Vec<u8>)>,
+    ) -> bool {
+        let (n, me) = (self.shared.workers.len(), self.id);
+        let own = move |s: u32| s as usize % n == me;
+        if ids.is_empty()
+            || !ids.iter().all(|&id| own(id))
+            || conn.txn.prefetch_rounds >= PLAN_ROUNDS_MAX
+        {
+            return false;
+        }
+        // The reads are back and nothing they depended on changed since: run now.
+        if conn.txn.prefetch_signature.take().is_some_and(|sig| {
+            conn.txn.prefetch_shards == ids && reads::shard_signature(&self.shards, ids) == sig
+        }) {
+            return false;
+        }
+        let mut todo = self.reads.plan_vec();
+        plan_keys(
+            &mut self.shards,
+            own,
+            &keys,
+            &conn.txn.prefetched,
+            &mut todo,
+        );
+        if todo.is_empty() {
+            self.reads.give_plan_vec(todo);
+            return false;
+        }
+        let exec = lookup(b"exec").expect("EXEC is in the command table");
+        let dest = ReadDest::Local {
+            token: ConnToken {
+                slot,
+                gen: conn.gen,
+            },
+            seq: conn.next_seq,
+        };
+        let no_args: &[&[u8]] = &[];
+        let mut p = Parked::new(dest, exec, ArgList::new(no_args), conn.db, conn.proto);
+        p.keyset = Some(keys);
+        p.note_plan(&self.shards, &todo);
+        self.shared
+            .stats
+            .parked_reads
+            .fetch_add(todo.len() as u64, Ordering::Relaxed);
+        self.shared
+            .stats
+            .parked_commands
+            .fetch_add(1, Ordering::Relaxed);
+        self.reads.park(p, todo, &mut self.ring, &self.fixed_files);
+        conn.txn.prefetch_shards.clear();
+        conn.txn.prefetch_shards.extend_from_slice(ids);
+        conn.parked += 1;
+        conn.txn.prefetch_rounds += 1;
+        true
+    }
+
+    /// The lookups EXEC will make: the watched keys (for the WATCH check's expiry test)
+    /// and every queued keyed command's declared keys, in the database each runs in
+    /// (following queued SELECTs).
+    fn txn_read_keys(conn: &Conn) -> Vec<(u8, Vec<u8>)> {
+        let mut keys: Vec<(u8, Vec<u8>)> = conn
+            .txn
+            .watched
+            .iter()
+            .filter(|w| !w.mark.expired)
+            .map(|w| (w.db, w.key.clone()))
+            .collect();
+        let mut db = conn.db;
+        for cmd in &conn.txn.queued {
+            let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
+            let Some(spec) = lookup(refs[0]) else {
+                continue;
+            };
+            match spec.kind {
+                Kind::Keyed => {
+                    for p in key_positions(spec, &refs) {
+                        if !keys
+                            .iter()
+                            .any(|(d, k)| *d == db && k.as_slice() == refs[p])
+                        {
+                            keys.push((db, refs[p].to_vec()));
+                        }
+                    }
+                }
+                // A wrong guess (SELECT of a db that does not exist) costs a read, no more.
+                Kind::Local if spec.name == "select" => {
+                    if let Some(d) = refs.get(1).and_then(|a| std::str::from_utf8(a).ok()) {
+                        db = d.parse().unwrap_or(db);
+                    }
+                }
+                _ => {}
+            }
+        }
+        keys
+    }
+
+    /// EXEC's (or WATCH's) parked reads are done (from `run_parked`): the records go to
+    /// the connection and its EXEC is dispatched again. A failed read runs EXEC without parking again (its
+    /// handler's own read reports the error).
+    pub(super) fn txn_reads_done(&mut self, mut p: Parked) {
+        let fetched = std::mem::take(&mut p.fetched);
+        let fetched_shard = std::mem::take(&mut p.fetched_shard);
+        let token = match p.dest {
+            ReadDest::Local { token, .. } => token,
+            ReadDest::Remote { token, .. } => token,
+        };
+        let failed = p.error.is_some();
+        let shards = &self.shards;
+        let conn = self
+            .conns
+            .get_mut(token.slot as usize)
+            .and_then(|c| c.as_deref_mut())
+            .filter(|c| c.gen == token.gen);
+        let unused = match conn {
+            Some(conn) => {
+                conn.parked -= 1;
+                if failed {
+                    conn.txn.prefetch_rounds = PLAN_ROUNDS_MAX;
+                } else {
+                    let sig = reads::shard_signature(shards, &conn.txn.prefetch_shards);
+                    conn.txn.prefetch_signature = Some(sig);
+                }
+                conn.txn.prefetched.extend(fetched);
+                conn.txn.prefetched_shard.extend(fetched_shard);
+                self.mark_ready(token.slot);
+                None
+            }
+            None => Some((fetched, fetched_shard)),
+        };
+        if let Some((fetched, fetched_shard)) = unused {
+            self.reads.recycle_fetched(fetched, fetched_shard);
+        }
+    }
+
+    /// Takes back the records EXEC lent (see `txn_exec`), for reuse.
+    fn txn_give_back(&mut self, lent: Option<reads::Lent>) {
+        if let Some(lent) = lent {
+            let (fetched, fetched_shard) = lent.give_back(&mut self.shards);
+            self.reads.recycle_fetched(fetched, fetched_shard);
+        }
     }
 
     /// A queued keyed command: its reads go out together on the batch ring, then it runs.

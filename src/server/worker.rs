@@ -1706,6 +1706,9 @@ impl Worker {
     /// Runs a parked command with its fetched records lent to their shards, and sends
     /// its reply where it belongs.
     fn run_parked(&mut self, mut p: Parked, now: u64) {
+        if p.keyset.is_some() {
+            return self.txn_reads_done(p);
+        }
         let writes = p.is_write();
         if writes {
             self.round_writes = true;
