@@ -1418,6 +1418,15 @@ impl Shard {
         if out.len() as u64 != total {
             return Err(StorageError::Corrupt("large value length mismatch".into()));
         }
+        // Roots written before the value checksum existed carry 0 there: nothing to check.
+        let stored = root_value_crc_field(&rec.value);
+        if stored != 0 && stored != value_crc_field(&out) {
+            return Err(StorageError::Corrupt(format!(
+                "large value of {} bytes fails its checksum (its fragments verify: an extent \
+                 holds another value's bytes)",
+                out.len()
+            )));
+        }
         Ok(out)
     }
 
@@ -2401,7 +2410,10 @@ impl Shard {
         let mut root = Vec::with_capacity(ROOT_HEADER_BYTES + frags.len() * ROOT_ENTRY_BYTES);
         root.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         root.extend_from_slice(&(frags.len() as u32).to_le_bytes());
-        root.extend_from_slice(&0u32.to_le_bytes());
+        // The whole value's checksum (root offset 12, once reserved): each fragment's
+        // record CRC only proves the fragment is intact, not that it is the one this root
+        // wrote (docs/storage.md, "Large values: crash and reuse").
+        root.extend_from_slice(&value_crc_field(bytes).to_le_bytes());
         root.extend_from_slice(&seq.to_le_bytes());
         for (_, a) in &frags {
             root.extend_from_slice(&a.0.to_le_bytes());
@@ -2818,6 +2830,24 @@ fn header_record(record_type: RecordType, db: Db, seq: u64, value_len: usize) ->
 }
 
 /// Parses a large value's root payload: (total length, fragments' seq, fragment addresses).
+/// What a LARGE root stores at offset 12: the CRC32C of the whole value, with 0 (the
+/// field's value in roots written before it existed, meaning "not recorded") stored as
+/// `u32::MAX`, so every value written now is checked.
+fn value_crc_field(value: &[u8]) -> u32 {
+    match crc32c::crc32c(value) {
+        0 => u32::MAX,
+        c => c,
+    }
+}
+
+/// The value checksum field of a root payload (0: not recorded, or a payload too short,
+/// which `parse_root` reports).
+fn root_value_crc_field(payload: &[u8]) -> u32 {
+    payload
+        .get(12..16)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+}
+
 pub(crate) fn parse_root(payload: &[u8]) -> Result<(u64, u64, Vec<Address>), StorageError> {
     let bad = || StorageError::Corrupt("malformed large-value root".into());
     if payload.len() < ROOT_HEADER_BYTES {
