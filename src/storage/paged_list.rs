@@ -672,12 +672,12 @@ mod tests {
     use crate::storage::{open_on, Collection, FsyncPolicy, StoreConfig};
     use std::sync::Arc;
 
-    fn open(dev: &Arc<MemDevice>, block: usize) -> Shard {
+    fn open(dev: &Arc<MemDevice>, block: u32) -> Shard {
         let cfg = StoreConfig {
             block_size_bytes: block,
             fsync: FsyncPolicy::Always,
             shard_count: 1,
-            staging_limit_bytes: block,
+            staging_limit_bytes: u64::from(block),
             ..StoreConfig::default()
         };
         open_on(vec![dev.clone() as Arc<dyn BlockDevice>], &cfg)
