@@ -430,3 +430,112 @@ fn sigkill_big_collections_always_loses_nothing_acknowledged() {
         }
     }
 }
+
+/// A list command of the big-list load and how it changes the model.
+fn list_op(rng: &mut Rng, n: u64) -> Vec<String> {
+    let e = format!("item-{n}-{}", "q".repeat(rng.below(20) as usize));
+    match rng.below(5) {
+        0 | 1 => vec!["RPUSH".into(), "biglist".into(), e],
+        2 => vec!["LPUSH".into(), "biglist".into(), e],
+        3 => vec!["LPOP".into(), "biglist".into()],
+        _ => vec!["RPOP".into(), "biglist".into()],
+    }
+}
+
+fn apply_list(l: &mut std::collections::VecDeque<String>, c: &[String]) {
+    match c[0].as_str() {
+        "RPUSH" => l.push_back(c[2].clone()),
+        "LPUSH" => l.push_front(c[2].clone()),
+        "LPOP" => {
+            l.pop_front();
+        }
+        _ => {
+            l.pop_back();
+        }
+    }
+}
+
+// With appendfsync always, RPUSH/LPUSH/LPOP/RPOP on a big (paged) list lose nothing
+// acknowledged across SIGKILL: the list is exactly its acknowledged state, or that state
+// plus the one command in flight.
+#[test]
+fn sigkill_big_list_always_loses_nothing_acknowledged() {
+    type Shared = Arc<Mutex<(std::collections::VecDeque<String>, Option<Vec<String>>)>>;
+    let mut s = Server::start("list-crash-big", &["--appendfsync", "always"]);
+    let mut con = s.client();
+    let mut acked: std::collections::VecDeque<String> =
+        (0..6000).map(|i| format!("start-{i}")).collect();
+    for chunk in acked.iter().collect::<Vec<_>>().chunks(1000) {
+        let mut c = redis::cmd("RPUSH");
+        c.arg("biglist");
+        for e in chunk {
+            c.arg(e.as_str());
+        }
+        let _: i64 = c.query(&mut con).unwrap();
+    }
+    for round in 0..2u64 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared: Shared = Arc::new(Mutex::new((acked.clone(), None)));
+        let (port, st, sh) = (s.port, stop.clone(), shared.clone());
+        let worker = std::thread::spawn(move || {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+            let Ok(mut con) = client.get_connection() else {
+                return;
+            };
+            let _ = con.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut rng = Rng::new(300 + round);
+            let mut n = 0;
+            while !st.load(Ordering::SeqCst) {
+                let c = list_op(&mut rng, n);
+                n += 1;
+                sh.lock().unwrap().1 = Some(c.clone());
+                let mut cmd = redis::cmd(&c[0]);
+                for a in &c[1..] {
+                    cmd.arg(a);
+                }
+                match cmd.query::<redis::Value>(&mut con) {
+                    Ok(_) => {
+                        let mut m = sh.lock().unwrap();
+                        apply_list(&mut m.0, &c);
+                        m.1 = None;
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(800));
+        s.kill9();
+        stop.store(true, Ordering::SeqCst);
+        worker.join().unwrap();
+        s.restart_after_kill();
+        let mut con = s.client();
+        let (m, pending) = shared.lock().unwrap().clone();
+        let mut with_pending = m.clone();
+        if let Some(p) = &pending {
+            apply_list(&mut with_pending, p);
+        }
+        let got: Vec<String> = redis::cmd("LRANGE")
+            .arg("biglist")
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        let (a, b): (Vec<String>, Vec<String>) = (
+            m.iter().cloned().collect(),
+            with_pending.iter().cloned().collect(),
+        );
+        assert!(
+            got == a || got == b,
+            "round {round}: {} elements, acknowledged {}",
+            got.len(),
+            a.len()
+        );
+        let enc: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg("biglist")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(enc, "quicklist");
+        acked = got.into_iter().collect();
+    }
+}

@@ -12,7 +12,8 @@
 use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashEncoding, HashValue, SetEncoding, SetValue};
-use crate::storage::list_codec::ListValue;
+use crate::storage::list_codec::{ListEncoding, ListValue};
+use crate::storage::paged_list::{self, ListHandle, PagedList};
 use crate::storage::zset::ZSetValue;
 use crate::storage::{paged, Collection};
 use crate::storage::{StorageError, ValueKind};
@@ -389,21 +390,121 @@ pub fn load_zset(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ZSetValue>>,
     }))
 }
 
-/// Loads the list at `key` (WRONGTYPE for another kind, `None` when missing or expired).
+/// Loads the list at `key` whole (WRONGTYPE for another kind, `None` when missing or
+/// expired): a paged list is read leaf by leaf into a quicklist value that remembers it was
+/// paged (`store_list` keeps it paged above the demotion threshold).
 pub fn load_list(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListValue>>, String> {
+    let Some(l) = load_list_handle(ctx, key)? else {
+        return Ok(None);
+    };
+    let value = match l.value {
+        ListHandle::Whole(v) => v,
+        ListHandle::Paged(mut p) => p.to_value(ctx.shards.for_key(key)).map_err(storage_error)?,
+    };
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms: l.expire_at_ms,
+    }))
+}
+
+/// Loads the list at `key` for a command that touches only some of its elements: a paged
+/// list comes back with its root and directory pages read, its leaves read on demand.
+pub fn load_list_handle(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListHandle>>, String> {
     let Some(Loaded {
-        value: bytes,
+        value: raw,
         expire_at_ms,
-    }) = load_raw(ctx, key, ValueKind::List)?
+    }) = load_coll(ctx, key, ValueKind::List)?
     else {
         return Ok(None);
     };
-    let value = ListValue::decode(&bytes)
-        .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?;
+    let value = match raw {
+        Raw::Whole(bytes) => ListHandle::Whole(
+            ListValue::decode(&bytes)
+                .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?,
+        ),
+        Raw::Paged(root) => {
+            let db = ctx.db;
+            let root = paged::Root::decode(&root).map_err(storage_error)?;
+            ListHandle::Paged(
+                PagedList::open(ctx.shards.for_key(key), db, key, &root).map_err(storage_error)?,
+            )
+        }
+    };
     Ok(Some(Loaded {
         value,
         expire_at_ms,
     }))
+}
+
+/// LLEN: a paged list's length is in its root (no page read).
+pub fn list_len(ctx: &mut Ctx, key: &[u8]) -> Result<usize, String> {
+    match load_coll(ctx, key, ValueKind::List)? {
+        None => Ok(0),
+        Some(Loaded {
+            value: Raw::Whole(bytes),
+            ..
+        }) => Ok(ListValue::decode(&bytes)
+            .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?
+            .len()),
+        Some(Loaded {
+            value: Raw::Paged(root),
+            ..
+        }) => Ok(paged::Root::decode(&root).map_err(storage_error)?.count as usize),
+    }
+}
+
+/// The reading half of storing a list handle: runs Redis's shrinking check when the
+/// command is a shrinking one, and turns a paged list due for demotion (under
+/// `DEMOTE_BYTES` of leaves, or a single leaf left) into its one-record value, reading its
+/// leaves. Multi-key commands call this for every key before writing any.
+pub fn settle_list(
+    ctx: &mut Ctx,
+    key: &[u8],
+    l: &mut ListHandle,
+    shrinking: bool,
+) -> Result<(), String> {
+    if let ListHandle::Paged(p) = l {
+        if !p.is_empty() && (p.leaf_count() <= 1 || p.payload_bytes() < paged::DEMOTE_BYTES) {
+            let mut v = p.to_value(ctx.shards.for_key(key)).map_err(storage_error)?;
+            v.forget_paged_origin();
+            *l = ListHandle::Whole(v);
+        }
+    }
+    if shrinking {
+        l.after_shrink();
+    }
+    Ok(())
+}
+
+/// The writing half: a paged list writes its changed pages and root; a one-record value
+/// goes through `store_list`; an empty list deletes the key.
+pub fn write_list(
+    ctx: &mut Ctx,
+    key: &[u8],
+    l: ListHandle,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    match l {
+        ListHandle::Whole(v) => store_list(ctx, key, &v, expire_at_ms),
+        ListHandle::Paged(p) if p.is_empty() => store_raw(ctx, key, ValueKind::List, None, None),
+        ListHandle::Paged(p) => {
+            let now = ctx.now_ms;
+            p.store(ctx.shards.for_key(key), expire_at_ms, now)
+                .map_err(storage_error)
+        }
+    }
+}
+
+/// `settle_list` then `write_list`, for single-key commands.
+pub fn store_list_handle(
+    ctx: &mut Ctx,
+    key: &[u8],
+    mut l: ListHandle,
+    expire_at_ms: Option<u64>,
+    shrinking: bool,
+) -> Result<(), String> {
+    settle_list(ctx, key, &mut l, shrinking)?;
+    write_list(ctx, key, l, expire_at_ms)
 }
 
 /// Writes `z` under `key` (deleting the key when `z` is empty).
@@ -417,13 +518,26 @@ pub fn store_zset(
     store_raw(ctx, key, ValueKind::ZSet, bytes, expire_at_ms)
 }
 
-/// Writes `l` under `key` (deleting the key when `l` is empty, as Redis does).
+/// Writes `l` under `key` (deleting the key when `l` is empty, as Redis does). A quicklist
+/// of two or more nodes is written paged (`docs/collections.md` section 4a) above
+/// `PROMOTE_BYTES`, and stays paged (when loaded paged) down to `DEMOTE_BYTES`.
 pub fn store_list(
     ctx: &mut Ctx,
     key: &[u8],
     l: &ListValue,
     expire_at_ms: Option<u64>,
 ) -> Result<(), String> {
+    let big = if l.paged_origin() {
+        l.listpack_bytes() >= paged::DEMOTE_BYTES
+    } else {
+        l.listpack_bytes() > paged::PROMOTE_BYTES
+    };
+    if !l.is_empty() && l.encoding() == ListEncoding::Quicklist && l.node_count() >= 2 && big {
+        let (db, now) = (ctx.db, ctx.now_ms);
+        let nodes = l.node_elements();
+        return paged_list::build(ctx.shards.for_key(key), db, key, &nodes, expire_at_ms, now)
+            .map_err(storage_error);
+    }
     let bytes = (!l.is_empty()).then(|| l.encode());
     store_raw(ctx, key, ValueKind::List, bytes, expire_at_ms)
 }

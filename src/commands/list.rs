@@ -16,21 +16,28 @@
 //!   Callers must check WRONGTYPE of a destination before popping (as `move_element`
 //!   does), so nothing is half-applied.
 //!
-//! All reads come before the first write; a command that fails writes nothing. Stage 1
-//! stores a list as one record (`storage::list_codec`), so every update rewrites it whole;
-//! the paged chain of `docs/collections.md` goes under `load_list`/`store_list` later.
+//! All reads come before the first write; a command that fails writes nothing. A small
+//! list is one record (`storage::list_codec`) rewritten whole; a big one is paged
+//! (`storage::paged_list`, `docs/collections.md` section 4a): pushes, pops, LMOVE, LLEN,
+//! LINDEX, LSET, LRANGE and LTRIM work on a `ListHandle` and touch only the leaves they
+//! need; LINSERT, LREM and LPOS load the list whole (`load_list`) and LINSERT/LREM write it
+//! back whole (`store_list`).
 
-use super::collection::{load_list, parse_rand_count, store_list, Loaded};
-use super::{eq_ic, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
+use super::collection::{
+    list_len, load_list, load_list_handle, parse_rand_count, settle_list, store_list,
+    store_list_handle, write_list, Loaded,
+};
+use super::{eq_ic, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
 use crate::runtime::events::{GENERIC, LIST};
 use crate::storage::list_codec::{End, ListValue};
+use crate::storage::paged_list::ListHandle;
 
 const ERR_POSITIVE: &str = "ERR value is out of range, must be positive";
 
-fn loaded_new() -> Loaded<ListValue> {
+fn loaded_new() -> Loaded<ListHandle> {
     Loaded {
-        value: ListValue::new(),
+        value: ListHandle::Whole(ListValue::new()),
         expire_at_ms: None,
     }
 }
@@ -44,16 +51,20 @@ pub fn pop_from(
     count: usize,
 ) -> Result<Option<Vec<Vec<u8>>>, String> {
     debug_assert!(count >= 1);
-    let Some(mut l) = load_list(ctx, key)? else {
+    let Some(mut l) = load_list_handle(ctx, key)? else {
         return Ok(None);
     };
     let n = count.min(l.value.len());
-    let popped: Vec<Vec<u8>> = (0..n).filter_map(|_| l.value.pop(end)).collect();
-    l.value.after_shrink();
-    store_list(ctx, key, &l.value, l.expire_at_ms)?;
+    let shard = ctx.shards.for_key(key);
+    let mut popped = Vec::with_capacity(n);
+    for _ in 0..n {
+        popped.extend(l.value.pop(shard, end).map_err(storage_error)?);
+    }
+    let emptied = l.value.is_empty();
+    store_list_handle(ctx, key, l.value, l.expire_at_ms, true)?;
     // Redis's listElementsRemoved: one pop event per command, `del` once emptied.
     ctx.notify(LIST, end_event(end, "lpop", "rpop"), key);
-    if l.value.is_empty() {
+    if emptied {
         ctx.notify(GENERIC, "del", key);
     }
     Ok(Some(popped))
@@ -77,18 +88,18 @@ pub fn push_to(
     elements: &[&[u8]],
     create: bool,
 ) -> Result<usize, String> {
-    let mut l = match load_list(ctx, key)? {
+    let mut l = match load_list_handle(ctx, key)? {
         Some(l) => l,
         None if create => loaded_new(),
         None => return Ok(0),
     };
-    l.value.prepare_grow(elements.iter().map(|e| e.len()).sum());
-    for e in elements {
-        l.value.push(end, e);
-    }
-    store_list(ctx, key, &l.value, l.expire_at_ms)?;
+    l.value
+        .push_all(ctx.shards.for_key(key), end, elements)
+        .map_err(storage_error)?;
+    let len = l.value.len();
+    store_list_handle(ctx, key, l.value, l.expire_at_ms, false)?;
     ctx.notify(LIST, end_event(end, "lpush", "rpush"), key);
-    Ok(l.value.len())
+    Ok(len)
 }
 
 /// LMOVE's work: pops one element from `from` of `src` and pushes it at `to` of `dst`
@@ -101,27 +112,38 @@ pub fn move_element(
     from: End,
     to: End,
 ) -> Result<Option<Vec<u8>>, String> {
-    let Some(mut s) = load_list(ctx, src)? else {
+    let Some(mut s) = load_list_handle(ctx, src)? else {
         return Ok(None);
     };
+    let popped = |ctx: &mut Ctx, s: &mut ListHandle| -> Result<Vec<u8>, String> {
+        s.pop(ctx.shards.for_key(src), from)
+            .map_err(storage_error)?
+            .ok_or_else(|| {
+                storage_error(crate::storage::StorageError::Corrupt("empty list".into()))
+            })
+    };
     if src == dst {
-        let e = s.value.pop(from).expect("a stored list is not empty");
-        s.value.prepare_grow(e.len());
-        s.value.push(to, &e);
+        let e = popped(ctx, &mut s.value)?;
+        s.value
+            .push_all(ctx.shards.for_key(src), to, &[&e])
+            .map_err(storage_error)?;
         // Redis runs the source's shrinking check after the push, on the same list.
-        s.value.after_shrink();
-        store_list(ctx, src, &s.value, s.expire_at_ms)?;
+        store_list_handle(ctx, src, s.value, s.expire_at_ms, true)?;
         notify_moved(ctx, src, dst, from, to, false);
         return Ok(Some(e));
     }
-    let mut d = load_list(ctx, dst)?.unwrap_or_else(loaded_new);
-    let e = s.value.pop(from).expect("a stored list is not empty");
-    d.value.prepare_grow(e.len());
-    d.value.push(to, &e);
-    s.value.after_shrink();
-    store_list(ctx, dst, &d.value, d.expire_at_ms)?;
-    store_list(ctx, src, &s.value, s.expire_at_ms)?;
-    notify_moved(ctx, src, dst, from, to, s.value.is_empty());
+    let mut d = load_list_handle(ctx, dst)?.unwrap_or_else(loaded_new);
+    let e = popped(ctx, &mut s.value)?;
+    d.value
+        .push_all(ctx.shards.for_key(dst), to, &[&e])
+        .map_err(storage_error)?;
+    // Every read (a demotion reads the leaves) before the first write.
+    settle_list(ctx, src, &mut s.value, true)?;
+    settle_list(ctx, dst, &mut d.value, false)?;
+    let emptied = s.value.is_empty();
+    write_list(ctx, dst, d.value, d.expire_at_ms)?;
+    write_list(ctx, src, s.value, s.expire_at_ms)?;
+    notify_moved(ctx, src, dst, from, to, emptied);
     Ok(Some(e))
 }
 
@@ -205,7 +227,7 @@ pub fn rpop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn llen(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let n = load_list(ctx, a[1])?.map_or(0, |l| l.value.len());
+    let n = list_len(ctx, a[1])?;
     r.int(n as i64);
     Ok(())
 }
@@ -219,23 +241,44 @@ fn resolve_index(index: i64, len: usize) -> Option<usize> {
 
 /// LINDEX key index: the key is looked up before the index is parsed, as in Redis.
 pub fn lindex(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let Some(l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         r.null();
         return Ok(());
     };
     let index = parse_int(a[2])?;
-    match resolve_index(index, l.value.len()).and_then(|i| l.value.get(i)) {
-        Some(e) => r.bulk(e),
-        None => r.null(),
+    match (resolve_index(index, l.value.len()), l.value) {
+        (Some(i), ListHandle::Whole(v)) => r.bulk(v.get(i).expect("in range")),
+        (Some(i), ListHandle::Paged(mut p)) => {
+            r.bulk(&p.get(ctx.shards.for_key(a[1]), i).map_err(storage_error)?)
+        }
+        (None, _) => r.null(),
     }
     Ok(())
 }
 
 pub fn lset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let Some(mut l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         return Err("ERR no such key".into());
     };
     let index = parse_int(a[2])?;
+    let mut l = match l.value {
+        ListHandle::Whole(value) => Loaded {
+            value,
+            expire_at_ms: l.expire_at_ms,
+        },
+        ListHandle::Paged(mut p) => {
+            // A quicklist has no growing conversion: only the index matters.
+            let Some(i) = resolve_index(index, p.len()) else {
+                return Err("ERR index out of range".into());
+            };
+            p.set(ctx.shards.for_key(a[1]), i, a[3])
+                .map_err(storage_error)?;
+            store_list_handle(ctx, a[1], ListHandle::Paged(p), l.expire_at_ms, true)?;
+            ctx.notify(LIST, "lset", a[1]);
+            r.ok();
+            return Ok(());
+        }
+    };
     // Redis 7.2 converts for the new element before it looks for the index, so even an
     // out-of-range LSET may leave a quicklist behind: keep that encoding change.
     let before = l.value.encoding();
@@ -274,27 +317,59 @@ fn resolve_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
 
 pub fn lrange(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (start, stop) = (parse_int(a[2])?, parse_int(a[3])?);
-    let Some(l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         r.array(0);
         return Ok(());
     };
-    match resolve_range(start, stop, l.value.len()) {
-        Some((from, to)) => {
+    match (resolve_range(start, stop, l.value.len()), l.value) {
+        (Some((from, to)), ListHandle::Whole(v)) => {
             r.array(to - from + 1);
-            for e in l.value.iter().skip(from).take(to - from + 1) {
+            for e in v.iter().skip(from).take(to - from + 1) {
                 r.bulk(e);
             }
         }
-        None => r.array(0),
+        (Some((from, to)), ListHandle::Paged(mut p)) => {
+            let items = p
+                .range(ctx.shards.for_key(a[1]), from, to)
+                .map_err(storage_error)?;
+            reply_elements(r, &items);
+        }
+        (None, _) => r.array(0),
     }
     Ok(())
 }
 
 pub fn ltrim(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (start, stop) = (parse_int(a[2])?, parse_int(a[3])?);
-    let Some(mut l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         r.ok();
         return Ok(());
+    };
+    let mut l = match l.value {
+        ListHandle::Whole(value) => Loaded {
+            value,
+            expire_at_ms: l.expire_at_ms,
+        },
+        ListHandle::Paged(mut p) => {
+            let keep = resolve_range(start, stop, p.len());
+            let emptied = keep.is_none();
+            match keep {
+                None => store_list(ctx, a[1], &ListValue::new(), None)?,
+                Some((from, to)) if (from, to) != (0, p.len() - 1) => {
+                    p.trim(ctx.shards.for_key(a[1]), from, to)
+                        .map_err(storage_error)?;
+                    store_list_handle(ctx, a[1], ListHandle::Paged(p), l.expire_at_ms, true)?;
+                }
+                // Nothing trimmed; a paged list has several nodes, so no conversion either.
+                Some(_) => {}
+            }
+            ctx.notify(LIST, "ltrim", a[1]);
+            if emptied {
+                ctx.notify(GENERIC, "del", a[1]);
+            }
+            r.ok();
+            return Ok(());
+        }
     };
     let keep = resolve_range(start, stop, l.value.len());
     let before = l.value.encoding();

@@ -36,7 +36,7 @@ pub const LIST_MAX_LISTPACK_BYTES: usize = 8192;
 /// A quicklist shrinks back to a listpack at half the limit (hysteresis against flapping).
 pub const LIST_SHRINK_LISTPACK_BYTES: usize = LIST_MAX_LISTPACK_BYTES / 2;
 /// Redis's listpack header (total bytes u32 + count u16) and end byte.
-const LISTPACK_OVERHEAD_BYTES: usize = 7;
+pub const LISTPACK_OVERHEAD_BYTES: usize = 7;
 /// What Redis's `_quicklistNodeAllowInsert` adds to an element's raw length when it
 /// estimates whether the element still fits a node (`SIZE_ESTIMATE_OVERHEAD`).
 pub const QUICKLIST_SIZE_ESTIMATE_OVERHEAD_BYTES: usize = 8;
@@ -126,6 +126,9 @@ pub struct ListValue {
     /// Set by an insert that split a node: the node around which to merge once the
     /// element is in (not part of the value).
     pending_merge: Option<usize>,
+    /// Loaded from a paged list (`paged_list.rs`): stored paged again unless it shrank
+    /// under the demotion threshold (not part of the encoding).
+    paged_origin: bool,
 }
 
 impl Default for ListValue {
@@ -136,7 +139,7 @@ impl Default for ListValue {
 
 /// Redis's `_quicklistNodeAllowInsert` for a node of `node_bytes` and an element of
 /// `raw_bytes`: the estimate (raw length + 8) must keep the node within 8 KiB.
-fn node_allows(node_bytes: usize, raw_bytes: usize) -> bool {
+pub fn node_allows(node_bytes: usize, raw_bytes: usize) -> bool {
     node_bytes + raw_bytes + QUICKLIST_SIZE_ESTIMATE_OVERHEAD_BYTES <= LIST_MAX_LISTPACK_BYTES
 }
 
@@ -149,6 +152,41 @@ impl ListValue {
             listpack_bytes: LISTPACK_OVERHEAD_BYTES,
             nodes: VecDeque::new(),
             pending_merge: None,
+            paged_origin: false,
+        }
+    }
+
+    /// A quicklist of exactly these nodes (non-empty, none empty), read from a paged list's
+    /// leaves: no automatic conversion (the caller runs the command's own checks).
+    pub fn from_paged_nodes(nodes: Vec<Vec<Vec<u8>>>) -> ListValue {
+        let mut l = ListValue::new();
+        l.encoding = ListEncoding::Quicklist;
+        l.paged_origin = true;
+        for node in nodes.into_iter().filter(|n| !n.is_empty()) {
+            l.nodes.push_back(node.len());
+            for e in node {
+                l.listpack_bytes += listpack_entry_bytes(&e);
+                l.items.push_back(e);
+            }
+        }
+        l
+    }
+
+    /// Whether this value was loaded from a paged list.
+    pub fn paged_origin(&self) -> bool {
+        self.paged_origin
+    }
+
+    /// Stored as one record from now on (a paged list demoted by its command).
+    pub fn forget_paged_origin(&mut self) {
+        self.paged_origin = false;
+    }
+
+    /// Quicklist nodes (1 for a listpack).
+    pub fn node_count(&self) -> usize {
+        match self.encoding {
+            ListEncoding::Listpack => 1,
+            ListEncoding::Quicklist => self.nodes.len(),
         }
     }
 

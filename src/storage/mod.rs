@@ -53,6 +53,7 @@ mod hash;
 pub mod index;
 pub mod list_codec;
 pub mod paged;
+pub mod paged_list;
 pub mod prefetch;
 mod recovery;
 mod shard;

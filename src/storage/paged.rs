@@ -143,7 +143,7 @@ fn varint_len(n: usize) -> usize {
     l
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -289,13 +289,13 @@ impl Root {
     }
 }
 
-fn encode_dir(entries: &[Entry]) -> Vec<u8> {
+pub(crate) fn encode_dir(entries: &[Entry]) -> Vec<u8> {
     let mut out = vec![PAGE_DIR];
     put_entries(&mut out, entries);
     out
 }
 
-fn decode_dir(b: &[u8]) -> Result<Vec<Entry>, StorageError> {
+pub(crate) fn decode_dir(b: &[u8]) -> Result<Vec<Entry>, StorageError> {
     let mut r = Reader { b, at: 0 };
     if r.u8()? != PAGE_DIR {
         return Err(corrupt("not a directory page"));
@@ -355,7 +355,7 @@ fn decode_leaf<E: Elem>(
 
 // ---- reading ---------------------------------------------------------------------------------
 
-fn read_page(
+pub(crate) fn read_page(
     shard: &mut Shard,
     db: Db,
     key: &[u8],
@@ -608,6 +608,10 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
 pub(crate) fn materialize(shard: &mut Shard, rec: &OwnedRecord) -> Result<Vec<u8>, StorageError> {
     let root = Root::decode(&rec.value)?;
     let db = rec.header.db;
+    if ValueKind::from_u8(rec.header.value_kind) == Some(ValueKind::List) {
+        // Lists have their own leaves (quicklist nodes, `paged_list.rs`).
+        return super::paged_list::materialize(shard, db, &rec.key, &root);
+    }
     let mut out = vec![root.encoding];
     put_varint(&mut out, root.count);
     match ValueKind::from_u8(rec.header.value_kind) {
