@@ -198,13 +198,15 @@ pub fn move_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn type_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (db, now) = (ctx.db, ctx.now_ms);
+    // A paged collection's kind is in its root: its pages are not read.
     match ctx
         .shards
         .for_key(a[1])
-        .get(db, a[1], now)
+        .get_collection(db, a[1], now)
         .map_err(storage_error)?
     {
-        Some(v) => r.simple(type_name(v.kind)),
+        Some(crate::storage::Collection::Whole(v)) => r.simple(type_name(v.kind)),
+        Some(crate::storage::Collection::Paged { kind, .. }) => r.simple(type_name(kind)),
         None => r.simple("none"),
     }
     Ok(())
