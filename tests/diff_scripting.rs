@@ -624,14 +624,19 @@ fn script_writes_are_durable_before_the_reply() {
             );
         }
     }
-    // A script that only reads durable data does not wait for a sync.
-    let t1 = Instant::now();
+    // A script that only reads durable data does not wait for a sync: one of five tries
+    // answers in under 250 ms (a reply held for the 300 ms sync never does; a loaded
+    // machine may be slow once).
     let read: [&[u8]; 4] = [b"EVAL", b"return redis.call('get', KEYS[1])", b"1", b"d1"];
-    assert_eq!(c.call(&read), b"$7\r\ndurable\r\n");
+    let mut quickest = Duration::MAX;
+    for _ in 0..5 {
+        let t1 = Instant::now();
+        assert_eq!(c.call(&read), b"$7\r\ndurable\r\n");
+        quickest = quickest.min(t1.elapsed());
+    }
     assert!(
-        t1.elapsed() < Duration::from_millis(250),
-        "read took {:?}",
-        t1.elapsed()
+        quickest < Duration::from_millis(250),
+        "read took {quickest:?}"
     );
     s.kill9();
     s.restart_after_kill();
