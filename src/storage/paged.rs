@@ -368,6 +368,35 @@ pub(crate) fn read_page(
     Ok(rec)
 }
 
+/// A paged root's payload (`root`) or a page's, with every page address passed through
+/// `map`; `None` when it names no page or `map` changes none. Addresses are fixed-width, so
+/// the length stays the same. Used when a block seal moved a command scope's staged records
+/// (`Shard::move_scope_tail`).
+pub(crate) fn rebase_addresses(
+    root: bool,
+    payload: &[u8],
+    map: impl Fn(u64) -> u64,
+) -> Option<Vec<u8>> {
+    let remap = |entries: &mut [Entry]| {
+        let mut changed = false;
+        for e in entries {
+            let a = map(e.addr);
+            changed |= a != e.addr;
+            e.addr = a;
+        }
+        changed
+    };
+    if root {
+        let mut r = Root::decode(payload).ok()?;
+        remap(&mut r.dirs).then(|| r.encode())
+    } else if payload.first() == Some(&PAGE_DIR) {
+        let mut entries = decode_dir(payload).ok()?;
+        remap(&mut entries).then(|| encode_dir(&entries))
+    } else {
+        None
+    }
+}
+
 /// Whether a Put record is a paged root.
 pub fn is_root(flags: u8) -> bool {
     flags & FLAG_PAGED != 0

@@ -120,6 +120,8 @@ pub(crate) struct Counters {
     pub device_write_bytes: u64,
     pub flushes: u64,
     pub fsyncs: u64,
+    /// Block seals that moved a command scope's staged records into the next block.
+    pub scope_moves: u64,
     pub expired_keys: u64,
     pub tombstones_written: u64,
     pub defrag_relocated_records: u64,
@@ -280,6 +282,11 @@ pub struct Shard {
     /// Records a block seal moved during the current scope: (old address, new address), for
     /// `Found`s taken before the move (see `relocate_scope_tail`). Empty outside a scope.
     moved: Vec<(Address, Address)>,
+    /// Page records appended in the current scope that still count as live (address ->
+    /// record bytes): a seal that moves the scope's records moves exactly these pages' live
+    /// bytes (a page replaced within the same scope was already unaccounted). Empty outside
+    /// a scope.
+    scope_pages: HashMap<u64, u32>,
 }
 
 /// The multi-record command in progress on a shard (`Shard::command_begin`).
@@ -420,6 +427,7 @@ impl Shard {
             defrag_idle: None,
             scope: None,
             moved: Vec::new(),
+            scope_pages: HashMap::new(),
             shared,
         }
     }
@@ -690,6 +698,10 @@ impl Shard {
         seq: u64,
     ) -> Result<Address, StorageError> {
         check_db(db)?;
+        // A directory page built from a tree loaded before a seal moved this scope's
+        // records names their old addresses: point it at where they are now.
+        let rebased = self.rebase_payload(false, payload);
+        let payload = rebased.as_deref().unwrap_or(payload);
         let (addr, _) = self.append(
             RecordType::Page,
             0,
@@ -702,8 +714,12 @@ impl Shard {
             false,
         )?;
         let (block, _) = self.shared.layout.split(addr);
+        let len = record_len(key.len(), payload.len()) as u32;
         if let Some(info) = self.blocks.get_mut(&block) {
-            info.live_bytes[db as usize] += record_len(key.len(), payload.len()) as u32;
+            info.live_bytes[db as usize] += len;
+        }
+        if self.scope.is_some() {
+            self.scope_pages.insert(addr.0, len);
         }
         Ok(addr)
     }
@@ -718,7 +734,21 @@ impl Shard {
 
     /// A page of a collection whose key is `key_len` bytes stopped being reachable.
     pub(crate) fn unaccount_page(&mut self, db: Db, addr: Address, key_len: usize, len: u32) {
+        let addr = self.current_address(addr);
+        if !self.scope_pages.is_empty() {
+            self.scope_pages.remove(&addr.0);
+        }
         self.unaccount(db, addr, record_len(key_len, len as usize));
+    }
+
+    /// `payload` (a paged root's when `root`, else a page's) with every page address a seal
+    /// moved in the current scope replaced by the new one; `None` if nothing changes. Trees
+    /// loaded before the move still hold the old addresses (`moved` maps them).
+    fn rebase_payload(&self, root: bool, payload: &[u8]) -> Option<Vec<u8>> {
+        if self.moved.is_empty() {
+            return None;
+        }
+        super::paged::rebase_addresses(root, payload, |a| self.current_address(Address(a)).0)
     }
 
     /// Appends a paged root for (db, key) under sequence number `seq` (its pages were
@@ -766,6 +796,8 @@ impl Shard {
         visible: bool,
     ) -> Result<(), StorageError> {
         check_db(db)?;
+        let rebased = self.rebase_payload(true, root);
+        let root = rebased.as_deref().unwrap_or(root);
         self.last_now_ms = now_ms;
         let expire = expire_at_ms.unwrap_or(0);
         let h = self.hash(db, key);
@@ -1309,6 +1341,12 @@ impl Shard {
     /// Reads and verifies the record at `addr`: from the staging buffer if it is in the open
     /// block, otherwise with one device read (two for records over ~4 KiB).
     pub(crate) fn read_record(&mut self, addr: Address) -> Result<OwnedRecord, StorageError> {
+        // A page address from a tree loaded before a seal moved this scope's records.
+        let addr = if self.moved.is_empty() {
+            addr
+        } else {
+            self.current_address(addr)
+        };
         let (block, off) = self.shared.layout.split(addr);
         if let Some(ob) = &self.open {
             if ob.block == block && off < ob.write_pos {
@@ -1748,6 +1786,7 @@ impl Shard {
             if sc.depth == 0 {
                 self.scope = None;
                 self.moved.clear();
+                self.scope_pages.clear();
             }
         }
     }
@@ -1883,6 +1922,7 @@ impl Shard {
             return Err(e);
         }
         self.open_allocated_block(block, block_seq);
+        self.counters.scope_moves += 1;
         if let Some(sc) = self.scope.as_mut() {
             sc.first = None;
         }
@@ -1891,13 +1931,21 @@ impl Shard {
             let r = decode_record(&tail[pos..], old_seq).expect("a staged record verifies");
             let (h, rlen) = (r.header, r.header.record_len());
             let old = self.shared.layout.address(old_block, from + pos);
+            // Roots and directory pages name pages moved before them: re-point them (same
+            // length: addresses are fixed-width).
+            let rebased = match h.record_type {
+                RecordType::Page => self.rebase_payload(false, r.value),
+                RecordType::Put if h.flags & FLAG_PAGED != 0 => self.rebase_payload(true, r.value),
+                _ => None,
+            };
+            let value = rebased.as_deref().unwrap_or(r.value);
             let (new, _) = self.append_in_group(
                 h.record_type,
                 h.flags,
                 h.value_kind,
                 h.db,
                 r.key,
-                r.value,
+                value,
                 h.expire_at_ms,
                 Some(h.seq),
                 true,
@@ -1937,6 +1985,15 @@ impl Shard {
             }
             if let Some(i) = self.blocks.get_mut(&new_block) {
                 i.note_tomb(len);
+            }
+        } else if h.record_type == RecordType::Page {
+            // Not indexed: a page moves its live bytes if it still counts (`scope_pages`).
+            if let Some(live) = self.scope_pages.remove(&old.0) {
+                self.unaccount(h.db, old, live as usize);
+                if let Some(i) = self.blocks.get_mut(&new_block) {
+                    i.live_bytes[h.db as usize] += live;
+                }
+                self.scope_pages.insert(new.0, live);
             }
         } else if self.indexes[h.db as usize].replace(hash, old, new) {
             // Any indexed record (a put, or another kind the index points at).
