@@ -5,31 +5,7 @@
 //! commands and demotion. Also measures, through INFO's `lavik_device_write_bytes`, the
 //! device bytes an RPUSH + LPOP pair writes on a 20k-element paged list.
 mod common;
-use common::diff::{Pair, Rng};
-
-fn device_write_bytes(p: &mut Pair) -> u64 {
-    let rep = p.l.call(&[b"INFO", b"storage"]);
-    let text = String::from_utf8_lossy(&rep).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix("lavik_device_write_bytes:"))
-        .expect("INFO storage reports lavik_device_write_bytes")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// The counter once the server's timed flush wrote everything staged (two equal readings).
-fn settled_write_bytes(p: &mut Pair) -> u64 {
-    let mut last = device_write_bytes(p);
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        let now = device_write_bytes(p);
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-}
+use common::diff::{settled_write_bytes, Pair, Rng};
 
 /// An element of varied shape: small integers (listpack int encodings), short and longer
 /// strings.
