@@ -6,7 +6,7 @@
 //! Also measures, through INFO's `lavik_device_write_bytes`, the device bytes one HSET or
 //! SADD writes on a paged collection (the budget of `docs/collections.md` section 5).
 mod common;
-use common::diff::{frame_len, sorted_elements, Pair, Rng};
+use common::diff::{frame_len, settled_write_bytes, sorted_elements, Pair, Rng};
 use std::collections::BTreeSet;
 
 /// The payloads of a flat aggregate reply, or of a map / array of 2-arrays, flattened.
@@ -68,30 +68,6 @@ fn scan_all(c: &mut common::diff::RespConn, cmd: &str, key: &str) -> BTreeSet<Ve
         if cursor == b"0" {
             return seen;
         }
-    }
-}
-
-fn device_write_bytes(p: &mut Pair) -> u64 {
-    let rep = p.l.call(&[b"INFO", b"storage"]);
-    let text = String::from_utf8_lossy(&rep).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix("lavik_device_write_bytes:"))
-        .expect("INFO storage reports lavik_device_write_bytes")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// The counter once the server's timed flush wrote everything staged (two equal readings).
-fn settled_write_bytes(p: &mut Pair) -> u64 {
-    let mut last = device_write_bytes(p);
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        let now = device_write_bytes(p);
-        if now == last {
-            return now;
-        }
-        last = now;
     }
 }
 

@@ -5,31 +5,7 @@
 //! commands and demotion. Also measures, through INFO's `lavik_device_write_bytes`, the
 //! device bytes an RPUSH + LPOP pair writes on a 20k-element paged list.
 mod common;
-use common::diff::{Pair, Rng};
-
-fn device_write_bytes(p: &mut Pair) -> u64 {
-    let rep = p.l.call(&[b"INFO", b"storage"]);
-    let text = String::from_utf8_lossy(&rep).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix("lavik_device_write_bytes:"))
-        .expect("INFO storage reports lavik_device_write_bytes")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// The counter once the server's timed flush wrote everything staged (two equal readings).
-fn settled_write_bytes(p: &mut Pair) -> u64 {
-    let mut last = device_write_bytes(p);
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        let now = device_write_bytes(p);
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-}
+use common::diff::{settled_write_bytes, Pair, Rng};
 
 /// An element of varied shape: small integers (listpack int encodings), short and longer
 /// strings.
@@ -209,6 +185,68 @@ fn run(p: &mut Pair, seed: u64, tag: &str) {
     p.check(&["LLEN", a]);
 }
 
+/// LINSERT, LREM and LPOS (which work leaf by leaf on a paged list) mixed with LINDEX,
+/// LRANGE and LTRIM on a big list of many repeated elements, with DUMP bytes (node
+/// boundaries after inserts that split and merge nodes) checked along the way.
+fn edits(p: &mut Pair, seed: u64, tag: &str) {
+    let key = format!("{tag}:{{e}}l");
+    let key = key.as_str();
+    let mut rng = Rng::new(seed);
+    fill(p, "RPUSH", key, 3000, &mut rng);
+    let small = |rng: &mut Rng| format!("e{}", rng.below(50));
+    for step in 0..240 {
+        let len = 3000;
+        match rng.below(10) {
+            0..=2 => {
+                let side = if rng.chance(50) { "BEFORE" } else { "AFTER" };
+                let e = if rng.chance(30) {
+                    "y".repeat(rng.below(3000) as usize)
+                } else {
+                    element(&mut rng)
+                };
+                p.check(&["LINSERT", key, side, &small(&mut rng), &e])
+            }
+            3 | 4 => {
+                let count = (rng.below(7) as i64 - 3).to_string();
+                p.check(&["LREM", key, &count, &small(&mut rng)])
+            }
+            5 | 6 => {
+                let rank = (rng.below(7) as i64 - 3).max(1).to_string();
+                let rank = if rng.chance(40) {
+                    format!("-{rank}")
+                } else {
+                    rank
+                };
+                let count = rng.below(4).to_string();
+                let maxlen = (rng.below(3) * rng.below(2000)).to_string();
+                p.check(&[
+                    "LPOS",
+                    key,
+                    &small(&mut rng),
+                    "RANK",
+                    &rank,
+                    "COUNT",
+                    &count,
+                    "MAXLEN",
+                    &maxlen,
+                ])
+            }
+            7 => p.check(&["LINDEX", key, &index(&mut rng, len)]),
+            8 => {
+                let from = index(&mut rng, len);
+                p.check(&["LRANGE", key, &from, &(rng.below(len) as i64).to_string()])
+            }
+            _ => p.check(&["LTRIM", key, &rng.below(5).to_string(), "-1"]),
+        };
+        if step % 40 == 39 {
+            p.check(&["LLEN", key]);
+            encoding_check(p, key);
+        }
+    }
+    whole_check(p, key);
+    p.check(&["DEL", key]);
+}
+
 /// The payload of a bulk reply.
 fn bulk(reply: &[u8]) -> Vec<u8> {
     let end = reply.windows(2).position(|w| w == b"\r\n").unwrap();
@@ -265,6 +303,85 @@ fn big_lists_resp2_and_resp3_and_bytes_per_push_pop() {
     );
     bytes_per_push_pop(&mut p);
     run(&mut p, 5, "r2");
+    edits(&mut p, 6, "r2");
     p.hello(3);
     run(&mut p, 9, "r3");
+    edits(&mut p, 10, "r3");
+}
+
+fn sync_reads(c: &mut redis::Connection) -> u64 {
+    let text: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("lavik_sync_reads:"))
+        .expect("lavik_sync_reads in INFO")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The synchronous record reads (page reads: the root is prefetched) one command makes.
+fn reads_of(c: &mut redis::Connection, args: &[&str]) -> u64 {
+    let before = sync_reads(c);
+    let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
+    sync_reads(c) - before
+}
+
+// With no record cache, commands on a 600-leaf list spread over several directory pages
+// read only the pages they need, found from the root's counts: LINDEX of the middle one
+// directory page and one leaf, RPUSH/LPOP the end page and leaf, LRANGE of three leaves
+// one page and three leaves, LLEN nothing (lavik alone).
+#[test]
+fn directory_pages_read_per_command() {
+    let s = common::Server::start("paged-list-reads", &["--threads", "1", "--cache-size", "0"]);
+    let mut c = s.client();
+    // 5000-byte elements: one per quicklist node, so one leaf each.
+    let elem = |i: usize| format!("{i:06}{}", "x".repeat(4994));
+    for start in (0..600).step_by(50) {
+        let items: Vec<String> = (start..start + 50).map(elem).collect();
+        let n: usize = redis::cmd("RPUSH")
+            .arg("{l}")
+            .arg(&items)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(n, start + 50);
+    }
+    // Push the list's pages out of the open block (reads from it touch no device): 3 MB of
+    // other values in the same shard.
+    let filler = "f".repeat(10_000);
+    let mut pipe = redis::pipe();
+    for i in 0..300 {
+        pipe.cmd("SET")
+            .arg(format!("{{l}}f{i}"))
+            .arg(&filler)
+            .ignore();
+    }
+    let () = pipe.query(&mut c).unwrap();
+    assert_eq!(reads_of(&mut c, &["LLEN", "{l}"]), 0);
+    let mid: String = redis::cmd("LINDEX")
+        .arg("{l}")
+        .arg(300)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(mid, elem(300));
+    assert_eq!(
+        reads_of(&mut c, &["LINDEX", "{l}", "300"]),
+        2,
+        "LINDEX middle"
+    );
+    assert_eq!(reads_of(&mut c, &["LINDEX", "{l}", "-1"]), 2, "LINDEX tail");
+    assert_eq!(
+        reads_of(&mut c, &["LRANGE", "{l}", "301", "303"]),
+        4,
+        "LRANGE"
+    );
+    assert_eq!(reads_of(&mut c, &["RPUSH", "{l}", &elem(600)]), 2, "RPUSH");
+    assert_eq!(reads_of(&mut c, &["LPOP", "{l}"]), 2, "LPOP");
+    assert_eq!(reads_of(&mut c, &["LSET", "{l}", "250", "v"]), 2, "LSET");
+    let got: Vec<String> = redis::cmd("LRANGE")
+        .arg("{l}")
+        .arg(249)
+        .arg(251)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, [elem(250), "v".to_string(), elem(252)]);
 }

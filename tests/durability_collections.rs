@@ -1,10 +1,10 @@
-//! Hashes, sets and sorted sets through restarts of the real server: a clean restart (with
-//! and without the shutdown checkpoint) and SIGKILL under HSET/SADD/ZADD/HDEL/SREM/ZREM load
-//! with `--appendfsync always`.
+//! Hashes, sets, sorted sets and lists through restarts of the real server: a clean restart
+//! (with and without the shutdown checkpoint) and SIGKILL under
+//! HSET/SADD/ZADD/HDEL/SREM/ZREM/RPUSH/LPUSH/LPOP load with `--appendfsync always`.
 mod common;
 use common::diff::Rng;
 use common::Server;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +12,7 @@ use std::time::Duration;
 type Hashes = BTreeMap<String, BTreeMap<String, String>>;
 type Sets = BTreeMap<String, BTreeSet<String>>;
 type ZSets = BTreeMap<String, BTreeMap<String, i64>>;
+type Lists = BTreeMap<String, VecDeque<String>>;
 
 /// What one load thread believes: the effect of every acknowledged command, and the one
 /// command it sent last without an answer (it may or may not have been applied).
@@ -20,6 +21,7 @@ struct Model {
     hashes: Hashes,
     sets: Sets,
     zsets: ZSets,
+    lists: Lists,
     pending: Option<Vec<String>>,
 }
 
@@ -68,6 +70,24 @@ impl Model {
                     }
                 }
             }
+            "RPUSH" => self
+                .lists
+                .entry(c[1].clone())
+                .or_default()
+                .push_back(c[2].clone()),
+            "LPUSH" => self
+                .lists
+                .entry(c[1].clone())
+                .or_default()
+                .push_front(c[2].clone()),
+            "LPOP" => {
+                if let Some(l) = self.lists.get_mut(&c[1]) {
+                    l.pop_front();
+                    if l.is_empty() {
+                        self.lists.remove(&c[1]);
+                    }
+                }
+            }
             other => panic!("model has no {other}"),
         }
     }
@@ -78,7 +98,7 @@ fn random_op(rng: &mut Rng, t: u64, n: u64) -> Vec<String> {
     let f = rng.below(12);
     // Values long enough that some hashes leave the listpack encoding.
     let v = format!("{n}-{}", "v".repeat(rng.below(80) as usize));
-    match rng.below(6) {
+    match rng.below(9) {
         0 => vec!["HSET".into(), format!("c{t}:h{j}"), format!("f{f}"), v],
         1 => vec!["HDEL".into(), format!("c{t}:h{j}"), format!("f{f}")],
         2 => vec!["SADD".into(), format!("c{t}:s{j}"), format!("m{f}")],
@@ -90,11 +110,14 @@ fn random_op(rng: &mut Rng, t: u64, n: u64) -> Vec<String> {
             // Members past 64 bytes (f = 11) turn some sets into skiplists.
             format!("m{f}-{}", "z".repeat(f as usize * 6)),
         ],
-        _ => vec![
+        5 => vec![
             "ZREM".into(),
             format!("c{t}:z{j}"),
             format!("m{f}-{}", "z".repeat(f as usize * 6)),
         ],
+        6 => vec!["RPUSH".into(), format!("c{t}:l{j}"), v],
+        7 => vec!["LPUSH".into(), format!("c{t}:l{j}"), v],
+        _ => vec!["LPOP".into(), format!("c{t}:l{j}")],
     }
 }
 
@@ -136,7 +159,7 @@ fn load_with(
                 for a in &c[1..] {
                     cmd.arg(a);
                 }
-                match cmd.query::<i64>(&mut con) {
+                match cmd.query::<redis::Value>(&mut con) {
                     Ok(_) => {
                         let mut m = model.lock().unwrap();
                         m.apply(&c);
@@ -176,6 +199,16 @@ fn read_zset(con: &mut redis::Connection, key: &str) -> BTreeMap<String, i64> {
     pairs.into_iter().map(|(s, m)| (m, s)).collect()
 }
 
+fn read_list(con: &mut redis::Connection, key: &str) -> VecDeque<String> {
+    let v: Vec<String> = redis::cmd("LRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap();
+    v.into()
+}
+
 /// Every key of thread `t` holds the model's contents, or (for the one key the pending
 /// command touched) the contents with that command applied.
 fn verify(con: &mut redis::Connection, t: u64, m: &Model) {
@@ -208,11 +241,20 @@ fn verify(con: &mut redis::Connection, t: u64, m: &Model) {
             got == a || got == b,
             "{zk}: got {got:?}, acknowledged {a:?}"
         );
+        let lk = format!("c{t}:l{j}");
+        let got = read_list(con, &lk);
+        let a = m.lists.get(&lk).cloned().unwrap_or_default();
+        let b = with_pending.lists.get(&lk).cloned().unwrap_or_default();
+        assert!(
+            got == a || got == b,
+            "{lk}: got {got:?}, acknowledged {a:?}"
+        );
     }
 }
 
-// With appendfsync always, every acknowledged HSET/HDEL/SADD/SREM/ZADD/ZREM survives SIGKILL and no
-// collection shows a state between two commands, over several kill/restart cycles.
+// With appendfsync always, every acknowledged HSET/HDEL/SADD/SREM/ZADD/ZREM/RPUSH/LPUSH/LPOP
+// survives SIGKILL and no collection shows a state between two commands, over several
+// kill/restart cycles.
 #[test]
 fn sigkill_collections_always_loses_nothing_acknowledged() {
     let mut s = Server::start("coll-crash", &["--appendfsync", "always"]);
@@ -224,7 +266,7 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while models.iter().all(|m| {
             let m = m.lock().unwrap();
-            m.hashes.is_empty() && m.sets.is_empty() && m.zsets.is_empty()
+            m.hashes.is_empty() && m.sets.is_empty() && m.zsets.is_empty() && m.lists.is_empty()
         }) && std::time::Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(10));
@@ -238,7 +280,7 @@ fn sigkill_collections_always_loses_nothing_acknowledged() {
         let mut acked_total = 0;
         for (t, m) in models.iter().enumerate() {
             let m = m.lock().unwrap().clone();
-            acked_total += m.hashes.len() + m.sets.len() + m.zsets.len();
+            acked_total += m.hashes.len() + m.sets.len() + m.zsets.len() + m.lists.len();
             verify(&mut con, t as u64, &m);
         }
         assert!(
@@ -259,26 +301,31 @@ fn fill(con: &mut redis::Connection) -> Model {
         for a in &c[1..] {
             cmd.arg(a);
         }
-        let _: i64 = cmd.query(con).unwrap();
+        let _: redis::Value = cmd.query(con).unwrap();
         m.apply(&c);
     }
-    // One hash and one set larger than a log block (1.2 MB): stored as a root over
-    // fragments. Built in batches, since stage 1 rewrites the whole value per command.
+    // One hash, one set and one list larger than a log block (1.2 MB): stored as a root
+    // over fragments or pages. Built in batches.
     for batch in 0..12 {
         let mut h = redis::cmd("HSET");
         let mut s = redis::cmd("SADD");
+        let mut l = redis::cmd("RPUSH");
         h.arg("big:h");
         s.arg("big:s");
+        l.arg("big:l");
         for i in batch * 1000..(batch + 1) * 1000 {
             let f = format!("big{i}-{}", "p".repeat(90));
             let v = "x".repeat(100);
             h.arg(&f).arg(&v);
             s.arg(&f);
+            l.arg(&f);
+            m.apply(&["RPUSH".into(), "big:l".into(), f.clone()]);
             m.apply(&["HSET".into(), "big:h".into(), f.clone(), v]);
             m.apply(&["SADD".into(), "big:s".into(), f]);
         }
         let _: i64 = h.query(con).unwrap();
         let _: i64 = s.query(con).unwrap();
+        let _: i64 = l.query(con).unwrap();
     }
     // And a sorted set of the same size.
     for batch in 0..12 {
@@ -302,6 +349,11 @@ fn fill(con: &mut redis::Connection) -> Model {
 
 fn check_all(con: &mut redis::Connection, m: &Model) {
     let (hashes, sets) = (&m.hashes, &m.sets);
+    for (k, l) in &m.lists {
+        assert_eq!(&read_list(con, k), l, "{k}");
+        let t: String = redis::cmd("TYPE").arg(k).query(con).unwrap();
+        assert_eq!(t, "list");
+    }
     for (k, z) in &m.zsets {
         assert_eq!(&read_zset(con, k), z, "{k}");
         let t: String = redis::cmd("TYPE").arg(k).query(con).unwrap();
@@ -323,12 +375,13 @@ fn check_all(con: &mut redis::Connection, m: &Model) {
         "TTL after restart: {ttl}"
     );
     let n: usize = redis::cmd("DBSIZE").query(con).unwrap();
-    assert_eq!(n, hashes.len() + sets.len() + m.zsets.len());
+    assert_eq!(n, hashes.len() + sets.len() + m.zsets.len() + m.lists.len());
 }
 
-// Hashes, sets and sorted sets (small, and large enough to be stored as fragments), their types and
-// TTLs, are the same after a clean restart (recovery scan) and after restarts from the
-// shutdown checkpoint (defrag relocation of collection records: tests/storage_model.rs).
+// Hashes, sets, sorted sets and lists (small, and large enough to be stored as fragments or
+// pages), their types and TTLs, are the same after a clean restart (recovery scan) and
+// after restarts from the shutdown checkpoint (defrag relocation of collection records:
+// tests/storage_model.rs).
 #[test]
 fn clean_restart_keeps_collections() {
     let mut s = Server::start("coll-restart", &[]);

@@ -425,9 +425,7 @@ pub fn load_list_handle(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListH
         Raw::Paged(root) => {
             let db = ctx.db;
             let root = paged::Root::decode(&root).map_err(storage_error)?;
-            ListHandle::Paged(
-                PagedList::open(ctx.shards.for_key(key), db, key, &root).map_err(storage_error)?,
-            )
+            ListHandle::Paged(PagedList::open(db, key, &root).map_err(storage_error)?)
         }
     };
     Ok(Some(Loaded {

@@ -19,13 +19,13 @@
 //! All reads come before the first write; a command that fails writes nothing. A small
 //! list is one record (`storage::list_codec`) rewritten whole; a big one is paged
 //! (`storage::paged_list`, `docs/collections.md` section 4a): pushes, pops, LMOVE, LLEN,
-//! LINDEX, LSET, LRANGE and LTRIM work on a `ListHandle` and touch only the leaves they
-//! need; LINSERT, LREM and LPOS load the list whole (`load_list`) and LINSERT/LREM write it
-//! back whole (`store_list`).
+//! LINDEX, LSET, LRANGE, LTRIM, LINSERT, LREM and LPOS work on a `ListHandle` and touch
+//! only the directory pages and leaves they need (LINSERT, LREM and LPOS read leaves in
+//! scanning order until their answer, as Redis walks its quicklist).
 
 use super::collection::{
-    list_len, load_list, load_list_handle, parse_rand_count, settle_list, store_list,
-    store_list_handle, write_list, Loaded,
+    list_len, load_list_handle, parse_rand_count, settle_list, store_list, store_list_handle,
+    write_list, Loaded,
 };
 use super::{eq_ic, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
@@ -202,7 +202,7 @@ fn pop_command(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, end: End) -> CmdRes
     };
     if count == Some(0) {
         // Redis looks the key up (WRONGTYPE, null array) before its count-0 fast exit.
-        match load_list(ctx, a[1])? {
+        match load_list_handle(ctx, a[1])? {
             Some(_) => r.array(0),
             None => r.null_array(),
         }
@@ -401,9 +401,30 @@ pub fn linsert(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     } else {
         return Err(ERR_SYNTAX.into());
     };
-    let Some(mut l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         r.int(0);
         return Ok(());
+    };
+    let mut l = match l.value {
+        ListHandle::Whole(value) => Loaded {
+            value,
+            expire_at_ms: l.expire_at_ms,
+        },
+        ListHandle::Paged(mut p) => {
+            // A quicklist has no growing conversion; the leaves are read up to the pivot.
+            let inserted = p
+                .insert(ctx.shards.for_key(a[1]), a[3], after, a[4])
+                .map_err(storage_error)?;
+            if !inserted {
+                r.int(-1);
+                return Ok(());
+            }
+            let len = p.len();
+            store_list_handle(ctx, a[1], ListHandle::Paged(p), l.expire_at_ms, false)?;
+            ctx.notify(LIST, "linsert", a[1]);
+            r.int(len as i64);
+            return Ok(());
+        }
     };
     // As LSET: Redis 7.2 converts for the new element before it looks for the pivot.
     let before = l.value.encoding();
@@ -426,16 +447,38 @@ pub fn linsert(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 /// (count < 0), every match for 0.
 pub fn lrem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let count = parse_int(a[2])?;
-    let Some(mut l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         r.int(0);
         return Ok(());
     };
-    let len = l.value.len();
     let limit = if count == 0 {
         usize::MAX
     } else {
         usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX)
     };
+    let mut l = match l.value {
+        ListHandle::Whole(value) => Loaded {
+            value,
+            expire_at_ms: l.expire_at_ms,
+        },
+        ListHandle::Paged(mut p) => {
+            // Leaves are read in Redis's visiting order until `limit` matches.
+            let removed = p
+                .remove(ctx.shards.for_key(a[1]), a[3], limit, count < 0)
+                .map_err(storage_error)?;
+            if removed > 0 {
+                let emptied = p.is_empty();
+                store_list_handle(ctx, a[1], ListHandle::Paged(p), l.expire_at_ms, true)?;
+                ctx.notify(LIST, "lrem", a[1]);
+                if emptied {
+                    ctx.notify(GENERIC, "del", a[1]);
+                }
+            }
+            r.int(removed as i64);
+            return Ok(());
+        }
+    };
+    let len = l.value.len();
     // Mark the matches in the order Redis visits them, then drop the marked ones.
     let mut drop = vec![false; len];
     let mut marked = 0;
@@ -512,7 +555,7 @@ fn lpos_options(a: &[&[u8]]) -> Result<LposOptions, String> {
 /// LPOS key element [RANK rank] [COUNT num-matches] [MAXLEN len].
 pub fn lpos(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let o = lpos_options(a)?;
-    let Some(l) = load_list(ctx, a[1])? else {
+    let Some(l) = load_list_handle(ctx, a[1])? else {
         match o.count {
             Some(_) => r.array(0),
             None => r.null(),
@@ -527,22 +570,41 @@ pub fn lpos(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     } else {
         len.min(usize::try_from(o.maxlen).unwrap_or(usize::MAX))
     };
-    let order: Box<dyn Iterator<Item = (usize, &[u8])>> = if from_tail {
-        Box::new(l.value.iter().enumerate().rev().take(scanned))
-    } else {
-        Box::new(l.value.iter().enumerate().take(scanned))
-    };
     let want = match o.count {
         None => 1,
         Some(0) => u64::MAX,
         Some(c) => c,
     };
-    let found: Vec<usize> = order
-        .filter(|(_, e)| *e == a[2])
-        .map(|(i, _)| i)
-        .skip(usize::try_from(skip).unwrap_or(usize::MAX))
-        .take(usize::try_from(want).unwrap_or(usize::MAX))
-        .collect();
+    let (skip, want) = (
+        usize::try_from(skip).unwrap_or(usize::MAX),
+        usize::try_from(want).unwrap_or(usize::MAX),
+    );
+    let found: Vec<usize> = match l.value {
+        // Leaves are read in scanning order until the answer is complete.
+        ListHandle::Paged(mut p) => p
+            .positions(
+                ctx.shards.for_key(a[1]),
+                a[2],
+                from_tail,
+                skip,
+                want,
+                scanned,
+            )
+            .map_err(storage_error)?,
+        ListHandle::Whole(v) => {
+            let order: Box<dyn Iterator<Item = (usize, &[u8])>> = if from_tail {
+                Box::new(v.iter().enumerate().rev().take(scanned))
+            } else {
+                Box::new(v.iter().enumerate().take(scanned))
+            };
+            order
+                .filter(|(_, e)| *e == a[2])
+                .map(|(i, _)| i)
+                .skip(skip)
+                .take(want)
+                .collect()
+        }
+    };
     match o.count {
         Some(_) => {
             r.array(found.len());

@@ -101,6 +101,19 @@ fn varint_len(n: usize) -> usize {
     l
 }
 
+/// Directory page bytes: a kind byte and a u32 entry count, then 24 bytes per entry
+/// (`paged::encode_dir`).
+const DIR_HEADER_BYTES: usize = 5;
+const DIR_ENTRY_BYTES: usize = 24;
+/// Neighbouring directory pages, one of them rewritten, are merged when together they hold
+/// at most this many leaves (section 4's rule: a split makes halves of 128).
+const DIR_MERGE_ENTRIES: usize = DIR_MAX_ENTRIES / 4;
+
+/// Leaves listed by a directory page of `len` payload bytes (known from the root alone).
+fn dir_entries(len: u32) -> usize {
+    (len as usize).saturating_sub(DIR_HEADER_BYTES) / DIR_ENTRY_BYTES
+}
+
 struct Leaf {
     first: u64,
     /// 0 for a leaf not written yet.
@@ -113,17 +126,84 @@ struct Leaf {
     dirty: bool,
 }
 
+impl Leaf {
+    /// A leaf not written yet holding `elems` (non-empty).
+    fn fresh(first: u64, elems: VecDeque<Vec<u8>>) -> Leaf {
+        let lp_bytes =
+            LISTPACK_OVERHEAD_BYTES + elems.iter().map(|e| listpack_entry_bytes(e)).sum::<usize>();
+        Leaf {
+            first,
+            addr: 0,
+            len: 0,
+            count: elems.len() as u32,
+            elems: Some(elems),
+            lp_bytes,
+            dirty: true,
+        }
+    }
+
+    fn elems(&self) -> &VecDeque<Vec<u8>> {
+        self.elems.as_ref().expect("leaf loaded")
+    }
+
+    /// Payload bytes once stored.
+    fn payload_len(&self) -> usize {
+        match (&self.elems, self.dirty) {
+            (Some(e), true) => leaf_payload_len(e.iter()),
+            _ => self.len as usize,
+        }
+    }
+
+    /// Forgets a clean leaf's elements (a scan keeps in memory only what it changes).
+    fn unload(&mut self) {
+        if !self.dirty {
+            self.elems = None;
+        }
+    }
+}
+
 struct Dir {
-    /// 0 for a directory page not written yet.
+    /// The root's entry for this page: its first position (0 for the list's first page;
+    /// no leaf of an earlier page is at or above it), address (0 for a page not written
+    /// yet), length and element count. Once `leaves` is read they decide.
+    first: u64,
     addr: u64,
     len: u32,
-    leaves: Vec<Leaf>,
+    root_count: u64,
+    /// The page's leaves, read on demand.
+    leaves: Option<Vec<Leaf>>,
     dirty: bool,
 }
 
 impl Dir {
     fn count(&self) -> u64 {
-        self.leaves.iter().map(|l| u64::from(l.count)).sum()
+        match &self.leaves {
+            Some(l) => l.iter().map(|l| u64::from(l.count)).sum(),
+            None => self.root_count,
+        }
+    }
+
+    fn leaf_count(&self) -> usize {
+        match &self.leaves {
+            Some(l) => l.len(),
+            None => dir_entries(self.len),
+        }
+    }
+
+    /// The first position of the page: exact once read, a lower bound from the root.
+    fn first(&self) -> u64 {
+        match &self.leaves {
+            Some(l) => l[0].first,
+            None => self.first,
+        }
+    }
+
+    fn leaves(&self) -> &Vec<Leaf> {
+        self.leaves.as_ref().expect("directory page loaded")
+    }
+
+    fn leaves_mut(&mut self) -> &mut Vec<Leaf> {
+        self.leaves.as_mut().expect("directory page loaded")
     }
 }
 
@@ -133,53 +213,43 @@ pub struct PagedList {
     key: Vec<u8>,
     count: u64,
     dirs: Vec<Dir>,
+    /// Leaf payload bytes of the directory pages not read (the root's total minus those
+    /// of the pages read).
+    other_bytes: u64,
     /// Pages replaced or dropped: they stop counting once the new root is written.
     dead: Vec<(u64, u32)>,
     renumber: bool,
 }
 
 impl PagedList {
-    /// Reads the directory pages under `root` (of `db`/`key`); leaves are read on demand.
-    pub fn open(
-        shard: &mut Shard,
-        db: Db,
-        key: &[u8],
-        root: &Root,
-    ) -> Result<PagedList, StorageError> {
-        let mut dirs = Vec::with_capacity(root.dirs.len());
-        let mut prev: Option<u64> = None;
-        for d in &root.dirs {
-            let rec = paged::read_page(shard, db, key, d.addr)?;
-            let entries = paged::decode_dir(&rec.value)?;
-            if entries.iter().map(|e| u64::from(e.count)).sum::<u64>() != u64::from(d.count)
-                || prev.is_some_and(|p| p >= entries[0].first)
-            {
-                return Err(corrupt("directory page disagrees with the root"));
-            }
-            prev = entries.last().map(|e| e.first);
-            dirs.push(Dir {
-                addr: d.addr,
-                len: d.len,
-                leaves: entries
-                    .iter()
-                    .map(|e| Leaf {
-                        first: e.first,
-                        addr: e.addr,
-                        len: e.len,
-                        count: e.count,
-                        elems: None,
-                        lp_bytes: 0,
-                        dirty: false,
-                    })
-                    .collect(),
-                dirty: false,
-            });
+    /// The list under `root` (of `db`/`key`): reads nothing; directory pages and leaves are
+    /// read on demand, found by the counts in the root.
+    pub fn open(db: Db, key: &[u8], root: &Root) -> Result<PagedList, StorageError> {
+        let ascending = root.dirs.windows(2).all(|w| w[0].first < w[1].first);
+        if root.dirs.is_empty()
+            || !ascending
+            || root.dirs.iter().any(|d| d.count == 0)
+            || root.dirs.iter().map(|d| u64::from(d.count)).sum::<u64>() != root.count
+        {
+            return Err(corrupt("root counts"));
         }
         Ok(PagedList {
             db,
             key: key.to_vec(),
             count: root.count,
-            dirs,
+            dirs: root
+                .dirs
+                .iter()
+                .map(|d| Dir {
+                    first: d.first,
+                    addr: d.addr,
+                    len: d.len,
+                    root_count: u64::from(d.count),
+                    leaves: None,
+                    dirty: false,
+                })
+                .collect(),
+            other_bytes: root.bytes,
             dead: Vec::new(),
             renumber: false,
         })
@@ -193,25 +263,74 @@ impl PagedList {
         self.count == 0
     }
 
-    /// Number of leaves (quicklist nodes).
+    /// Number of leaves (quicklist nodes), from the root for pages not read.
     pub fn leaf_count(&self) -> usize {
-        self.dirs.iter().map(|d| d.leaves.len()).sum()
+        self.dirs.iter().map(|d| d.leaf_count()).sum()
+    }
+
+    /// Number of directory pages.
+    pub fn dir_count(&self) -> usize {
+        self.dirs.len()
     }
 
     /// Leaf payload bytes (what the root's byte count says once stored).
     pub fn payload_bytes(&self) -> usize {
-        self.dirs
-            .iter()
-            .flat_map(|d| d.leaves.iter())
-            .map(|l| match (&l.elems, l.dirty) {
-                (Some(e), true) => leaf_payload_len(e.iter()),
-                _ => l.len as usize,
-            })
-            .sum()
+        self.other_bytes as usize
+            + self
+                .dirs
+                .iter()
+                .filter_map(|d| d.leaves.as_ref())
+                .flat_map(|l| l.iter())
+                .map(Leaf::payload_len)
+                .sum::<usize>()
+    }
+
+    /// Reads directory page `di` (once), checking it against the root's entry.
+    fn load_dir(&mut self, shard: &mut Shard, di: usize) -> Result<(), StorageError> {
+        let d = &self.dirs[di];
+        if d.leaves.is_some() {
+            return Ok(());
+        }
+        let rec = paged::read_page(shard, self.db, &self.key, d.addr)?;
+        let entries = paged::decode_dir(&rec.value)?;
+        let next_first = self.dirs.get(di + 1).map(Dir::first);
+        let last = entries
+            .last()
+            .ok_or_else(|| corrupt("empty directory page"))?;
+        if entries.iter().map(|e| u64::from(e.count)).sum::<u64>() != d.root_count
+            || entries.len() != dir_entries(d.len)
+            || entries.iter().any(|e| e.count == 0)
+            || !entries.windows(2).all(|w| w[0].first < w[1].first)
+            || (di > 0 && entries[0].first < d.first)
+            || next_first.is_some_and(|n| last.first >= n)
+        {
+            return Err(corrupt("directory page disagrees with the root"));
+        }
+        let bytes: u64 = entries.iter().map(|e| u64::from(e.len)).sum();
+        self.other_bytes = self
+            .other_bytes
+            .checked_sub(bytes)
+            .ok_or_else(|| corrupt("root byte count"))?;
+        self.dirs[di].leaves = Some(
+            entries
+                .iter()
+                .map(|e| Leaf {
+                    first: e.first,
+                    addr: e.addr,
+                    len: e.len,
+                    count: e.count,
+                    elems: None,
+                    lp_bytes: 0,
+                    dirty: false,
+                })
+                .collect(),
+        );
+        Ok(())
     }
 
     fn load_leaf(&mut self, shard: &mut Shard, di: usize, li: usize) -> Result<(), StorageError> {
-        let leaf = &mut self.dirs[di].leaves[li];
+        self.load_dir(shard, di)?;
+        let leaf = &mut self.dirs[di].leaves_mut()[li];
         if leaf.elems.is_some() {
             return Ok(());
         }
@@ -226,46 +345,94 @@ impl PagedList {
         Ok(())
     }
 
-    /// (directory, leaf, offset in the leaf) of element `i` (< len), by counts only.
-    fn locate(&self, mut i: u64) -> (usize, usize, usize) {
-        for (di, d) in self.dirs.iter().enumerate() {
-            let c = d.count();
-            if i >= c {
-                i -= c;
-                continue;
+    /// (directory, leaf, offset in the leaf) of element `i` (< len): the directory page by
+    /// the root's counts, then the leaf by that page's (reads that one page).
+    fn locate(
+        &mut self,
+        shard: &mut Shard,
+        i: usize,
+    ) -> Result<(usize, usize, usize), StorageError> {
+        let mut i = i as u64;
+        let mut di = 0;
+        loop {
+            let c = self
+                .dirs
+                .get(di)
+                .ok_or_else(|| corrupt("index past the counts"))?
+                .count();
+            if i < c {
+                break;
             }
-            for (li, l) in d.leaves.iter().enumerate() {
-                if i < u64::from(l.count) {
-                    return (di, li, i as usize);
-                }
-                i -= u64::from(l.count);
-            }
+            i -= c;
+            di += 1;
         }
-        unreachable!("index below the list length")
+        self.load_dir(shard, di)?;
+        for (li, l) in self.dirs[di].leaves().iter().enumerate() {
+            if i < u64::from(l.count) {
+                return Ok((di, li, i as usize));
+            }
+            i -= u64::from(l.count);
+        }
+        Err(corrupt("directory count disagrees with its leaves"))
     }
 
-    fn end_leaf(&self, end: End) -> (usize, usize) {
-        match end {
-            End::Head => (0, 0),
-            End::Tail => {
-                let di = self.dirs.len() - 1;
-                (di, self.dirs[di].leaves.len() - 1)
-            }
-        }
+    /// The leaf at `end` (reads the end directory page only).
+    fn end_leaf(&mut self, shard: &mut Shard, end: End) -> Result<(usize, usize), StorageError> {
+        let di = match end {
+            End::Head => 0,
+            End::Tail => self.dirs.len() - 1,
+        };
+        self.load_dir(shard, di)?;
+        Ok(match end {
+            End::Head => (di, 0),
+            End::Tail => (di, self.dirs[di].leaves().len() - 1),
+        })
     }
 
-    /// Element `i` (< len), reading only its leaf.
+    /// The leaf before `(di, li)` in list order.
+    fn prev_leaf(
+        &mut self,
+        shard: &mut Shard,
+        (di, li): (usize, usize),
+    ) -> Result<Option<(usize, usize)>, StorageError> {
+        if li > 0 {
+            return Ok(Some((di, li - 1)));
+        }
+        if di == 0 {
+            return Ok(None);
+        }
+        self.load_dir(shard, di - 1)?;
+        Ok(Some((di - 1, self.dirs[di - 1].leaves().len() - 1)))
+    }
+
+    /// The leaf after `(di, li)` in list order.
+    fn next_leaf(
+        &mut self,
+        shard: &mut Shard,
+        (di, li): (usize, usize),
+    ) -> Result<Option<(usize, usize)>, StorageError> {
+        if li + 1 < self.dirs[di].leaves().len() {
+            return Ok(Some((di, li + 1)));
+        }
+        if di + 1 == self.dirs.len() {
+            return Ok(None);
+        }
+        self.load_dir(shard, di + 1)?;
+        Ok(Some((di + 1, 0)))
+    }
+
+    /// Element `i` (< len), reading only its directory page and leaf.
     pub fn get(&mut self, shard: &mut Shard, i: usize) -> Result<Vec<u8>, StorageError> {
-        let (di, li, off) = self.locate(i as u64);
+        let (di, li, off) = self.locate(shard, i)?;
         self.load_leaf(shard, di, li)?;
-        Ok(self.dirs[di].leaves[li].elems.as_ref().expect("loaded")[off].clone())
+        Ok(self.dirs[di].leaves()[li].elems()[off].clone())
     }
 
     /// Replaces element `i` (< len) in its leaf (in place, as `ListValue::set`).
     pub fn set(&mut self, shard: &mut Shard, i: usize, e: &[u8]) -> Result<(), StorageError> {
-        let (di, li, off) = self.locate(i as u64);
+        let (di, li, off) = self.locate(shard, i)?;
         self.load_leaf(shard, di, li)?;
-        let leaf = &mut self.dirs[di].leaves[li];
+        let leaf = &mut self.dirs[di].leaves_mut()[li];
         let elems = leaf.elems.as_mut().expect("loaded");
         let old = std::mem::replace(&mut elems[off], e.to_vec());
         leaf.lp_bytes = leaf.lp_bytes - listpack_entry_bytes(&old) + listpack_entry_bytes(e);
@@ -274,7 +441,8 @@ impl PagedList {
         Ok(())
     }
 
-    /// Elements `from..=to` (in range), reading only the leaves they lie in.
+    /// Elements `from..=to` (in range), reading only the directory pages and leaves they
+    /// lie in.
     pub fn range(
         &mut self,
         shard: &mut Shard,
@@ -282,15 +450,16 @@ impl PagedList {
         to: usize,
     ) -> Result<Vec<Vec<u8>>, StorageError> {
         let mut out = Vec::with_capacity(to - from + 1);
-        let (mut di, mut li, mut off) = self.locate(from as u64);
+        let (mut di, mut li, mut off) = self.locate(shard, from)?;
         while out.len() < to - from + 1 {
             self.load_leaf(shard, di, li)?;
-            let elems = self.dirs[di].leaves[li].elems.as_ref().expect("loaded");
+            let leaf = &mut self.dirs[di].leaves_mut()[li];
             let want = to - from + 1 - out.len();
-            out.extend(elems.iter().skip(off).take(want).cloned());
+            out.extend(leaf.elems().iter().skip(off).take(want).cloned());
+            leaf.unload();
             off = 0;
             li += 1;
-            if li == self.dirs[di].leaves.len() {
+            if li == self.dirs[di].leaves().len() {
                 di += 1;
                 li = 0;
             }
@@ -304,28 +473,23 @@ impl PagedList {
         if self.dirs.is_empty() {
             // Every element was popped by this command (LMOVE on one key): start over.
             self.dirs.push(Dir {
+                first: START,
                 addr: 0,
                 len: 0,
-                leaves: vec![Leaf {
-                    first: START,
-                    addr: 0,
-                    len: 0,
-                    count: 1,
-                    elems: Some(VecDeque::from([e.to_vec()])),
-                    lp_bytes: LISTPACK_OVERHEAD_BYTES + listpack_entry_bytes(e),
-                    dirty: true,
-                }],
+                root_count: 0,
+                leaves: Some(vec![Leaf::fresh(START, VecDeque::from([e.to_vec()]))]),
                 dirty: true,
             });
             self.count += 1;
             return Ok(());
         }
-        let (di, li) = self.end_leaf(end);
+        let (di, li) = self.end_leaf(shard, end)?;
         self.load_leaf(shard, di, li)?;
         let dir = &mut self.dirs[di];
         dir.dirty = true;
         self.count += 1;
-        let leaf = &mut dir.leaves[li];
+        let leaves = dir.leaves.as_mut().expect("loaded");
+        let leaf = &mut leaves[li];
         if node_allows(leaf.lp_bytes, e.len()) {
             let elems = leaf.elems.as_mut().expect("loaded");
             match end {
@@ -344,29 +508,22 @@ impl PagedList {
         if first.is_none() {
             self.renumber = true;
         }
-        let new = Leaf {
-            first: first.unwrap_or(leaf.first),
-            addr: 0,
-            len: 0,
-            count: 1,
-            elems: Some(VecDeque::from([e.to_vec()])),
-            lp_bytes: LISTPACK_OVERHEAD_BYTES + listpack_entry_bytes(e),
-            dirty: true,
-        };
+        let new = Leaf::fresh(first.unwrap_or(leaf.first), VecDeque::from([e.to_vec()]));
         match end {
-            End::Head => dir.leaves.insert(0, new),
-            End::Tail => dir.leaves.push(new),
+            End::Head => leaves.insert(0, new),
+            End::Tail => leaves.push(new),
         }
         Ok(())
     }
 
+    /// Drops leaf `li` of the (read) directory page `di`, and the page when emptied.
     fn drop_leaf(&mut self, di: usize, li: usize) {
-        let leaf = self.dirs[di].leaves.remove(li);
+        let leaf = self.dirs[di].leaves_mut().remove(li);
         if leaf.addr != 0 {
             self.dead.push((leaf.addr, leaf.len));
         }
         self.dirs[di].dirty = true;
-        if self.dirs[di].leaves.is_empty() {
+        if self.dirs[di].leaves().is_empty() {
             let dir = self.dirs.remove(di);
             if dir.addr != 0 {
                 self.dead.push((dir.addr, dir.len));
@@ -379,9 +536,9 @@ impl PagedList {
         if self.count == 0 {
             return Ok(None);
         }
-        let (di, li) = self.end_leaf(end);
+        let (di, li) = self.end_leaf(shard, end)?;
         self.load_leaf(shard, di, li)?;
-        let leaf = &mut self.dirs[di].leaves[li];
+        let leaf = &mut self.dirs[di].leaves_mut()[li];
         let elems = leaf.elems.as_mut().expect("loaded");
         let e = match end {
             End::Head => elems.pop_front(),
@@ -391,8 +548,9 @@ impl PagedList {
         leaf.count -= 1;
         leaf.lp_bytes -= listpack_entry_bytes(&e);
         leaf.dirty = true;
+        let emptied = leaf.count == 0;
         self.count -= 1;
-        if leaf.count == 0 {
+        if emptied {
             self.drop_leaf(di, li);
         } else {
             self.dirs[di].dirty = true;
@@ -401,11 +559,11 @@ impl PagedList {
     }
 
     /// Removes `n` (≤ len) elements at `end` without returning them: whole leaves are
-    /// dropped unread, the boundary leaf is read and cut.
+    /// dropped unread (their directory pages are read), the boundary leaf is read and cut.
     fn discard(&mut self, shard: &mut Shard, end: End, mut n: u64) -> Result<(), StorageError> {
         while n > 0 {
-            let (di, li) = self.end_leaf(end);
-            let c = u64::from(self.dirs[di].leaves[li].count);
+            let (di, li) = self.end_leaf(shard, end)?;
+            let c = u64::from(self.dirs[di].leaves()[li].count);
             if c <= n {
                 self.drop_leaf(di, li);
                 self.count -= c;
@@ -432,13 +590,338 @@ impl PagedList {
         self.discard(shard, End::Head, start as u64)
     }
 
-    /// Every leaf's elements, head to tail (reads every leaf).
+    /// LINSERT: puts `e` before (or after, with `after`) the first element equal to
+    /// `pivot`, placed in the nodes as Redis's `_quicklistInsert` does (`ListValue::insert`
+    /// run on the pivot's leaf and up to two leaves either side). Reads leaves head to tail
+    /// until the pivot; rewrites only the leaves whose elements changed. False (nothing
+    /// changed) without the pivot.
+    pub fn insert(
+        &mut self,
+        shard: &mut Shard,
+        pivot: &[u8],
+        after: bool,
+        e: &[u8],
+    ) -> Result<bool, StorageError> {
+        let mut found = None;
+        'scan: for di in 0..self.dirs.len() {
+            self.load_dir(shard, di)?;
+            for li in 0..self.dirs[di].leaves().len() {
+                self.load_leaf(shard, di, li)?;
+                let leaf = &mut self.dirs[di].leaves_mut()[li];
+                if let Some(off) = leaf.elems().iter().position(|x| x == pivot) {
+                    found = Some((di, li, off));
+                    break 'scan;
+                }
+                leaf.unload();
+            }
+        }
+        let Some((di, li, off)) = found else {
+            return Ok(false);
+        };
+        // The window `ListValue::insert` may look at: two nodes either side of the pivot's.
+        let mut window = VecDeque::from([(di, li)]);
+        for _ in 0..2 {
+            match self.prev_leaf(shard, window[0])? {
+                Some(p) => window.push_front(p),
+                None => break,
+            }
+        }
+        for _ in 0..2 {
+            match self.next_leaf(shard, window[window.len() - 1])? {
+                Some(n) => window.push_back(n),
+                None => break,
+            }
+        }
+        let mut nodes = Vec::with_capacity(window.len());
+        let mut local = 0;
+        for &(d, l) in &window {
+            self.load_leaf(shard, d, l)?;
+            let elems = self.dirs[d].leaves()[l].elems();
+            if (d, l) == (di, li) {
+                local += off;
+            } else if (d, l) < (di, li) {
+                local += elems.len();
+            }
+            nodes.push(elems.iter().cloned().collect::<Vec<_>>());
+        }
+        let mut v = ListValue::from_paged_nodes(nodes);
+        v.insert(local, after, e);
+        let new: Vec<Vec<Vec<u8>>> = v
+            .node_elements()
+            .into_iter()
+            .map(|n| n.into_iter().map(|x| x.to_vec()).collect())
+            .collect();
+        self.replace_run(shard, window[0], window.len(), di, new)?;
+        self.count += 1;
+        Ok(true)
+    }
+
+    /// Replaces the `w` consecutive (read) leaves from `start` by leaves holding `new`:
+    /// leading and trailing leaves whose elements are unchanged stay as they are, the ones
+    /// between become new leaves with positions spread between their neighbours'. A leaf
+    /// more or fewer changes directory page `grow_in`'s size (then its neighbours').
+    fn replace_run(
+        &mut self,
+        shard: &mut Shard,
+        start: (usize, usize),
+        w: usize,
+        grow_in: usize,
+        new: Vec<Vec<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let (d0, l0) = start;
+        // The pages the run spans.
+        let mut d1 = d0;
+        let mut left = w.saturating_sub(self.dirs[d0].leaves().len() - l0);
+        while left > 0 {
+            d1 += 1;
+            let n = self.dirs[d1].leaves().len();
+            left = left.saturating_sub(n);
+        }
+        let lo = if l0 > 0 {
+            None
+        } else if d0 > 0 {
+            self.load_dir(shard, d0 - 1)?;
+            Some(self.dirs[d0 - 1].leaves().last().expect("non-empty").first)
+        } else {
+            Some(0)
+        };
+        let beyond = self.dirs.get(d1 + 1).map(Dir::first).unwrap_or(1 << 63);
+        // Flatten the pages d0..=d1.
+        let mut sizes: Vec<isize> = Vec::new();
+        let mut before: Vec<Vec<(u64, u64)>> = Vec::new();
+        let mut flat: Vec<Leaf> = Vec::new();
+        for d in &mut self.dirs[d0..=d1] {
+            let leaves = d.leaves.take().expect("loaded");
+            sizes.push(leaves.len() as isize);
+            before.push(leaves.iter().map(|l| (l.first, l.addr)).collect());
+            flat.extend(leaves);
+        }
+        let k = new.len();
+        let same = |l: &Leaf, n: &Vec<Vec<u8>>| l.elems().iter().eq(n.iter());
+        let mut p = 0;
+        while p < w && p < k && same(&flat[l0 + p], &new[p]) {
+            p += 1;
+        }
+        let mut s = 0;
+        while s < w - p && s < k - p && same(&flat[l0 + w - 1 - s], &new[k - 1 - s]) {
+            s += 1;
+        }
+        let lo = if l0 + p > 0 {
+            flat[l0 + p - 1].first
+        } else {
+            lo.unwrap_or(0)
+        };
+        let hi = flat.get(l0 + w - s).map_or(beyond, |l| l.first);
+        let m = (k - p - s) as u64;
+        let step = hi.saturating_sub(lo) / (m + 1);
+        if step == 0 {
+            self.renumber = true;
+        }
+        let fresh: Vec<Leaf> = new[p..k - s]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Leaf::fresh(lo + step * (i as u64 + 1), n.iter().cloned().collect()))
+            .collect();
+        for gone in flat.splice(l0 + p..l0 + w - s, fresh) {
+            if gone.addr != 0 {
+                self.dead.push((gone.addr, gone.len));
+            }
+        }
+        // Give the size change to `grow_in`, taking a shortfall from the other pages.
+        let g = grow_in - d0;
+        sizes[g] += k as isize - w as isize;
+        let mut short = (-sizes[g]).max(0);
+        sizes[g] = sizes[g].max(0);
+        for (i, sz) in sizes.iter_mut().enumerate() {
+            if i != g && short > 0 {
+                let take = short.min(*sz);
+                *sz -= take;
+                short -= take;
+            }
+        }
+        let mut rest = flat.into_iter();
+        for (i, d) in self.dirs[d0..=d1].iter_mut().enumerate() {
+            let leaves: Vec<Leaf> = rest.by_ref().take(sizes[i] as usize).collect();
+            let sig: Vec<(u64, u64)> = leaves.iter().map(|l| (l.first, l.addr)).collect();
+            if sig != before[i] || leaves.iter().any(|l| l.dirty) {
+                d.dirty = true;
+            }
+            d.leaves = Some(leaves);
+        }
+        for di in (d0..=d1).rev() {
+            if self.dirs[di].leaves().is_empty() {
+                let dir = self.dirs.remove(di);
+                if dir.addr != 0 {
+                    self.dead.push((dir.addr, dir.len));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes up to `limit` elements equal to `e` out of leaf `li` of page `di` (the last
+    /// ones with `from_tail`); the leaf is kept even when emptied.
+    fn remove_in_leaf(
+        &mut self,
+        shard: &mut Shard,
+        (di, li): (usize, usize),
+        e: &[u8],
+        limit: usize,
+        from_tail: bool,
+    ) -> Result<usize, StorageError> {
+        self.load_leaf(shard, di, li)?;
+        let leaf = &mut self.dirs[di].leaves_mut()[li];
+        let elems = leaf.elems.as_mut().expect("loaded");
+        let matches = elems.iter().enumerate().filter(|(_, x)| x.as_slice() == e);
+        let mut hits: Vec<usize> = if from_tail {
+            matches.map(|(i, _)| i).rev().take(limit).collect()
+        } else {
+            matches.map(|(i, _)| i).take(limit).collect()
+        };
+        if hits.is_empty() {
+            leaf.unload();
+            return Ok(0);
+        }
+        hits.sort_unstable();
+        for &i in hits.iter().rev() {
+            let x = elems.remove(i).expect("in range");
+            leaf.lp_bytes -= listpack_entry_bytes(&x);
+        }
+        leaf.count -= hits.len() as u32;
+        leaf.dirty = true;
+        self.dirs[di].dirty = true;
+        self.count -= hits.len() as u64;
+        Ok(hits.len())
+    }
+
+    /// LREM: removes up to `limit` elements equal to `e`, the first ones (the last ones
+    /// with `from_tail`); returns how many. Reads leaves in that order until `limit`
+    /// matches and rewrites only the leaves it changed (an emptied leaf is dropped, as
+    /// Redis deletes entries in place and never merges nodes on removal).
+    pub fn remove(
+        &mut self,
+        shard: &mut Shard,
+        e: &[u8],
+        limit: usize,
+        from_tail: bool,
+    ) -> Result<usize, StorageError> {
+        let mut removed = 0;
+        if from_tail {
+            let mut di = self.dirs.len();
+            while di > 0 && removed < limit {
+                di -= 1;
+                self.load_dir(shard, di)?;
+                let mut li = self.dirs[di].leaves().len();
+                while li > 0 && removed < limit {
+                    li -= 1;
+                    removed += self.remove_in_leaf(shard, (di, li), e, limit - removed, true)?;
+                    if self.dirs[di].leaves()[li].count == 0 {
+                        // Lower indexes stay valid (and the page goes only once empty).
+                        self.drop_leaf(di, li);
+                    }
+                }
+            }
+            return Ok(removed);
+        }
+        let mut di = 0;
+        while di < self.dirs.len() && removed < limit {
+            self.load_dir(shard, di)?;
+            let mut li = 0;
+            let mut page_gone = false;
+            while li < self.dirs[di].leaves().len() && removed < limit {
+                removed += self.remove_in_leaf(shard, (di, li), e, limit - removed, false)?;
+                if self.dirs[di].leaves()[li].count > 0 {
+                    li += 1;
+                    continue;
+                }
+                let last = self.dirs[di].leaves().len() == 1;
+                self.drop_leaf(di, li);
+                if last {
+                    page_gone = true;
+                    break;
+                }
+            }
+            if !page_gone {
+                di += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// LPOS: the indexes of the matches of `e` met scanning from the head (the tail with
+    /// `from_tail`), skipping the first `skip` matches, at most `want` of them, looking at
+    /// no more than `scan` elements. Reads leaves in that order and stops at its answer.
+    pub fn positions(
+        &mut self,
+        shard: &mut Shard,
+        e: &[u8],
+        from_tail: bool,
+        mut skip: usize,
+        want: usize,
+        scan: usize,
+    ) -> Result<Vec<usize>, StorageError> {
+        let mut found = Vec::new();
+        let mut scanned = 0usize;
+        let mut base = if from_tail { self.len() } else { 0 };
+        let order: Vec<usize> = if from_tail {
+            (0..self.dirs.len()).rev().collect()
+        } else {
+            (0..self.dirs.len()).collect()
+        };
+        for di in order {
+            self.load_dir(shard, di)?;
+            let n = self.dirs[di].leaves().len();
+            let leaves: Vec<usize> = if from_tail {
+                (0..n).rev().collect()
+            } else {
+                (0..n).collect()
+            };
+            for li in leaves {
+                if found.len() == want || scanned == scan {
+                    return Ok(found);
+                }
+                self.load_leaf(shard, di, li)?;
+                let leaf = &mut self.dirs[di].leaves_mut()[li];
+                let elems = leaf.elems();
+                let c = elems.len();
+                if from_tail {
+                    base -= c;
+                }
+                let offsets: Box<dyn Iterator<Item = usize>> = if from_tail {
+                    Box::new((0..c).rev())
+                } else {
+                    Box::new(0..c)
+                };
+                for off in offsets {
+                    if found.len() == want || scanned == scan {
+                        break;
+                    }
+                    scanned += 1;
+                    if elems[off] == e {
+                        if skip > 0 {
+                            skip -= 1;
+                        } else {
+                            found.push(base + off);
+                        }
+                    }
+                }
+                if !from_tail {
+                    base += c;
+                }
+                leaf.unload();
+            }
+        }
+        Ok(found)
+    }
+
+    /// Every leaf's elements, head to tail (reads every page).
     pub fn nodes(&mut self, shard: &mut Shard) -> Result<Vec<Vec<Vec<u8>>>, StorageError> {
         let mut out = Vec::with_capacity(self.leaf_count());
         for di in 0..self.dirs.len() {
-            for li in 0..self.dirs[di].leaves.len() {
+            self.load_dir(shard, di)?;
+            for li in 0..self.dirs[di].leaves().len() {
                 self.load_leaf(shard, di, li)?;
-                let elems = self.dirs[di].leaves[li].elems.as_ref().expect("loaded");
+                let elems = self.dirs[di].leaves()[li].elems();
                 out.push(elems.iter().cloned().collect());
             }
         }
@@ -450,9 +933,33 @@ impl PagedList {
         Ok(ListValue::from_paged_nodes(self.nodes(shard)?))
     }
 
+    /// Merges neighbouring directory pages, one of them rewritten, that together hold at
+    /// most `DIR_MERGE_ENTRIES` leaves (the second page's leaves move unchanged).
+    fn merge_dirs(&mut self, shard: &mut Shard) -> Result<(), StorageError> {
+        let mut di = 0;
+        while di + 1 < self.dirs.len() {
+            let (a, b) = (&self.dirs[di], &self.dirs[di + 1]);
+            if !(a.dirty || b.dirty) || a.leaf_count() + b.leaf_count() > DIR_MERGE_ENTRIES {
+                di += 1;
+                continue;
+            }
+            self.load_dir(shard, di)?;
+            self.load_dir(shard, di + 1)?;
+            let next = self.dirs.remove(di + 1);
+            if next.addr != 0 {
+                self.dead.push((next.addr, next.len));
+            }
+            let moved = next.leaves.expect("loaded");
+            self.dirs[di].leaves_mut().extend(moved);
+            self.dirs[di].dirty = true;
+        }
+        Ok(())
+    }
+
     /// Writes what changed (non-empty list; the key's current root is the one this was
-    /// opened from): dirty leaves, the directory pages holding them (split past
-    /// `DIR_MAX_ENTRIES`), then the root.
+    /// opened from): dirty leaves, the directory pages holding them (merged with a small
+    /// neighbour, split past `DIR_MAX_ENTRIES`), then the root. Pages not read keep their
+    /// root entries.
     pub fn store(
         mut self,
         shard: &mut Shard,
@@ -462,38 +969,46 @@ impl PagedList {
         if self.count == 0 || self.dirs.is_empty() {
             return Err(corrupt("store of an empty list"));
         }
+        // Every read before the first write.
         if self.renumber {
             // Only directory entries carry positions: no leaf is rewritten.
+            for di in 0..self.dirs.len() {
+                self.load_dir(shard, di)?;
+            }
             let mut p = START;
             for d in self.dirs.iter_mut() {
                 d.dirty = true;
-                for l in d.leaves.iter_mut() {
+                for l in d.leaves_mut() {
                     l.first = p;
                     p += STEP;
                 }
             }
         }
+        self.merge_dirs(shard)?;
+        let bytes = self.payload_bytes() as u64;
         let (db, kind) = (self.db, ValueKind::List);
         let key = std::mem::take(&mut self.key);
         let seq = shard.reserve_seq();
         let mut root_dirs: Vec<Entry> = Vec::with_capacity(self.dirs.len() + 1);
-        let mut bytes = 0u64;
         for d in self.dirs.iter_mut() {
             if !d.dirty {
-                bytes += d.leaves.iter().map(|l| u64::from(l.len)).sum::<u64>();
                 root_dirs.push(Entry {
-                    first: d.leaves[0].first,
+                    first: d.first(),
                     addr: d.addr,
                     len: d.len,
                     count: d.count() as u32,
                 });
                 continue;
             }
-            let mut entries = Vec::with_capacity(d.leaves.len());
-            for l in d.leaves.iter_mut() {
+            let mut entries = Vec::with_capacity(d.leaf_count());
+            for l in d
+                .leaves
+                .as_mut()
+                .expect("a rewritten page is read")
+                .iter_mut()
+            {
                 if l.dirty {
-                    let elems = l.elems.as_ref().expect("a dirty leaf is loaded");
-                    let payload = encode_leaf(elems.iter().map(|e| e.as_slice()));
+                    let payload = encode_leaf(l.elems().iter().map(|e| e.as_slice()));
                     if l.addr != 0 {
                         self.dead.push((l.addr, l.len));
                     }
@@ -501,7 +1016,6 @@ impl PagedList {
                     l.len = payload.len() as u32;
                     l.dirty = false;
                 }
-                bytes += u64::from(l.len);
                 entries.push(Entry {
                     first: l.first,
                     addr: l.addr,
@@ -602,7 +1116,7 @@ pub(crate) fn materialize(
     key: &[u8],
     root: &Root,
 ) -> Result<Vec<u8>, StorageError> {
-    let mut l = PagedList::open(shard, db, key, root)?;
+    let mut l = PagedList::open(db, key, root)?;
     Ok(l.to_value(shard)?.encode())
 }
 
@@ -693,9 +1207,7 @@ mod tests {
             Collection::Whole(v) => Some(ListHandle::Whole(ListValue::decode(&v.bytes).unwrap())),
             Collection::Paged { root, .. } => {
                 let root = Root::decode(&root).unwrap();
-                Some(ListHandle::Paged(
-                    PagedList::open(s, 0, b"l", &root).unwrap(),
-                ))
+                Some(ListHandle::Paged(PagedList::open(0, b"l", &root).unwrap()))
             }
         }
     }
@@ -786,6 +1298,8 @@ mod tests {
             rng
         };
         let mut was_paged = false;
+        // LINSERT and LREM calls that went through the paged path.
+        let (mut paged_inserts, mut paged_removes) = (0, 0);
         for round in 0..24u64 {
             // Grow for 12 rounds, then shrink.
             let grow = round < 12;
@@ -793,7 +1307,7 @@ mod tests {
                 let r = next();
                 let end = if r % 2 == 0 { End::Head } else { End::Tail };
                 let mut l = load(&mut s).unwrap_or(ListHandle::Whole(ListValue::new()));
-                let shrinking = match (r >> 8) % 10 {
+                let shrinking = match (r >> 8) % 12 {
                     0..=5 if grow => {
                         let items: Vec<Vec<u8>> = (0..1 + (r >> 16) % 40)
                             .map(|i| {
@@ -828,6 +1342,95 @@ mod tests {
                         match &mut l {
                             ListHandle::Whole(v) => v.trim(Some((a, b))),
                             ListHandle::Paged(p) => p.trim(&mut s, a, b).unwrap(),
+                        }
+                        true
+                    }
+                    8 if !model.is_empty() => {
+                        // LINSERT next to an existing element (or a missing pivot).
+                        let pivot = match (r >> 40) % 8 {
+                            0 => b"no-such-pivot".to_vec(),
+                            _ => model
+                                .get((r >> 16) as usize % model.len())
+                                .unwrap()
+                                .to_vec(),
+                        };
+                        let after = (r >> 44) % 2 == 0;
+                        let e = format!("ins{round}-{}", "z".repeat((r >> 24) as usize % 90))
+                            .into_bytes();
+                        let at = model.iter().position(|x| x == pivot.as_slice());
+                        model.prepare_grow(e.len());
+                        if let Some(at) = at {
+                            model.insert(at, after, &e);
+                        }
+                        match &mut l {
+                            ListHandle::Whole(v) => {
+                                v.prepare_grow(e.len());
+                                if let Some(at) = at {
+                                    v.insert(at, after, &e);
+                                }
+                            }
+                            ListHandle::Paged(p) => {
+                                paged_inserts += 1;
+                                assert_eq!(
+                                    p.insert(&mut s, &pivot, after, &e).unwrap(),
+                                    at.is_some()
+                                )
+                            }
+                        }
+                        false
+                    }
+                    9 if !model.is_empty() => {
+                        // LPOS then LREM of an existing element, COUNT -2..=2.
+                        let target = model
+                            .get((r >> 16) as usize % model.len())
+                            .unwrap()
+                            .to_vec();
+                        let count = ((r >> 24) % 5) as i64 - 2;
+                        let from_tail = count < 0;
+                        let limit = if count == 0 {
+                            usize::MAX
+                        } else {
+                            count.unsigned_abs() as usize
+                        };
+                        let (skip, scan) =
+                            ((r >> 32) as usize % 3, 1 + (r >> 36) as usize % model.len());
+                        let mut hits: Vec<usize> = (0..model.len())
+                            .filter(|&i| model.get(i) == Some(target.as_slice()))
+                            .collect();
+                        if from_tail {
+                            hits.reverse();
+                        }
+                        let scanned = |i: usize| {
+                            if from_tail {
+                                model.len() - i <= scan
+                            } else {
+                                i < scan
+                            }
+                        };
+                        let pos: Vec<usize> = hits
+                            .iter()
+                            .copied()
+                            .filter(|&i| scanned(i))
+                            .skip(skip)
+                            .take(2)
+                            .collect();
+                        let doomed: Vec<usize> = hits.into_iter().take(limit).collect();
+                        model.retain_indexed(|i, _| !doomed.contains(&i));
+                        match &mut l {
+                            ListHandle::Whole(v) => {
+                                v.retain_indexed(|i, _| !doomed.contains(&i));
+                            }
+                            ListHandle::Paged(p) => {
+                                let got = p
+                                    .positions(&mut s, &target, from_tail, skip, 2, scan)
+                                    .unwrap();
+                                assert_eq!(got, pos, "LPOS");
+                                paged_removes += 1;
+                                assert_eq!(
+                                    p.remove(&mut s, &target, limit, from_tail).unwrap(),
+                                    doomed.len()
+                                );
+                            }
                         }
                         true
                     }
@@ -867,10 +1470,102 @@ mod tests {
             }
         }
         assert!(was_paged, "the list was paged at some point");
+        assert!(
+            paged_inserts > 10 && paged_removes > 10,
+            "{paged_inserts} {paged_removes}"
+        );
         s.shutdown(true).unwrap();
         let mut s = open(&dev, 256 * 1024);
         let back = contents(&mut s).unwrap_or_default();
         assert_eq!(back.node_elements(), model.node_elements());
+    }
+
+    /// Pushes `e` at `end` as one command (load, push, store).
+    fn push_one(s: &mut Shard, end: End, e: &[u8]) {
+        let mut l = load(s).unwrap_or(ListHandle::Whole(ListValue::new()));
+        l.push_all(s, end, &[e]).unwrap();
+        store(s, l, false);
+    }
+
+    fn dirs_of(s: &mut Shard) -> usize {
+        match load(s) {
+            Some(ListHandle::Paged(p)) => p.dir_count(),
+            _ => panic!("not paged"),
+        }
+    }
+
+    // A queue (RPUSH at the tail, LPOP at the head) of one-leaf elements run for three
+    // times its length keeps its directory pages bounded (pages split at the tail and
+    // vanish at the head); then an LREM leaving a few leaves spread over every page merges
+    // the small pages into one. Contents and live bytes stay exact throughout.
+    #[test]
+    fn queue_keeps_directory_pages_bounded_and_small_pages_merge() {
+        let dev = Arc::new(MemDevice::new("t", 96 << 20));
+        let mut s = open(&dev, 256 * 1024);
+        // 5000-byte elements: one per quicklist node, so one leaf each.
+        let keep = |i: u64| format!("{i:06}{}", "k".repeat(4994)).into_bytes();
+        let rep = vec![b'd'; 5000];
+        let elem = |i: u64| {
+            if i.is_multiple_of(10) {
+                keep(i)
+            } else {
+                rep.clone()
+            }
+        };
+        let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+        for i in 0..300 {
+            push_one(&mut s, End::Tail, &elem(i));
+            model.push_back(elem(i));
+        }
+        let mut most = 0;
+        for i in 300..1200 {
+            push_one(&mut s, End::Tail, &elem(i));
+            model.push_back(elem(i));
+            let mut l = load(&mut s).unwrap();
+            assert_eq!(l.pop(&mut s, End::Head).unwrap(), model.pop_front());
+            store(&mut s, l, true);
+            most = most.max(dirs_of(&mut s));
+        }
+        // 300 leaves: at most 300/128 full-ish pages plus a partly drained head page.
+        assert!((2..=4).contains(&most), "{most} directory pages");
+        let back = contents(&mut s).unwrap();
+        assert!(back.iter().eq(model.iter().map(|e| e.as_slice())));
+        check_live(&mut s);
+        assert!(dirs_of(&mut s) >= 2);
+        // LREM 0 of the repeated element: 30 leaves are left over 2-4 pages, one page now.
+        let Some(ListHandle::Paged(mut p)) = load(&mut s) else {
+            panic!("paged")
+        };
+        assert_eq!(p.remove(&mut s, &rep, usize::MAX, false).unwrap(), 270);
+        store(&mut s, ListHandle::Paged(p), true);
+        model.retain(|e| *e != rep);
+        assert_eq!(dirs_of(&mut s), 1);
+        let back = contents(&mut s).unwrap();
+        assert!(back.iter().eq(model.iter().map(|e| e.as_slice())));
+        check_live(&mut s);
+        s.flush().unwrap();
+        drop(s);
+        dev.crash(None);
+        let mut s = open(&dev, 256 * 1024);
+        let back = contents(&mut s).unwrap();
+        assert!(back.iter().eq(model.iter().map(|e| e.as_slice())));
+        check_live(&mut s);
+    }
+
+    // The directory page size derived from a root entry's length matches the encoding.
+    #[test]
+    fn directory_entries_from_length() {
+        for n in [1usize, 2, 64, 256] {
+            let entries: Vec<Entry> = (0..n as u64)
+                .map(|i| Entry {
+                    first: i,
+                    addr: i,
+                    len: 1,
+                    count: 1,
+                })
+                .collect();
+            assert_eq!(dir_entries(paged::encode_dir(&entries).len() as u32), n);
+        }
     }
 
     // Leaves read back as written (quartet: round trip), and a torn or foreign payload is

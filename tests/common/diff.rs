@@ -404,3 +404,29 @@ impl Rng {
         self.below(100) < percent
     }
 }
+
+/// lavik's INFO `lavik_device_write_bytes` (device bytes written so far).
+pub fn device_write_bytes(p: &mut Pair) -> u64 {
+    let rep = p.l.call(&[b"INFO", b"storage"]);
+    let text = String::from_utf8_lossy(&rep).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("lavik_device_write_bytes:"))
+        .expect("INFO storage reports lavik_device_write_bytes")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// lavik's device write counter once the server's timed flush wrote everything staged
+/// (two equal readings).
+pub fn settled_write_bytes(p: &mut Pair) -> u64 {
+    let mut last = device_write_bytes(p);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let now = device_write_bytes(p);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
