@@ -27,6 +27,16 @@
 //!   after that (a key rewritten on every round) runs anyway and its handler reads the
 //!   rest synchronously (counted as `lavik_sync_reads`).
 //!
+//! Restarting on a miss. The plan covers declared keys only; records a handler finds
+//! below them (a paged collection's directory pages and leaves, read through
+//! `Shard::read_record`) are fetched by restarting: a command on own shards runs
+//! restartably (`restartable`), a record it misses is recorded as wanted instead of read
+//! (`storage::prefetch::restartable_begin`), the run is discarded (nothing was written:
+//! the shards refuse writes after a miss, and a miss after a write is read synchronously),
+//! and the command parks for the wanted reads (`Reads::park_restarted`, the same bounds and
+//! order as a first park), keeping what it fetched, and runs again. At most
+//! `RESTARTS_MAX` times; then its last run reads what it misses synchronously.
+//!
 //! Ordering is the caller's job (the worker): a connection's commands never overtake an
 //! earlier parked write, and a write never overtakes an earlier parked read.
 //!
