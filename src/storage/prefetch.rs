@@ -396,3 +396,76 @@ impl Shard {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{open, FsyncPolicy, StoreConfig, ValueKind};
+
+    // Proves the restartable-run rules on a real file device: a record not in memory is
+    // wanted, not read; a write after that miss is refused (nothing applied); a miss after
+    // the run wrote is read synchronously; outside a run nothing changes.
+    #[test]
+    fn restartable_run_rules() {
+        let dir = std::env::temp_dir().join(format!("lavik-prefetch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = StoreConfig {
+            data_files: vec![dir.join("data")],
+            create_size_bytes: 16 << 20,
+            shard_count: 1,
+            block_size_bytes: 64 * 1024,
+            staging_limit_bytes: 64 * 1024,
+            fsync: FsyncPolicy::No,
+            direct_io: false,
+            defrag_paused: true,
+            cache_capacity_bytes: 0,
+            ..StoreConfig::default()
+        };
+        let mut s = open(&cfg).unwrap().shards.pop().unwrap();
+        for i in 0..2000u32 {
+            let v = vec![b'v'; 100 + (i as usize % 900)];
+            let k = format!("k{i}");
+            s.put(0, k.as_bytes(), ValueKind::String, &v, None, 0)
+                .unwrap();
+        }
+        s.flush().unwrap();
+        let sync0 = s.cache_stats().sync_reads;
+
+        restartable_begin();
+        assert!(matches!(s.get(0, b"k0", 0), Err(StorageError::Deferred)));
+        let refused = s.put(0, b"new", ValueKind::String, b"x", None, 0);
+        assert!(matches!(refused, Err(StorageError::Deferred)));
+        let mut wanted = Vec::new();
+        restartable_end(&mut wanted);
+        assert_eq!(wanted.len(), 1, "k0's record is wanted");
+        assert_eq!(wanted[0].0, 0);
+        assert_eq!(
+            s.cache_stats().sync_reads,
+            sync0,
+            "nothing read synchronously"
+        );
+        assert!(
+            s.get(0, b"new", 0).unwrap().is_none(),
+            "the refused write left nothing"
+        );
+
+        restartable_begin();
+        s.put(0, b"new", ValueKind::String, b"x", None, 0).unwrap();
+        let v = s.get(0, b"k1", 0).unwrap().expect("k1 exists");
+        assert_eq!(v.bytes.len(), 101);
+        restartable_end(&mut wanted);
+        assert_eq!(wanted.len(), 1, "a miss after a write is not wanted");
+        assert_eq!(
+            s.cache_stats().sync_reads,
+            sync0 + 1,
+            "it was read synchronously"
+        );
+
+        assert!(
+            s.get(0, b"k2", 0).unwrap().is_some(),
+            "outside a run: read as before"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
