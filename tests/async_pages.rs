@@ -178,13 +178,13 @@ fn page_reads_park_instead_of_blocking() {
 // while the slow reply is still outstanding, and the slow command then answers right.
 #[test]
 fn slow_page_read_does_not_stall_the_worker() {
-    let delay = Duration::from_millis(2000);
-    let s = paged_server("apages-slow", &["--debug-read-delay-ms", "2000"]);
+    let delay = Duration::from_millis(1000);
+    let s = paged_server("apages-slow", &["--debug-read-delay-ms", "1000"]);
     let mut w = s.raw();
     w.expect(&[b"SET", b"hot", b"staged"], b"+OK\r\n");
     let mut slow = s.raw();
     // Nothing is cached (cache 0) and HGET writes nothing: every attempt's HGET reads its
-    // root and then its pages (each a restart) from the device, each read 2 s slow.
+    // root and then its pages (each a restart) from the device, each read 1 s slow.
     for attempt in 0..5u64 {
         let parked = info_field(&s, "lavik_parked_reads");
         let f = field(1_000 + attempt * 1_500);
