@@ -27,6 +27,16 @@
 //!   after that (a key rewritten on every round) runs anyway and its handler reads the
 //!   rest synchronously (counted as `lavik_sync_reads`).
 //!
+//! Restarting on a miss. The plan covers declared keys only; records a handler finds
+//! below them (a paged collection's directory pages and leaves, read through
+//! `Shard::read_record`) are fetched by restarting: a command on own shards runs
+//! restartably (`restartable`), a record it misses is recorded as wanted instead of read
+//! (`storage::prefetch::restartable_begin`), the run is discarded (nothing was written:
+//! the shards refuse writes after a miss, and a miss after a write is read synchronously),
+//! and the command parks for the wanted reads (`Reads::park_restarted`, the same bounds and
+//! order as a first park), keeping what it fetched, and runs again. At most
+//! `RESTARTS_MAX` times; then its last run reads what it misses synchronously.
+//!
 //! Ordering is the caller's job (the worker): a connection's commands never overtake an
 //! earlier parked write, and a write never overtakes an earlier parked read.
 //!
@@ -70,6 +80,11 @@ pub const PARKED_MAX: usize = 4096;
 pub const PARKED_PER_CONN_MAX: usize = 64;
 /// Planning rounds per command (see the module essay).
 pub const PLAN_ROUNDS_MAX: u32 = 4;
+/// Restarts per command (see "Restarting on a miss" in the module essay): a lookup in a
+/// paged collection needs two (its directory page, then its leaf); a command that still
+/// misses after this many runs once more with its misses read synchronously (counted as
+/// `lavik_sync_reads`).
+pub const RESTARTS_MAX: u32 = 8;
 /// Size of a pooled read buffer: the engine's first read window.
 const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
 /// Pooled read buffers registered with the ring at start (`IORING_REGISTER_BUFFERS`):
@@ -158,6 +173,8 @@ pub struct Parked {
     pub error: Option<String>,
     reads_left: u32,
     rounds: u32,
+    /// Runs discarded because they missed a record (`RESTARTS_MAX`).
+    pub restarts: u32,
     /// The planned shards' `change_signature` sum when the reads were planned; with every
     /// read back as a plain record and the sum unchanged, planning again would find
     /// nothing new, so the command runs at once (one index probe less per GET).
@@ -193,6 +210,7 @@ impl Parked {
             error: None,
             reads_left: 0,
             rounds: 0,
+            restarts: 0,
             plan_signature: 0,
             needs_replan: true,
             unsubmitted: Vec::new(),
@@ -210,6 +228,25 @@ impl Parked {
     pub fn is_write(&self) -> bool {
         self.spec.may_write()
     }
+
+    /// May this command's next run be a restartable one (`restartable`, and restarts
+    /// left)?
+    pub fn may_restart(&self) -> bool {
+        self.restarts < RESTARTS_MAX && restartable(self.spec)
+    }
+}
+
+/// Whether a keyed command on the worker's own shards may run restartably: discarded at
+/// its first record not in memory and run again after the read. Not scripts (a script's
+/// effects — its log lines, its replies to `redis.call`, its time budget — are not all
+/// on the shards) and not blocking commands (their run registers or serves waiting
+/// clients). Transactions and the coordinated pass never run restartably either (see
+/// the module essay).
+pub fn restartable(spec: &CommandSpec) -> bool {
+    !matches!(
+        spec.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+    ) && !crate::commands::blocking::is_blocking(spec.name)
 }
 
 /// A read buffer: one of the pooled buffers (registered with the ring when `fixed` names
@@ -242,6 +279,10 @@ pub struct ReadIo<'a> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReadStats {
     pub parked_commands: u64,
+    /// Runs discarded for a record not in memory (the command parked again).
+    pub restarts: u64,
+    /// Commands that reached `RESTARTS_MAX` and ran with synchronous reads.
+    pub restart_fallbacks: u64,
     pub reads_submitted: u64,
     pub stale_reads: u64,
     pub waited_for_slots: u64,
@@ -429,6 +470,25 @@ impl Reads {
     /// Completions held back by the test-only read delay.
     pub fn has_delayed(&self) -> bool {
         !self.delayed.is_empty()
+    }
+
+    /// Parks `p` again after a restartable run of it missed the records `wanted` reads
+    /// (non-empty); what it fetched so far stays with it for the next run. When the reads
+    /// are back and the shards they touch did not change, it runs at once; otherwise its
+    /// declared keys are planned again first (the same rule as a first park).
+    pub fn park_restarted(
+        &mut self,
+        mut p: Parked,
+        wanted: Vec<(u32, RecordRead)>,
+        shards: &ShardSet,
+        ring: &mut IoUring,
+        fixed: &[RawFd],
+    ) {
+        self.stats.restarts += 1;
+        p.restarts += 1;
+        p.rounds = 0;
+        p.note_plan(shards, &wanted);
+        self.park(p, wanted, ring, fixed);
     }
 
     /// Parks `p` and submits `reads` (non-empty) for it.

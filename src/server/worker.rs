@@ -2,7 +2,8 @@
 
 use super::conn::{Conn, Slot, Transport};
 use super::reads::{
-    plan, with_lent, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo, Reads,
+    plan, restartable, with_lent, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo,
+    Reads,
 };
 use super::{now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
@@ -11,6 +12,7 @@ use crate::resp::{parse_command, ParsedCommand, Proto, ReplyBuf};
 use crate::runtime::bufring::{BufRing, RECV_GROUP_ID};
 use crate::runtime::ring::push_sqe;
 use crate::runtime::{split_user_data, user_data, OpKind};
+use crate::storage::prefetch::RecordRead;
 use crate::storage::{FsyncPolicy, Shard, StorageError};
 use io_uring::{cqueue, opcode, types, IoUring};
 use std::collections::HashMap;
@@ -1270,16 +1272,45 @@ impl Worker {
     }
 
     fn run_local(&mut self, conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]], now: u64) {
-        let (db, proto) = (conn.db, conn.proto);
-        if conn.pending.is_empty() {
-            let mut out = std::mem::take(&mut conn.out);
-            self.exec_handler(spec, args, db, proto, now, &mut out);
-            tracking::append_own(&mut out, proto);
-            conn.out = out;
+        self.run_local_with(conn, spec, args, now, None);
+    }
+
+    /// `run_local`; with `wanted`, a restartable run: when it missed records, `wanted`
+    /// lists their reads and nothing was answered (the caller parks the command).
+    fn run_local_with(
+        &mut self,
+        conn: &mut Conn,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+        mut wanted: Option<&mut Vec<(u32, RecordRead)>>,
+    ) {
+        let (db, proto, max_bulk) = (conn.db, conn.proto, self.max_bulk);
+        let direct = conn.pending.is_empty();
+        let mut out = if direct {
+            std::mem::take(&mut conn.out)
         } else {
-            let mut out = Vec::new();
-            self.exec_handler(spec, args, db, proto, now, &mut out);
+            Vec::new()
+        };
+        let shards = &mut self.shards;
+        exec_restartable(
+            shards,
+            spec,
+            args,
+            db,
+            proto,
+            now,
+            max_bulk,
+            &mut out,
+            wanted.as_deref_mut(),
+        );
+        let missed = wanted.is_some_and(|w| !w.is_empty());
+        if !missed {
             tracking::append_own(&mut out, proto);
+        }
+        if direct {
+            conn.out = out;
+        } else if !missed {
             conn.push_ready(out);
         }
     }
@@ -1354,6 +1385,23 @@ impl Worker {
             };
             let (db, proto) = (conn.db, conn.proto);
             match self.start_keyed(dest, spec, args, db, proto) {
+                Start::RunNow if restartable(spec) => {
+                    // Its declared keys are in memory; records found below them (the
+                    // pages of a paged collection) park it if they are not.
+                    let mut wanted = self.reads.plan_vec();
+                    self.run_local_with(conn, spec, args, now, Some(&mut wanted));
+                    if wanted.is_empty() {
+                        self.reads.give_plan_vec(wanted);
+                    } else {
+                        let p = Parked::new(dest, spec, ArgList::new(args), db, proto);
+                        let writes = p.is_write();
+                        self.park_restarted(p, wanted, true);
+                        let seq = conn.reserve();
+                        debug_assert!(matches!(dest, ReadDest::Local { seq: s, .. } if s == seq));
+                        conn.parked += 1;
+                        conn.parked_writes += u32::from(writes);
+                    }
+                }
                 Start::RunNow => self.run_local(conn, spec, args, now),
                 Start::Borrowed => self.run_borrowed(conn, spec, args, now),
                 Start::Parked { writes } => {
@@ -1667,6 +1715,23 @@ impl Worker {
         Start::Parked { writes }
     }
 
+    /// Parks a command whose restartable run missed the records `wanted` reads (`first`:
+    /// it was not parked before, so it counts as a parked command).
+    fn park_restarted(&mut self, p: Parked, wanted: Vec<(u32, RecordRead)>, first: bool) {
+        self.shared
+            .stats
+            .parked_reads
+            .fetch_add(wanted.len() as u64, Ordering::Relaxed);
+        if first {
+            self.shared
+                .stats
+                .parked_commands
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.reads
+            .park_restarted(p, wanted, &self.shards, &mut self.ring, &self.fixed_files);
+    }
+
     /// A device read completed: commands whose records are all in memory now run.
     fn on_read(&mut self, idx: usize, res: i32, now: u64) {
         let (n, id) = (self.shared.workers.len(), self.id);
@@ -1739,13 +1804,52 @@ impl Worker {
             if blocking {
                 super::blocking::set_current(Some(waiter_of(&p.dest, self.id, proto)));
             }
+            // Restartable while restarts are left; at the bound the run reads what it
+            // still misses synchronously.
+            let restart = p.may_restart();
+            if !restart && restartable(spec) {
+                self.reads.stats.restart_fallbacks += 1;
+            }
+            let mut wanted = if restart {
+                self.reads.plan_vec()
+            } else {
+                Vec::new()
+            };
             let shards = &mut self.shards;
             let prev = crate::runtime::tracking::set_current(p.caller);
             p.args.with_refs(|args| {
                 with_lent_in(shards, &mut fetched, &fetched_shard, |shards| {
-                    exec_on(shards, spec, args, db, proto, now, max_bulk, &mut bytes)
+                    exec_restartable(
+                        shards,
+                        spec,
+                        args,
+                        db,
+                        proto,
+                        now,
+                        max_bulk,
+                        &mut bytes,
+                        restart.then_some(&mut wanted),
+                    )
                 })
             });
+            if !wanted.is_empty() {
+                // The run missed records below its keys: discarded (`bytes` is as it was),
+                // parked again with what it fetched so far.
+                crate::runtime::tracking::set_current(prev);
+                super::blocking::set_current(None);
+                if is_direct {
+                    if let ReadDest::Local { token, .. } = p.dest {
+                        if let Some(conn) = self.conn_mut(token.packed()) {
+                            let meanwhile = std::mem::replace(&mut conn.out, bytes);
+                            conn.out.extend_from_slice(&meanwhile);
+                        }
+                    }
+                }
+                (p.fetched, p.fetched_shard) = (fetched, fetched_shard);
+                self.park_restarted(p, wanted, false);
+                return;
+            }
+            self.reads.give_plan_vec(wanted);
             tracking::append_own(&mut bytes, proto);
             crate::runtime::tracking::set_current(prev);
             super::blocking::set_current(None);
@@ -1818,6 +1922,41 @@ impl Worker {
             crate::runtime::tracking::set_current(prev);
         }
         match start {
+            Start::RunNow if restartable(spec) => {
+                // As a local command's (`route_keyed`): records below its keys that are
+                // not in memory park it.
+                let mut bytes = Vec::new();
+                let mut wanted = self.reads.plan_vec();
+                exec_restartable(
+                    &mut self.shards,
+                    spec,
+                    &refs,
+                    req.db,
+                    req.proto,
+                    now,
+                    self.max_bulk,
+                    &mut bytes,
+                    Some(&mut wanted),
+                );
+                if !wanted.is_empty() {
+                    let p = Parked::new(dest, spec, ArgList::new(&refs), req.db, req.proto);
+                    let writes = p.is_write();
+                    crate::runtime::tracking::set_current(prev);
+                    self.park_restarted(p, wanted, true);
+                    let o = self.remote_order.entry((from, token.packed())).or_default();
+                    o.parked += 1;
+                    o.parked_writes += u32::from(writes);
+                    return;
+                }
+                self.reads.give_plan_vec(wanted);
+                tracking::append_own(&mut bytes, req.proto);
+                crate::runtime::tracking::set_current(prev);
+                self.outbox[from].push(Msg::Reply {
+                    token,
+                    seq: req.seq,
+                    bytes,
+                });
+            }
             Start::RunNow | Start::Borrowed => {
                 let mut bytes = Vec::new();
                 if crate::commands::blocking::is_blocking(spec.name) {
@@ -2077,6 +2216,26 @@ fn exec_on(
     max_bulk: usize,
     out: &mut Vec<u8>,
 ) {
+    exec_restartable(shards, spec, args, db, proto, now, max_bulk, out, None);
+}
+
+/// `exec_on`; with `wanted`, as a restartable run (`reads.rs`, "Restarting on a miss"): a
+/// record not in memory is not read but added to `wanted`, and then the run is discarded —
+/// `out` is as it was, and nothing else happened (no write: the shards refuse them after a
+/// miss; no stats, tracking or blocked-client work) — for the caller to read what is
+/// wanted and run the command again.
+#[allow(clippy::too_many_arguments)]
+fn exec_restartable(
+    shards: &mut ShardSet,
+    spec: &CommandSpec,
+    args: &[&[u8]],
+    db: u8,
+    proto: Proto,
+    now: u64,
+    max_bulk: usize,
+    out: &mut Vec<u8>,
+    wanted: Option<&mut Vec<(u32, RecordRead)>>,
+) {
     let handler = spec.handler.expect("keyed commands have handlers");
     let mut ctx = Ctx {
         shards,
@@ -2094,7 +2253,23 @@ fn exec_on(
         let set = &mut *ctx.shards;
         set.groups.begin(&mut set.slots, ids);
     }
+    let restart = wanted.is_some();
+    if restart {
+        crate::storage::prefetch::restartable_begin();
+    }
     let mut res = handler(&mut ctx, args, &mut r);
+    if let Some(wanted) = wanted {
+        crate::storage::prefetch::restartable_end(wanted);
+        if !wanted.is_empty() {
+            // Discarded: nothing was written, so the scope has nothing to make durable.
+            if scope.is_some() {
+                let _ = close_write_scope(ctx.shards);
+            }
+            r.out.truncate(mark);
+            super::blocking::defer_end(shards, now, max_bulk);
+            return;
+        }
+    }
     if scope.is_some() {
         if let Err(e) = close_write_scope(ctx.shards) {
             // The write may not be durable, or not whole: the client must not take it as done.

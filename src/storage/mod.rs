@@ -264,6 +264,11 @@ pub enum StorageError {
     WriteFailed(String),
     #[error("invalid storage configuration: {0}")]
     Config(String),
+    /// A restartable command met a record that is not in memory: its read was recorded
+    /// and the command runs again once it is done (`prefetch::restartable_begin`). Never
+    /// reaches a client: the worker discards the run's reply.
+    #[error("record not in memory (the command is run again after its read)")]
+    Deferred,
 }
 
 // The engine's addresses must fit the index's.

@@ -22,7 +22,7 @@
 use super::format::{decode_record, RecordHeader, FLAG_LARGE};
 use super::index::Address;
 use super::shard::{parse_root, OwnedRecord, Shard};
-use super::Db;
+use super::{Db, StorageError};
 use std::os::fd::RawFd;
 
 /// First read window for a record (the synchronous path reads the same).
@@ -311,5 +311,161 @@ impl std::fmt::Debug for CacheStats {
             "cache_capacity_bytes: {}, cache_bytes: {}, cache_entries: {}, cache_hits: {}, cache_misses: {}, cache_evictions: {}, sync_reads: {}",
             self.capacity_bytes, self.bytes, self.entries, self.hits, self.misses, self.evictions, self.sync_reads
         )
+    }
+}
+
+// ---- restarting on a miss (the anti-caching pattern for pages) ------------------------
+
+/// The state of a *restartable run* on this thread (see `docs/architecture.md`, "Pages
+/// and other records found while running"): a handler that the worker can discard and
+/// run again. While one is active, a record that is not in memory is not read from the
+/// device: its read is recorded as *wanted* and the lookup fails with
+/// [`StorageError::Deferred`]; the worker reads what is wanted on its ring and runs the
+/// command again. Two rules keep that sound whatever the handler does with the error:
+/// a miss after the run has written anything is read synchronously as before (the run
+/// can no longer be discarded), and a write after a miss is refused (the run will be
+/// discarded, so nothing of it may be applied).
+#[derive(Default)]
+struct RestartState {
+    active: bool,
+    wrote: bool,
+    /// Reads wanted by the run, with the shard of each; non-empty = the run missed.
+    wanted: Vec<(u32, RecordRead)>,
+}
+
+thread_local! {
+    static RESTART: std::cell::RefCell<RestartState> = Default::default();
+}
+
+/// Starts a restartable run on this thread.
+pub fn restartable_begin() {
+    RESTART.with(|s| {
+        let mut s = s.borrow_mut();
+        s.active = true;
+        s.wrote = false;
+        s.wanted.clear();
+    });
+}
+
+/// Ends a restartable run: the reads it wanted (empty: the run is valid and final).
+pub fn restartable_end(out: &mut Vec<(u32, RecordRead)>) {
+    RESTART.with(|s| {
+        let mut s = s.borrow_mut();
+        s.active = false;
+        s.wrote = false;
+        out.append(&mut s.wanted);
+    });
+}
+
+/// Every shard write path calls this first: refuses the write when the running command
+/// already missed a record (it will be discarded and run again), and otherwise notes that
+/// the run wrote (from now on its misses are read synchronously).
+pub(crate) fn restartable_write() -> Result<(), StorageError> {
+    RESTART.with(|s| {
+        let mut s = s.borrow_mut();
+        if !s.active {
+            return Ok(());
+        }
+        if !s.wanted.is_empty() {
+            return Err(StorageError::Deferred);
+        }
+        s.wrote = true;
+        Ok(())
+    })
+}
+
+impl Shard {
+    /// `read_record` missed staging, the lent records and the cache for `addr`: in a
+    /// restartable run that has not written, records the read as wanted and returns true
+    /// (the caller fails with `Deferred`); otherwise false (read it synchronously).
+    pub(crate) fn defer_miss(&self, addr: Address) -> bool {
+        RESTART.with(|s| {
+            let mut s = s.borrow_mut();
+            if !s.active || s.wrote {
+                return false;
+            }
+            let mut one = Vec::new();
+            self.push_read(addr, &mut one);
+            let Some(read) = one.pop() else {
+                return false; // no file descriptor to read through: the sync path reads
+            };
+            if !s.wanted.iter().any(|(_, r)| r.same_record(&read)) {
+                s.wanted.push((self.id, read));
+            }
+            true
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{open, FsyncPolicy, StoreConfig, ValueKind};
+
+    // Proves the restartable-run rules on a real file device: a record not in memory is
+    // wanted, not read; a write after that miss is refused (nothing applied); a miss after
+    // the run wrote is read synchronously; outside a run nothing changes.
+    #[test]
+    fn restartable_run_rules() {
+        let dir = std::env::temp_dir().join(format!("lavik-prefetch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = StoreConfig {
+            data_files: vec![dir.join("data")],
+            create_size_bytes: 16 << 20,
+            shard_count: 1,
+            block_size_bytes: 64 * 1024,
+            staging_limit_bytes: 64 * 1024,
+            fsync: FsyncPolicy::No,
+            direct_io: false,
+            defrag_paused: true,
+            cache_capacity_bytes: 0,
+            ..StoreConfig::default()
+        };
+        let mut s = open(&cfg).unwrap().shards.pop().unwrap();
+        for i in 0..2000u32 {
+            let v = vec![b'v'; 100 + (i as usize % 900)];
+            let k = format!("k{i}");
+            s.put(0, k.as_bytes(), ValueKind::String, &v, None, 0)
+                .unwrap();
+        }
+        s.flush().unwrap();
+        let sync0 = s.cache_stats().sync_reads;
+
+        restartable_begin();
+        assert!(matches!(s.get(0, b"k0", 0), Err(StorageError::Deferred)));
+        let refused = s.put(0, b"new", ValueKind::String, b"x", None, 0);
+        assert!(matches!(refused, Err(StorageError::Deferred)));
+        let mut wanted = Vec::new();
+        restartable_end(&mut wanted);
+        assert_eq!(wanted.len(), 1, "k0's record is wanted");
+        assert_eq!(wanted[0].0, 0);
+        assert_eq!(
+            s.cache_stats().sync_reads,
+            sync0,
+            "nothing read synchronously"
+        );
+        assert!(
+            s.get(0, b"new", 0).unwrap().is_none(),
+            "the refused write left nothing"
+        );
+
+        restartable_begin();
+        s.put(0, b"new", ValueKind::String, b"x", None, 0).unwrap();
+        let v = s.get(0, b"k1", 0).unwrap().expect("k1 exists");
+        assert_eq!(v.bytes.len(), 101);
+        restartable_end(&mut wanted);
+        assert_eq!(wanted.len(), 1, "a miss after a write is not wanted");
+        assert_eq!(
+            s.cache_stats().sync_reads,
+            sync0 + 1,
+            "it was read synchronously"
+        );
+
+        assert!(
+            s.get(0, b"k2", 0).unwrap().is_some(),
+            "outside a run: read as before"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

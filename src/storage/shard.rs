@@ -1007,6 +1007,7 @@ impl Shard {
     /// Drops every key of `db`: a new watermark (durable at the next flush) and a fresh index.
     pub fn flush_db(&mut self, db: Db) -> Result<(), StorageError> {
         let d = check_db(db)?;
+        super::prefetch::restartable_write()?;
         self.touch_watched_before_flush(db);
         crate::runtime::tracking::flushed();
         self.cache.clear();
@@ -1380,6 +1381,12 @@ impl Shard {
         if let Some(rec) = self.cache.get(addr, block_seq) {
             return Ok(rec.clone());
         }
+        // In a restartable command (a page below a root, any record nobody planned for)
+        // the read is not waited for here: it is recorded and the command runs again once
+        // the worker's ring has read it (`prefetch::restartable_begin`).
+        if self.defer_miss(addr) {
+            return Err(StorageError::Deferred);
+        }
         let rec = self.read_record_from_device(addr, block, off, block_seq)?;
         self.cache.insert(addr, block_seq, &rec);
         Ok(rec)
@@ -1708,6 +1715,8 @@ impl Shard {
         group: Option<u64>,
     ) -> Result<(Address, u64), StorageError> {
         self.check_broken()?;
+        // No write after a restartable command's miss (see `prefetch.rs`).
+        super::prefetch::restartable_write()?;
         let flags = (flags & !FLAG_GROUPED) | group.map_or(0, |_| FLAG_GROUPED);
         let len = record_len(key.len(), value.len()) + group.map_or(0, |_| GROUP_ID_BYTES);
         assert!(
@@ -2510,6 +2519,7 @@ impl Shard {
         seq: u64,
     ) -> Result<(BlockId, Address), StorageError> {
         self.check_broken()?;
+        super::prefetch::restartable_write()?;
         let (block, block_seq) = self
             .shared
             .alloc_block(false)
