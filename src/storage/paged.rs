@@ -568,6 +568,261 @@ pub fn lookup(
     }
 }
 
+// ---- reading only what a command needs ---------------------------------------------------
+
+/// Directory page `di` of `root`, checked against its root entry.
+fn read_dir_at(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    di: usize,
+) -> Result<Vec<Entry>, StorageError> {
+    let d = root.dirs[di];
+    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+    let entries = decode_dir(&read_page(shard, db, key, d.addr)?.value)?;
+    if (di > 0 && entries[0].first != d.first)
+        || entries.last().is_some_and(|e| e.first >= dir_end)
+        || entries.iter().map(|e| u64::from(e.count)).sum::<u64>() != u64::from(d.count)
+    {
+        return Err(corrupt("directory page disagrees with the root"));
+    }
+    Ok(entries)
+}
+
+/// The positions `[start, end)` leaf `li` of directory page `di` covers (`end` is
+/// `u64::MAX` for the collection's last leaf).
+fn leaf_range(root: &Root, di: usize, entries: &[Entry], li: usize) -> (u64, u64) {
+    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+    let start = if di == 0 && li == 0 {
+        0
+    } else {
+        entries[li].first
+    };
+    (start, entries.get(li + 1).map_or(dir_end, |n| n.first))
+}
+
+/// Appends the members of leaf `li` of directory page `di` (whose entries are `entries`).
+#[allow(clippy::too_many_arguments)]
+fn read_leaf_at<E: Elem>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    di: usize,
+    entries: &[Entry],
+    li: usize,
+    has_values: bool,
+    out: &mut Vec<E>,
+) -> Result<(), StorageError> {
+    let rec = read_page(shard, db, key, entries[li].addr)?;
+    let n = decode_leaf(&rec.value, has_values, leaf_range(root, di, entries, li), out)?;
+    if n != entries[li].count as usize {
+        return Err(corrupt("leaf count disagrees with its directory"));
+    }
+    Ok(())
+}
+
+/// One HSCAN/SSCAN step on a paged collection: the members whose position is at least
+/// `cursor`, in position order, at least `count` of them unless the collection ends (ties
+/// at the last position all included), and the next cursor (0 at the end). Reads the
+/// directory page holding `cursor` and the leaves from the one holding it on, until
+/// `count` members are gathered (a following directory page only when a page's last leaf
+/// ends the step short).
+///
+/// A step returns exactly the members with positions in `[cursor, next)`, and the steps of
+/// a walk cover `[0, 2^63)` without overlap whatever splits and merges move the leaf
+/// boundaries, so a member present for the whole walk is returned exactly once.
+pub fn scan<E: Elem>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    cursor: u64,
+    count: usize,
+    has_values: bool,
+) -> Result<(Vec<E>, u64), StorageError> {
+    let mut di = root
+        .dirs
+        .partition_point(|e| e.first <= cursor)
+        .saturating_sub(1);
+    let mut entries = read_dir_at(shard, db, key, root, di)?;
+    let mut li = entries
+        .partition_point(|e| e.first <= cursor)
+        .saturating_sub(1);
+    let mut out: Vec<E> = Vec::new();
+    let mut last: Option<u64> = None;
+    loop {
+        let (_, end) = leaf_range(root, di, &entries, li);
+        let mut leaf: Vec<E> = Vec::new();
+        read_leaf_at(
+            shard, db, key, root, di, &entries, li, has_values, &mut leaf,
+        )?;
+        for e in leaf {
+            let p = position(e.name());
+            if p < cursor {
+                continue;
+            }
+            if out.len() >= count && last != Some(p) {
+                return Ok((out, p));
+            }
+            last = Some(p);
+            out.push(e);
+        }
+        if end == u64::MAX {
+            return Ok((out, 0));
+        }
+        if out.len() >= count {
+            return Ok((out, end));
+        }
+        li += 1;
+        if li == entries.len() {
+            di += 1;
+            entries = read_dir_at(shard, db, key, root, di)?;
+            li = 0;
+        }
+    }
+}
+
+/// The members of ranks `ranks` (0-based, in position order; repeats allowed, each below
+/// `root.count`), in the order asked. Finds each rank's directory page and leaf by the
+/// counts in the root and directory entries and reads only those pages, each once.
+pub fn pick<E: Elem + Clone>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    ranks: &[u64],
+    has_values: bool,
+) -> Result<Vec<E>, StorageError> {
+    use std::collections::HashMap;
+    // Rank of the first member below each root entry.
+    let mut dir_starts = Vec::with_capacity(root.dirs.len());
+    let mut acc = 0u64;
+    for d in &root.dirs {
+        dir_starts.push(acc);
+        acc += u64::from(d.count);
+    }
+    let mut dirs: HashMap<usize, (Vec<Entry>, Vec<u64>)> = HashMap::new();
+    let mut leaves: HashMap<(usize, usize), Vec<E>> = HashMap::new();
+    let mut out = Vec::with_capacity(ranks.len());
+    for &rank in ranks {
+        if rank >= acc {
+            return Err(corrupt("rank past the collection's count"));
+        }
+        let di = dir_starts.partition_point(|&s| s <= rank) - 1;
+        if !dirs.contains_key(&di) {
+            let entries = read_dir_at(shard, db, key, root, di)?;
+            let mut starts = Vec::with_capacity(entries.len());
+            let mut a = dir_starts[di];
+            for e in &entries {
+                starts.push(a);
+                a += u64::from(e.count);
+            }
+            dirs.insert(di, (entries, starts));
+        }
+        let (entries, starts) = &dirs[&di];
+        let li = starts.partition_point(|&s| s <= rank) - 1;
+        if !leaves.contains_key(&(di, li)) {
+            let mut v = Vec::new();
+            read_leaf_at(shard, db, key, root, di, entries, li, has_values, &mut v)?;
+            leaves.insert((di, li), v);
+        }
+        out.push(leaves[&(di, li)][(rank - starts[li]) as usize].clone());
+    }
+    Ok(out)
+}
+
+/// A walk over a paged collection's leaves in position order, one leaf per step (the
+/// directory pages read as the walk reaches them).
+#[derive(Default)]
+pub struct LeafWalk {
+    di: usize,
+    li: usize,
+    entries: Option<Vec<Entry>>,
+}
+
+impl LeafWalk {
+    /// The next leaf's members, `None` after the last.
+    pub fn next<E: Elem>(
+        &mut self,
+        shard: &mut Shard,
+        db: Db,
+        key: &[u8],
+        root: &Root,
+        has_values: bool,
+    ) -> Result<Option<Vec<E>>, StorageError> {
+        if self.di >= root.dirs.len() {
+            return Ok(None);
+        }
+        if self.entries.is_none() {
+            self.entries = Some(read_dir_at(shard, db, key, root, self.di)?);
+        }
+        let entries = self.entries.as_ref().expect("read above");
+        let mut out = Vec::new();
+        read_leaf_at(
+            shard, db, key, root, self.di, entries, self.li, has_values, &mut out,
+        )?;
+        self.li += 1;
+        if self.li == entries.len() {
+            self.li = 0;
+            self.di += 1;
+            self.entries = None;
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Which of `names` the paged set (or hash) `root` holds: the names are grouped by the leaf
+/// that can hold them, each such leaf read once; `dirs` caches directory pages between
+/// calls of one command.
+pub fn contains_many(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    names: &[&[u8]],
+    has_values: bool,
+    dirs: &mut std::collections::HashMap<usize, Vec<Entry>>,
+) -> Result<Vec<bool>, StorageError> {
+    let mut at: Vec<(usize, usize, usize)> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let p = position(name);
+        let di = root
+            .dirs
+            .partition_point(|e| e.first <= p)
+            .saturating_sub(1);
+        if !dirs.contains_key(&di) {
+            let entries = read_dir_at(shard, db, key, root, di)?;
+            dirs.insert(di, entries);
+        }
+        let li = dirs[&di].partition_point(|e| e.first <= p).saturating_sub(1);
+        at.push((di, li, i));
+    }
+    at.sort_unstable();
+    let mut out = vec![false; names.len()];
+    let mut k = 0;
+    while k < at.len() {
+        let (di, li, _) = at[k];
+        let entries = &dirs[&di];
+        let mut held: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+        if has_values {
+            let mut v: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            read_leaf_at(shard, db, key, root, di, entries, li, true, &mut v)?;
+            held.extend(v.into_iter().map(|(f, _)| f));
+        } else {
+            let mut v: Vec<Vec<u8>> = Vec::new();
+            read_leaf_at(shard, db, key, root, di, entries, li, false, &mut v)?;
+            held.extend(v);
+        }
+        while k < at.len() && at[k].0 == di && at[k].1 == li {
+            out[at[k].2] = held.contains(names[at[k].2]);
+            k += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// Addresses and payload lengths of every page under `root` (directory pages read).
 pub fn pages_of(
     shard: &mut Shard,
