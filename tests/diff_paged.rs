@@ -399,4 +399,47 @@ fn device_bytes_per_update_on_100k_members() {
         );
         eprintln!("{cmd} on 100k members: at most {worst} device bytes per update");
     }
+    // HSCAN COUNT 10 reads the root, one directory page and a leaf or two, not the ~250
+    // leaves of the hash; a walk's steps each read a few records.
+    let mut cursor = b"0".to_vec();
+    for step in 0..5 {
+        let before = record_reads(&mut p);
+        let rep = p.l.call(&[b"HSCAN", b"{w}h", &cursor, b"COUNT", b"10"]);
+        let reads = record_reads(&mut p) - before;
+        let e = elements(&rep);
+        assert!(e.len() >= 21, "step {step}: {} elements", e.len());
+        assert!(reads <= 6, "HSCAN COUNT 10 step {step} read {reads} records");
+        cursor = e[0].clone();
+    }
+    // DEL of the paged hash and set answers without reading their pages; the background
+    // job releases them (the INFO counter of pending releases drains).
+    let before = record_reads(&mut p);
+    assert_eq!(p.l.call(&[b"DEL", b"{w}h", b"{w}s"]), b":2\r\n");
+    let reads = record_reads(&mut p) - before;
+    // The two roots and an index candidate or so; releasing synchronously would add their
+    // four directory pages.
+    assert!(reads <= 4, "DEL read {reads} records");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while info_field(&mut p, "storage", "lavik_paged_releases_pending") != 0 {
+        assert!(std::time::Instant::now() < deadline, "releases never drained");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A numeric INFO field of `section`.
+fn info_field(p: &mut Pair, section: &str, name: &str) -> u64 {
+    let rep = p.l.call(&[b"INFO", section.as_bytes()]);
+    let text = String::from_utf8_lossy(&rep).into_owned();
+    let prefix = format!("{name}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("INFO {section} reports {name}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Records the server read so far (record cache hits and misses).
+fn record_reads(p: &mut Pair) -> u64 {
+    info_field(p, "stats", "lavik_cache_hits") + info_field(p, "stats", "lavik_cache_misses")
 }
