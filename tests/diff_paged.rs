@@ -232,7 +232,9 @@ fn run(p: &mut Pair, seed: u64, tag: &str) {
 /// SREM so both stay equal; the rest is compared as usual.
 fn partial_reads(p: &mut Pair, h: &str, s: &str, s2: &str, rng: &mut Rng) {
     let hlen = p.check(&["HLEN", h]);
-    let n: i64 = String::from_utf8_lossy(&hlen[1..hlen.len() - 2]).parse().unwrap();
+    let n: i64 = String::from_utf8_lossy(&hlen[1..hlen.len() - 2])
+        .parse()
+        .unwrap();
     for count in ["1", "7", "-9", "200", "-3000", "100000", "0"] {
         let c: i64 = count.parse().unwrap();
         let want = if c < 0 { -c } else { c.min(n) } as usize;
@@ -286,7 +288,11 @@ fn partial_reads(p: &mut Pair, h: &str, s: &str, s2: &str, rng: &mut Rng) {
         let mut srem: Vec<&[u8]> = vec![b"SREM", s.as_bytes()];
         srem.extend(popped.iter().map(|m| m.as_slice()));
         let removed = p.r.call(&srem);
-        assert_eq!(removed, format!(":{}\r\n", popped.len()).into_bytes(), "popped members were members");
+        assert_eq!(
+            removed,
+            format!(":{}\r\n", popped.len()).into_bytes(),
+            "popped members were members"
+        );
         p.check(&["SCARD", s]);
     }
     // Multi-key probes between paged and small sets.
@@ -408,7 +414,10 @@ fn device_bytes_per_update_on_100k_members() {
         let reads = record_reads(&mut p) - before;
         let e = elements(&rep);
         assert!(e.len() >= 21, "step {step}: {} elements", e.len());
-        assert!(reads <= 6, "HSCAN COUNT 10 step {step} read {reads} records");
+        assert!(
+            reads <= 6,
+            "HSCAN COUNT 10 step {step} read {reads} records"
+        );
         cursor = e[0].clone();
     }
     // DEL of the paged hash and set answers without reading their pages; the background
@@ -421,7 +430,10 @@ fn device_bytes_per_update_on_100k_members() {
     assert!(reads <= 4, "DEL read {reads} records");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while info_field(&mut p, "storage", "lavik_paged_releases_pending") != 0 {
-        assert!(std::time::Instant::now() < deadline, "releases never drained");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "releases never drained"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

@@ -16,6 +16,9 @@ use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashEncoding, HashValue};
 use crate::storage::{paged, ValueKind};
 
+/// Field/value pairs as a reply is built from them.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The hash at `key` with (at least) the fields `names` read, or a new empty one.
 fn load_or_new(ctx: &mut Ctx, key: &[u8], names: &[&[u8]]) -> Result<Loaded<HashValue>, String> {
     Ok(load_hash_for(ctx, key, names)?.unwrap_or(Loaded {
@@ -242,7 +245,7 @@ pub fn hrandfield(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         Some(_) if whole => (0..n).collect(),
         Some(c) => random_ranks(n, c),
     };
-    let (pairs, picks): (Vec<(Vec<u8>, Vec<u8>)>, Vec<usize>) = match h {
+    let (pairs, picks): (Pairs, Vec<usize>) = match h {
         Opened::Whole(v) => (v.pairs().to_vec(), picks),
         Opened::Paged(_) if whole => match load_hash(ctx, a[1])? {
             Some(v) => (v.value.pairs().to_vec(), picks),
@@ -293,15 +296,18 @@ pub fn hscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         return Ok(());
     };
     let opts = parse_scan_opts(a)?;
-    let (pairs, picked, next): (Vec<(Vec<u8>, Vec<u8>)>, Vec<usize>, u64) = match h {
+    let (pairs, picked, next): (Pairs, Vec<usize>, u64) = match h {
         // Small encodings answer whole in one step with cursor 0, as Redis does.
         Opened::Whole(v) if v.encoding() == HashEncoding::Listpack => {
             let n = v.len();
             (v.pairs().to_vec(), (0..n).collect(), 0)
         }
         Opened::Whole(v) => {
-            let (picked, next) =
-                scan_step(v.pairs().iter().map(|(f, _)| f.as_slice()), cursor, opts.count);
+            let (picked, next) = scan_step(
+                v.pairs().iter().map(|(f, _)| f.as_slice()),
+                cursor,
+                opts.count,
+            );
             (v.pairs().to_vec(), picked, next)
         }
         Opened::Paged(root) => {

@@ -142,7 +142,10 @@ fn picked_members(
     Ok(match s {
         Opened::Whole(v) => picks.iter().map(|&i| v.members()[i].clone()).collect(),
         Opened::Paged(_) if whole => match load_set(ctx, key)? {
-            Some(v) => picks.iter().map(|&i| v.value.members()[i].clone()).collect(),
+            Some(v) => picks
+                .iter()
+                .map(|&i| v.value.members()[i].clone())
+                .collect(),
             None => Vec::new(),
         },
         Opened::Paged(root) => {
@@ -581,8 +584,7 @@ pub fn sscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         },
         Opened::Paged(root) => {
             let (db, shard) = (ctx.db, ctx.shards.for_key(a[1]));
-            paged::scan(shard, db, a[1], &root, cursor, opts.count, false)
-                .map_err(storage_error)?
+            paged::scan(shard, db, a[1], &root, cursor, opts.count, false).map_err(storage_error)?
         }
     };
     let items: Vec<&[u8]> = members

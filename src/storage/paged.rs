@@ -616,7 +616,12 @@ fn read_leaf_at<E: Elem>(
     out: &mut Vec<E>,
 ) -> Result<(), StorageError> {
     let rec = read_page(shard, db, key, entries[li].addr)?;
-    let n = decode_leaf(&rec.value, has_values, leaf_range(root, di, entries, li), out)?;
+    let n = decode_leaf(
+        &rec.value,
+        has_values,
+        leaf_range(root, di, entries, li),
+        out,
+    )?;
     if n != entries[li].count as usize {
         return Err(corrupt("leaf count disagrees with its directory"));
     }
@@ -711,7 +716,7 @@ pub fn pick<E: Elem + Clone>(
             return Err(corrupt("rank past the collection's count"));
         }
         let di = dir_starts.partition_point(|&s| s <= rank) - 1;
-        if !dirs.contains_key(&di) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
             let entries = read_dir_at(shard, db, key, root, di)?;
             let mut starts = Vec::with_capacity(entries.len());
             let mut a = dir_starts[di];
@@ -719,14 +724,14 @@ pub fn pick<E: Elem + Clone>(
                 starts.push(a);
                 a += u64::from(e.count);
             }
-            dirs.insert(di, (entries, starts));
+            slot.insert((entries, starts));
         }
         let (entries, starts) = &dirs[&di];
         let li = starts.partition_point(|&s| s <= rank) - 1;
-        if !leaves.contains_key(&(di, li)) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = leaves.entry((di, li)) {
             let mut v = Vec::new();
             read_leaf_at(shard, db, key, root, di, entries, li, has_values, &mut v)?;
-            leaves.insert((di, li), v);
+            slot.insert(v);
         }
         out.push(leaves[&(di, li)][(rank - starts[li]) as usize].clone());
     }
@@ -792,11 +797,12 @@ pub fn contains_many(
             .dirs
             .partition_point(|e| e.first <= p)
             .saturating_sub(1);
-        if !dirs.contains_key(&di) {
-            let entries = read_dir_at(shard, db, key, root, di)?;
-            dirs.insert(di, entries);
+        if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
+            slot.insert(read_dir_at(shard, db, key, root, di)?);
         }
-        let li = dirs[&di].partition_point(|e| e.first <= p).saturating_sub(1);
+        let li = dirs[&di]
+            .partition_point(|e| e.first <= p)
+            .saturating_sub(1);
         at.push((di, li, i));
     }
     at.sort_unstable();
