@@ -295,6 +295,7 @@ fn partial_reads(p: &mut Pair, h: &str, s: &str, s2: &str, rng: &mut Rng) {
         );
         p.check(&["SCARD", s]);
     }
+    p.check(&["SPOP", s, "0"]);
     // Multi-key probes between paged and small sets.
     let s4 = format!("{s}4");
     let s4 = s4.as_str();

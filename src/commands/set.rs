@@ -179,6 +179,10 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     };
     if let Some(Opened::Paged(root)) = open_set(ctx, a[1])? {
         let n = root.count as usize;
+        if count == Some(0) {
+            r.set(0);
+            return Ok(());
+        }
         if count.is_none_or(|c| c > 0 && c < n) {
             let picks = distinct_indexes(n, count.unwrap_or(1));
             let popped = picked_members(ctx, a[1], Opened::Paged(root), &picks, false)?;
