@@ -170,6 +170,68 @@ fn load_set_with(
     }))
 }
 
+/// A hash or set as opened by a command that reads only what it needs of a paged one: the
+/// decoded one-record value, or a paged collection's root (no page read yet).
+pub enum Opened<T> {
+    Whole(T),
+    Paged(paged::Root),
+}
+
+impl<T> Opened<T> {
+    /// The paged root, if paged.
+    pub fn root(&self) -> Option<&paged::Root> {
+        match self {
+            Opened::Paged(r) => Some(r),
+            Opened::Whole(_) => None,
+        }
+    }
+}
+
+/// Opens the hash at `key` (WRONGTYPE for another kind, `None` when missing or expired).
+pub fn open_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Opened<HashValue>>, String> {
+    Ok(match load_coll(ctx, key, ValueKind::Hash)? {
+        None => None,
+        Some(Loaded {
+            value: Raw::Whole(b),
+            ..
+        }) => Some(Opened::Whole(HashValue::decode(&b).map_err(corrupt)?)),
+        Some(Loaded {
+            value: Raw::Paged(r),
+            ..
+        }) => Some(Opened::Paged(
+            paged::Root::decode(&r).map_err(storage_error)?,
+        )),
+    })
+}
+
+/// Opens the set at `key` (as `open_hash`).
+pub fn open_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Opened<SetValue>>, String> {
+    Ok(match load_coll(ctx, key, ValueKind::Set)? {
+        None => None,
+        Some(Loaded {
+            value: Raw::Whole(b),
+            ..
+        }) => Some(Opened::Whole(SetValue::decode(&b).map_err(corrupt)?)),
+        Some(Loaded {
+            value: Raw::Paged(r),
+            ..
+        }) => Some(Opened::Paged(
+            paged::Root::decode(&r).map_err(storage_error)?,
+        )),
+    })
+}
+
+/// The random ranks HRANDFIELD/SRANDMEMBER/SPOP pick among `n` members for `count`
+/// (negative: `|count|` picks, repeats allowed; otherwise `count` distinct ranks, `count <
+/// n`).
+pub fn random_ranks(n: usize, count: i64) -> Vec<usize> {
+    if count < 0 {
+        (0..count.unsigned_abs()).map(|_| random_below(n)).collect()
+    } else {
+        distinct_indexes(n, count as usize)
+    }
+}
+
 /// Point reads that need only the root (counts) or one directory page and one leaf of a
 /// paged collection (HGET, HEXISTS, HSTRLEN, HLEN, SISMEMBER, SMISMEMBER, SCARD); a
 /// one-record value is decoded as `load_*` does.

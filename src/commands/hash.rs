@@ -4,16 +4,20 @@
 //! once, so nothing is half-applied.
 
 use super::collection::{
-    distinct_indexes, load_hash, load_hash_for, parse_cursor, parse_rand_count, parse_scan_opts,
-    point_read, random_below, scan_reply, scan_step, store_hash, Loaded, Point,
+    load_hash, load_hash_for, open_hash, parse_cursor, parse_rand_count, parse_scan_opts,
+    point_read, random_below, random_ranks, scan_reply, scan_step, store_hash, Loaded, Opened,
+    Point,
 };
 use super::events::{GENERIC, HASH};
-use super::{eq_ic, glob_match, parse_int, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
+use super::{eq_ic, glob_match, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::encode::Proto;
 use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashEncoding, HashValue};
-use crate::storage::ValueKind;
+use crate::storage::{paged, ValueKind};
+
+/// Field/value pairs as a reply is built from them.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The hash at `key` with (at least) the fields `names` read, or a new empty one.
 fn load_or_new(ctx: &mut Ctx, key: &[u8], names: &[&[u8]]) -> Result<Loaded<HashValue>, String> {
@@ -204,38 +208,62 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
-/// HRANDFIELD key [count [WITHVALUES]].
+/// HRANDFIELD key [count [WITHVALUES]]. On a paged hash only the leaves holding the
+/// picked fields are read (ranks found by the counts in the root and directory pages);
+/// a count covering the whole hash reads it whole.
 pub fn hrandfield(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    if a.len() == 2 {
-        let h = load_hash(ctx, a[1])?;
-        match h.as_ref().filter(|h| !h.value.is_empty()) {
-            Some(h) => r.bulk(&h.value.pairs()[random_below(h.value.len())].0),
-            None => r.null(),
-        }
-        return Ok(());
-    }
-    let count = parse_rand_count(a[2])?;
+    let count = match a.len() {
+        2 => None,
+        _ => Some(parse_rand_count(a[2])?),
+    };
     let with_values = match a.len() {
-        3 => false,
+        2 | 3 => false,
         4 if eq_ic(a[3], "withvalues") => true,
         _ => return Err(ERR_SYNTAX.into()),
     };
-    let Some(h) = load_hash(ctx, a[1])? else {
-        r.array(0);
+    let Some(h) = open_hash(ctx, a[1])? else {
+        match count {
+            None => r.null(),
+            Some(_) => r.array(0),
+        }
         return Ok(());
     };
-    let pairs = h.value.pairs();
-    let picks: Vec<usize> = if count < 0 {
-        // Repeats allowed: |count| independent picks.
-        (0..count.unsigned_abs())
-            .map(|_| random_below(pairs.len()))
-            .collect()
-    } else if count as usize >= pairs.len() {
-        (0..pairs.len()).collect()
-    } else {
-        distinct_indexes(pairs.len(), count as usize)
+    let n = match &h {
+        Opened::Whole(v) => v.len(),
+        Opened::Paged(root) => root.count as usize,
     };
-    write_pairs(r, pairs, &picks, with_values);
+    if n == 0 {
+        match count {
+            None => r.null(),
+            Some(_) => r.array(0),
+        }
+        return Ok(());
+    }
+    let whole = count.is_some_and(|c| c >= 0 && c as usize >= n);
+    let picks: Vec<usize> = match count {
+        None => vec![random_below(n)],
+        Some(_) if whole => (0..n).collect(),
+        Some(c) => random_ranks(n, c),
+    };
+    let (pairs, picks): (Pairs, Vec<usize>) = match h {
+        Opened::Whole(v) => (v.pairs().to_vec(), picks),
+        Opened::Paged(_) if whole => match load_hash(ctx, a[1])? {
+            Some(v) => (v.value.pairs().to_vec(), picks),
+            None => (Vec::new(), Vec::new()),
+        },
+        Opened::Paged(root) => {
+            let (db, shard) = (ctx.db, ctx.shards.for_key(a[1]));
+            let ranks: Vec<u64> = picks.iter().map(|&i| i as u64).collect();
+            let got = paged::pick(shard, db, a[1], &root, &ranks, true).map_err(storage_error)?;
+            let k = got.len();
+            (got, (0..k).collect())
+        }
+    };
+    if count.is_none() {
+        r.bulk(&pairs[picks[0]].0);
+        return Ok(());
+    }
+    write_pairs(r, &pairs, &picks, with_values);
     Ok(())
 }
 
@@ -259,20 +287,35 @@ fn write_pairs(r: &mut ReplyBuf, pairs: &[(Vec<u8>, Vec<u8>)], picks: &[usize], 
     }
 }
 
-/// HSCAN key cursor [MATCH pattern] [COUNT count].
+/// HSCAN key cursor [MATCH pattern] [COUNT count]. On a paged hash a step reads one
+/// directory page and the leaves it returns fields from (`paged::scan`).
 pub fn hscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let cursor = parse_cursor(a[2])?;
-    let Some(h) = load_hash(ctx, a[1])? else {
+    let Some(h) = open_hash(ctx, a[1])? else {
         scan_reply(r, 0, &[]);
         return Ok(());
     };
     let opts = parse_scan_opts(a)?;
-    let pairs = h.value.pairs();
-    // Small encodings answer whole in one step with cursor 0, as Redis does.
-    let (picked, next): (Vec<usize>, u64) = match h.value.encoding() {
-        HashEncoding::Listpack => ((0..pairs.len()).collect(), 0),
-        HashEncoding::Hashtable => {
-            scan_step(pairs.iter().map(|(f, _)| f.as_slice()), cursor, opts.count)
+    let (pairs, picked, next): (Pairs, Vec<usize>, u64) = match h {
+        // Small encodings answer whole in one step with cursor 0, as Redis does.
+        Opened::Whole(v) if v.encoding() == HashEncoding::Listpack => {
+            let n = v.len();
+            (v.pairs().to_vec(), (0..n).collect(), 0)
+        }
+        Opened::Whole(v) => {
+            let (picked, next) = scan_step(
+                v.pairs().iter().map(|(f, _)| f.as_slice()),
+                cursor,
+                opts.count,
+            );
+            (v.pairs().to_vec(), picked, next)
+        }
+        Opened::Paged(root) => {
+            let (db, shard) = (ctx.db, ctx.shards.for_key(a[1]));
+            let (got, next) = paged::scan(shard, db, a[1], &root, cursor, opts.count, true)
+                .map_err(storage_error)?;
+            let n = got.len();
+            (got, (0..n).collect(), next)
         }
     };
     let mut items: Vec<&[u8]> = Vec::with_capacity(picked.len() * 2);

@@ -8,14 +8,15 @@
 //! member), so their encoding and order match Redis's for the small encodings.
 
 use super::collection::{
-    distinct_indexes, load_set, load_set_for, parse_cursor, parse_rand_count, parse_scan_opts,
-    point_read, random_below, scan_reply, scan_step, store_set, Loaded, Point,
+    distinct_indexes, load_set, load_set_for, open_set, parse_cursor, parse_rand_count,
+    parse_scan_opts, point_read, random_below, random_ranks, scan_reply, scan_step, store_set,
+    Loaded, Opened, Point,
 };
 use super::events::{GENERIC, SET};
-use super::{eq_ic, glob_match, CmdResult, Ctx, ERR_SYNTAX};
+use super::{eq_ic, glob_match, storage_error, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{SetEncoding, SetValue};
-use crate::storage::ValueKind;
+use crate::storage::{paged, ValueKind};
 
 fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'m [u8]>) {
     r.set(members.len());
@@ -92,42 +93,78 @@ pub fn smembers(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
-/// SRANDMEMBER key [count].
+/// SRANDMEMBER key [count]. On a paged set only the leaves holding the picked members are
+/// read; a count covering the whole set reads it whole.
 pub fn srandmember(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if a.len() > 3 {
         return Err(ERR_SYNTAX.into());
     }
-    if a.len() == 2 {
-        let s = load_set(ctx, a[1])?;
-        match s.as_ref().filter(|s| !s.value.is_empty()) {
-            Some(s) => r.bulk(&s.value.members()[random_below(s.value.len())]),
+    let count = match a.get(2) {
+        Some(c) => Some(parse_rand_count(c)?),
+        None => None,
+    };
+    let Some(s) = open_set(ctx, a[1])?.filter(|s| size_of(s) > 0) else {
+        match count {
             None => r.null(),
+            Some(_) => r.array(0),
         }
         return Ok(());
-    }
-    let count = parse_rand_count(a[2])?;
-    let Some(s) = load_set(ctx, a[1])? else {
-        r.array(0);
-        return Ok(());
     };
-    let members = s.value.members();
-    let picks: Vec<usize> = if count < 0 {
-        (0..count.unsigned_abs())
-            .map(|_| random_below(members.len()))
-            .collect()
-    } else if count as usize >= members.len() {
-        (0..members.len()).collect()
-    } else {
-        distinct_indexes(members.len(), count as usize)
+    let n = size_of(&s);
+    let whole = count.is_some_and(|c| c >= 0 && c as usize >= n);
+    let picks: Vec<usize> = match count {
+        None => vec![random_below(n)],
+        Some(_) if whole => (0..n).collect(),
+        Some(c) => random_ranks(n, c),
     };
-    r.array(picks.len());
-    for i in picks {
-        r.bulk(&members[i]);
+    let members = picked_members(ctx, a[1], s, &picks, whole)?;
+    match count {
+        None => r.bulk(&members[0]),
+        Some(_) => {
+            r.array(members.len());
+            for m in &members {
+                r.bulk(m);
+            }
+        }
     }
     Ok(())
 }
 
-/// SPOP key [count].
+/// Members of a set by rank (the set's member order), for the random commands: a paged set
+/// reads only the leaves holding them, unless `whole` (every rank asked).
+fn picked_members(
+    ctx: &mut Ctx,
+    key: &[u8],
+    s: Opened<SetValue>,
+    picks: &[usize],
+    whole: bool,
+) -> Result<Vec<Vec<u8>>, String> {
+    Ok(match s {
+        Opened::Whole(v) => picks.iter().map(|&i| v.members()[i].clone()).collect(),
+        Opened::Paged(_) if whole => match load_set(ctx, key)? {
+            Some(v) => picks
+                .iter()
+                .map(|&i| v.value.members()[i].clone())
+                .collect(),
+            None => Vec::new(),
+        },
+        Opened::Paged(root) => {
+            let (db, shard) = (ctx.db, ctx.shards.for_key(key));
+            let ranks: Vec<u64> = picks.iter().map(|&i| i as u64).collect();
+            paged::pick(shard, db, key, &root, &ranks, false).map_err(storage_error)?
+        }
+    })
+}
+
+fn size_of(s: &Opened<SetValue>) -> usize {
+    match s {
+        Opened::Whole(v) => v.len(),
+        Opened::Paged(root) => root.count as usize,
+    }
+}
+
+/// SPOP key [count]. On a paged set popping fewer members than it holds reads the leaves
+/// holding the picked members (and their neighbours, for merges) and rewrites only those.
 pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if a.len() > 3 {
         return Err(ERR_SYNTAX.into());
@@ -140,6 +177,33 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         ),
         None => None,
     };
+    if let Some(Opened::Paged(root)) = open_set(ctx, a[1])? {
+        let n = root.count as usize;
+        if count == Some(0) {
+            r.set(0);
+            return Ok(());
+        }
+        if count.is_none_or(|c| c > 0 && c < n) {
+            let picks = distinct_indexes(n, count.unwrap_or(1));
+            let popped = picked_members(ctx, a[1], Opened::Paged(root), &picks, false)?;
+            let names: Vec<&[u8]> = popped.iter().map(|m| m.as_slice()).collect();
+            let Some(mut s) = load_set_for(ctx, a[1], &names)? else {
+                return Err(storage_error(crate::storage::StorageError::Corrupt(
+                    "paged set vanished between two reads".into(),
+                )));
+            };
+            for m in &names {
+                s.value.remove(m);
+            }
+            store_set(ctx, a[1], &s.value, s.expire_at_ms)?;
+            notify_popped(ctx, a[1], s.value.is_empty());
+            match count {
+                None => r.bulk(&popped[0]),
+                Some(_) => reply_members(r, names.into_iter()),
+            }
+            return Ok(());
+        }
+    }
     let Some(mut s) = load_set(ctx, a[1])? else {
         match count {
             Some(_) => r.set(0),
@@ -233,24 +297,113 @@ fn load_all(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<Vec<Option<SetValue>>, Stri
         .collect()
 }
 
-/// The members common to every set, in the order of the smallest (the first of the
-/// smallest on a tie), stopping after `limit` (0 = no limit). Any missing set → empty.
-fn intersection<'s>(sets: &[&'s SetValue], limit: usize) -> Vec<&'s [u8]> {
-    let mut order: Vec<&SetValue> = sets.to_vec();
-    order.sort_by_key(|s| s.len());
-    let mut out = Vec::new();
-    let Some((first, rest)) = order.split_first() else {
-        return out;
-    };
-    for m in first.members() {
-        if rest.iter().all(|s| s.contains(m)) {
-            out.push(m.as_slice());
-            if limit != 0 && out.len() >= limit {
-                break;
+/// Opens every key as a set (`None` for a missing one; no page of a paged set read); the
+/// first WRONGTYPE aborts.
+fn open_all(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<Vec<Option<Opened<SetValue>>>, String> {
+    keys.iter().map(|k| open_set(ctx, k)).collect()
+}
+
+/// Directory pages of a paged source read so far by one command (by root entry index).
+type DirCache = std::collections::HashMap<usize, Vec<paged::Entry>>;
+
+/// Members per batch when a one-record source is iterated (a paged one goes leaf by leaf).
+const BATCH: usize = 256;
+
+/// Iterates the members of source `s` (of `key`) in its member order, a batch at a time
+/// (a paged set one leaf at a time), until `f` returns false.
+fn for_each_batch(
+    ctx: &mut Ctx,
+    key: &[u8],
+    s: &Opened<SetValue>,
+    mut f: impl FnMut(&mut Ctx, Vec<Vec<u8>>) -> Result<bool, String>,
+) -> Result<(), String> {
+    match s {
+        Opened::Whole(v) => {
+            for chunk in v.members().chunks(BATCH) {
+                if !f(ctx, chunk.to_vec())? {
+                    break;
+                }
+            }
+        }
+        Opened::Paged(root) => {
+            let mut walk = paged::LeafWalk::default();
+            loop {
+                let (db, shard) = (ctx.db, ctx.shards.for_key(key));
+                let Some(leaf) = walk
+                    .next::<Vec<u8>>(shard, db, key, root, false)
+                    .map_err(storage_error)?
+                else {
+                    break;
+                };
+                if !f(ctx, leaf)? {
+                    break;
+                }
             }
         }
     }
-    out
+    Ok(())
+}
+
+/// Keeps the members of `batch` that source `s` (of `key`) holds: a one-record set by its
+/// lookup, a paged one through `paged::contains_many` (each leaf a probe needs read once
+/// per batch; `dirs` caches its directory pages for the command).
+fn keep_held(
+    ctx: &mut Ctx,
+    key: &[u8],
+    s: &Opened<SetValue>,
+    batch: &mut Vec<Vec<u8>>,
+    dirs: &mut DirCache,
+    want: bool,
+) -> Result<(), String> {
+    match s {
+        Opened::Whole(v) => batch.retain(|m| v.contains(m) == want),
+        Opened::Paged(root) => {
+            let names: Vec<&[u8]> = batch.iter().map(|m| m.as_slice()).collect();
+            let (db, shard) = (ctx.db, ctx.shards.for_key(key));
+            let held = paged::contains_many(shard, db, key, root, &names, false, dirs)
+                .map_err(storage_error)?;
+            let mut i = 0;
+            batch.retain(|_| {
+                i += 1;
+                held[i - 1] == want
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The members common to the sets at `keys`, in the member order of the smallest (the
+/// first of the smallest on a tie), stopping after `limit` (0 = no limit). Any missing set
+/// → empty. The smallest is read a batch (a leaf) at a time and every member of a batch is
+/// probed in the others, a paged one reading only the leaves that can hold them.
+fn intersection(ctx: &mut Ctx, keys: &[&[u8]], limit: usize) -> Result<Vec<Vec<u8>>, String> {
+    let sets = open_all(ctx, keys)?;
+    let mut out = Vec::new();
+    let Some(present) = sets.iter().map(|s| s.as_ref()).collect::<Option<Vec<_>>>() else {
+        return Ok(out);
+    };
+    let mut order: Vec<usize> = (0..present.len()).collect();
+    order.sort_by_key(|&i| size_of(present[i]));
+    let Some((&first, rest)) = order.split_first() else {
+        return Ok(out);
+    };
+    let mut dirs: Vec<DirCache> = vec![DirCache::new(); present.len()];
+    for_each_batch(ctx, keys[first], present[first], |ctx, mut batch| {
+        for &j in rest {
+            if batch.is_empty() {
+                break;
+            }
+            keep_held(ctx, keys[j], present[j], &mut batch, &mut dirs[j], true)?;
+        }
+        for m in batch {
+            out.push(m);
+            if limit != 0 && out.len() >= limit {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(out)
 }
 
 /// SUNION's result: an empty intset filled with every set's members in turn.
@@ -265,50 +418,64 @@ fn union_of(sets: &[Option<&SetValue>]) -> SetValue {
 }
 
 /// SDIFF's result, by the algorithm Redis 7.2 would choose (it decides the encoding a big
-/// result ends with): members of the first set in none of the others.
-fn difference_of(sets: &[Option<&SetValue>]) -> SetValue {
+/// result ends with): members of the first set in none of the others. The first set is
+/// read a batch (a leaf) at a time; the others are probed per batch (algorithm 1) or read
+/// a batch at a time and removed from the result (algorithm 2).
+fn difference(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<SetValue, String> {
+    let sets = open_all(ctx, keys)?;
     let mut out = SetValue::new();
     let Some(Some(first)) = sets.first() else {
-        return out;
+        return Ok(out);
     };
-    let rest: Vec<&SetValue> = sets[1..].iter().flatten().copied().collect();
-    let algo_one_work = first.len() * sets.len() / 2;
-    let algo_two_work: usize = sets.iter().flatten().map(|s| s.len()).sum();
+    let rest: Vec<usize> = (1..sets.len()).filter(|&j| sets[j].is_some()).collect();
+    let size = |j: usize| sets[j].as_ref().map_or(0, size_of);
+    let algo_one_work = size_of(first) * sets.len() / 2;
+    let algo_two_work: usize = (0..sets.len()).map(size).sum();
     if algo_one_work <= algo_two_work {
-        for m in first.members() {
-            if !rest.iter().any(|s| s.contains(m)) {
+        let mut dirs: Vec<DirCache> = vec![DirCache::new(); sets.len()];
+        for_each_batch(ctx, keys[0], first, |ctx, mut batch| {
+            for &j in &rest {
+                if batch.is_empty() {
+                    break;
+                }
+                let s = sets[j].as_ref().expect("present");
+                keep_held(ctx, keys[j], s, &mut batch, &mut dirs[j], false)?;
+            }
+            for m in &batch {
                 out.add(m);
             }
-        }
+            Ok(true)
+        })?;
     } else {
-        for m in first.members() {
-            out.add(m);
-        }
-        for s in &rest {
-            for m in s.members() {
-                out.remove(m);
+        for_each_batch(ctx, keys[0], first, |_, batch| {
+            for m in &batch {
+                out.add(m);
             }
+            Ok(true)
+        })?;
+        for &j in &rest {
+            let s = sets[j].as_ref().expect("present");
+            for_each_batch(ctx, keys[j], s, |_, batch| {
+                for m in &batch {
+                    out.remove(m);
+                }
+                Ok(!out.is_empty())
+            })?;
         }
     }
-    out
+    Ok(out)
 }
 
 pub fn sinter(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let sets = load_all(ctx, &a[1..])?;
-    let present: Option<Vec<&SetValue>> = sets.iter().map(|s| s.as_ref()).collect();
-    let common = present.map_or(Vec::new(), |p| intersection(&p, 0));
-    reply_members(r, common.into_iter());
+    let common = intersection(ctx, &a[1..], 0)?;
+    reply_members(r, common.iter().map(|m| m.as_slice()));
     Ok(())
 }
 
 pub fn sinterstore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let sets = load_all(ctx, &a[2..])?;
-    let present: Option<Vec<&SetValue>> = sets.iter().map(|s| s.as_ref()).collect();
     let mut out = SetValue::new();
-    if let Some(p) = present {
-        for m in intersection(&p, 0) {
-            out.add(m);
-        }
+    for m in intersection(ctx, &a[2..], 0)? {
+        out.add(&m);
     }
     store_result(ctx, a[1], &out, "sinterstore")?;
     r.int(out.len() as i64);
@@ -361,21 +528,18 @@ pub fn sintercard(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             return Err(ERR_SYNTAX.into());
         }
     }
-    let sets = load_all(ctx, &a[2..2 + numkeys])?;
-    let present: Option<Vec<&SetValue>> = sets.iter().map(|s| s.as_ref()).collect();
-    let n = present.map_or(0, |p| intersection(&p, limit).len());
+    let n = intersection(ctx, &a[2..2 + numkeys], limit)?.len();
     r.int(n as i64);
     Ok(())
 }
 
 fn union_or_diff(ctx: &mut Ctx, keys: &[&[u8]], diff: bool) -> Result<SetValue, String> {
+    if diff {
+        return difference(ctx, keys);
+    }
     let sets = load_all(ctx, keys)?;
     let refs: Vec<Option<&SetValue>> = sets.iter().map(|s| s.as_ref()).collect();
-    Ok(if diff {
-        difference_of(&refs)
-    } else {
-        union_of(&refs)
-    })
+    Ok(union_of(&refs))
 }
 
 pub fn sunion(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
@@ -404,24 +568,32 @@ pub fn sdiffstore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
-/// SSCAN key cursor [MATCH pattern] [COUNT count].
+/// SSCAN key cursor [MATCH pattern] [COUNT count]. On a paged set a step reads one
+/// directory page and the leaves it returns members from (`paged::scan`).
 pub fn sscan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let cursor = parse_cursor(a[2])?;
-    let Some(s) = load_set(ctx, a[1])? else {
+    let Some(s) = open_set(ctx, a[1])? else {
         scan_reply(r, 0, &[]);
         return Ok(());
     };
     let opts = parse_scan_opts(a)?;
-    let members = s.value.members();
-    let (picked, next): (Vec<usize>, u64) = match s.value.encoding() {
-        SetEncoding::Intset | SetEncoding::Listpack => ((0..members.len()).collect(), 0),
-        SetEncoding::Hashtable => {
-            scan_step(members.iter().map(|m| m.as_slice()), cursor, opts.count)
+    let (members, next): (Vec<Vec<u8>>, u64) = match s {
+        Opened::Whole(v) => match v.encoding() {
+            SetEncoding::Intset | SetEncoding::Listpack => (v.members().to_vec(), 0),
+            SetEncoding::Hashtable => {
+                let m = v.members();
+                let (picked, next) = scan_step(m.iter().map(|x| x.as_slice()), cursor, opts.count);
+                (picked.into_iter().map(|i| m[i].clone()).collect(), next)
+            }
+        },
+        Opened::Paged(root) => {
+            let (db, shard) = (ctx.db, ctx.shards.for_key(a[1]));
+            paged::scan(shard, db, a[1], &root, cursor, opts.count, false).map_err(storage_error)?
         }
     };
-    let items: Vec<&[u8]> = picked
-        .into_iter()
-        .map(|i| members[i].as_slice())
+    let items: Vec<&[u8]> = members
+        .iter()
+        .map(|m| m.as_slice())
         .filter(|m| opts.pattern.is_none_or(|p| glob_match(p, m)))
         .collect();
     scan_reply(r, next, &items);

@@ -1421,6 +1421,18 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             )),
             None => out.push_str("lavik_data_file_growable:0\r\n"),
         }
+        // Paged roots deleted/overwritten whose pages the background has yet to release.
+        out.push_str(&format!(
+            "lavik_paged_releases_pending:{}\r\nlavik_paged_release_dirs_pending:{}\r\n",
+            shard_stats
+                .iter()
+                .map(|(_, s)| s.paged_releases_pending)
+                .sum::<u64>(),
+            shard_stats
+                .iter()
+                .map(|(_, s)| s.paged_release_dirs_pending)
+                .sum::<u64>()
+        ));
         for (id, s) in &shard_stats {
             out.push_str(&format!("shard{id}:{}\r\n", stats_line(s)));
         }

@@ -597,6 +597,267 @@ pub fn lookup(
     }
 }
 
+// ---- reading only what a command needs ---------------------------------------------------
+
+/// Directory page `di` of `root`, checked against its root entry.
+fn read_dir_at(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    di: usize,
+) -> Result<Vec<Entry>, StorageError> {
+    let d = root.dirs[di];
+    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+    let entries = decode_dir(&read_page(shard, db, key, d.addr)?.value)?;
+    if (di > 0 && entries[0].first != d.first)
+        || entries.last().is_some_and(|e| e.first >= dir_end)
+        || entries.iter().map(|e| u64::from(e.count)).sum::<u64>() != u64::from(d.count)
+    {
+        return Err(corrupt("directory page disagrees with the root"));
+    }
+    Ok(entries)
+}
+
+/// The positions `[start, end)` leaf `li` of directory page `di` covers (`end` is
+/// `u64::MAX` for the collection's last leaf).
+fn leaf_range(root: &Root, di: usize, entries: &[Entry], li: usize) -> (u64, u64) {
+    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+    let start = if di == 0 && li == 0 {
+        0
+    } else {
+        entries[li].first
+    };
+    (start, entries.get(li + 1).map_or(dir_end, |n| n.first))
+}
+
+/// Appends the members of leaf `li` of directory page `di` (whose entries are `entries`).
+#[allow(clippy::too_many_arguments)]
+fn read_leaf_at<E: Elem>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    di: usize,
+    entries: &[Entry],
+    li: usize,
+    has_values: bool,
+    out: &mut Vec<E>,
+) -> Result<(), StorageError> {
+    let rec = read_page(shard, db, key, entries[li].addr)?;
+    let n = decode_leaf(
+        &rec.value,
+        has_values,
+        leaf_range(root, di, entries, li),
+        out,
+    )?;
+    if n != entries[li].count as usize {
+        return Err(corrupt("leaf count disagrees with its directory"));
+    }
+    Ok(())
+}
+
+/// One HSCAN/SSCAN step on a paged collection: the members whose position is at least
+/// `cursor`, in position order, at least `count` of them unless the collection ends (ties
+/// at the last position all included), and the next cursor (0 at the end). Reads the
+/// directory page holding `cursor` and the leaves from the one holding it on, until
+/// `count` members are gathered (a following directory page only when a page's last leaf
+/// ends the step short).
+///
+/// A step returns exactly the members with positions in `[cursor, next)`, and the steps of
+/// a walk cover `[0, 2^63)` without overlap whatever splits and merges move the leaf
+/// boundaries, so a member present for the whole walk is returned exactly once.
+pub fn scan<E: Elem>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    cursor: u64,
+    count: usize,
+    has_values: bool,
+) -> Result<(Vec<E>, u64), StorageError> {
+    let mut di = root
+        .dirs
+        .partition_point(|e| e.first <= cursor)
+        .saturating_sub(1);
+    let mut entries = read_dir_at(shard, db, key, root, di)?;
+    let mut li = entries
+        .partition_point(|e| e.first <= cursor)
+        .saturating_sub(1);
+    let mut out: Vec<E> = Vec::new();
+    let mut last: Option<u64> = None;
+    loop {
+        let (_, end) = leaf_range(root, di, &entries, li);
+        let mut leaf: Vec<E> = Vec::new();
+        read_leaf_at(
+            shard, db, key, root, di, &entries, li, has_values, &mut leaf,
+        )?;
+        for e in leaf {
+            let p = position(e.name());
+            if p < cursor {
+                continue;
+            }
+            if out.len() >= count && last != Some(p) {
+                return Ok((out, p));
+            }
+            last = Some(p);
+            out.push(e);
+        }
+        if end == u64::MAX {
+            return Ok((out, 0));
+        }
+        if out.len() >= count {
+            return Ok((out, end));
+        }
+        li += 1;
+        if li == entries.len() {
+            di += 1;
+            entries = read_dir_at(shard, db, key, root, di)?;
+            li = 0;
+        }
+    }
+}
+
+/// The members of ranks `ranks` (0-based, in position order; repeats allowed, each below
+/// `root.count`), in the order asked. Finds each rank's directory page and leaf by the
+/// counts in the root and directory entries and reads only those pages, each once.
+pub fn pick<E: Elem + Clone>(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    ranks: &[u64],
+    has_values: bool,
+) -> Result<Vec<E>, StorageError> {
+    use std::collections::HashMap;
+    // Rank of the first member below each root entry.
+    let mut dir_starts = Vec::with_capacity(root.dirs.len());
+    let mut acc = 0u64;
+    for d in &root.dirs {
+        dir_starts.push(acc);
+        acc += u64::from(d.count);
+    }
+    let mut dirs: HashMap<usize, (Vec<Entry>, Vec<u64>)> = HashMap::new();
+    let mut leaves: HashMap<(usize, usize), Vec<E>> = HashMap::new();
+    let mut out = Vec::with_capacity(ranks.len());
+    for &rank in ranks {
+        if rank >= acc {
+            return Err(corrupt("rank past the collection's count"));
+        }
+        let di = dir_starts.partition_point(|&s| s <= rank) - 1;
+        if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
+            let entries = read_dir_at(shard, db, key, root, di)?;
+            let mut starts = Vec::with_capacity(entries.len());
+            let mut a = dir_starts[di];
+            for e in &entries {
+                starts.push(a);
+                a += u64::from(e.count);
+            }
+            slot.insert((entries, starts));
+        }
+        let (entries, starts) = &dirs[&di];
+        let li = starts.partition_point(|&s| s <= rank) - 1;
+        if let std::collections::hash_map::Entry::Vacant(slot) = leaves.entry((di, li)) {
+            let mut v = Vec::new();
+            read_leaf_at(shard, db, key, root, di, entries, li, has_values, &mut v)?;
+            slot.insert(v);
+        }
+        out.push(leaves[&(di, li)][(rank - starts[li]) as usize].clone());
+    }
+    Ok(out)
+}
+
+/// A walk over a paged collection's leaves in position order, one leaf per step (the
+/// directory pages read as the walk reaches them).
+#[derive(Default)]
+pub struct LeafWalk {
+    di: usize,
+    li: usize,
+    entries: Option<Vec<Entry>>,
+}
+
+impl LeafWalk {
+    /// The next leaf's members, `None` after the last.
+    pub fn next<E: Elem>(
+        &mut self,
+        shard: &mut Shard,
+        db: Db,
+        key: &[u8],
+        root: &Root,
+        has_values: bool,
+    ) -> Result<Option<Vec<E>>, StorageError> {
+        if self.di >= root.dirs.len() {
+            return Ok(None);
+        }
+        if self.entries.is_none() {
+            self.entries = Some(read_dir_at(shard, db, key, root, self.di)?);
+        }
+        let entries = self.entries.as_ref().expect("read above");
+        let mut out = Vec::new();
+        read_leaf_at(
+            shard, db, key, root, self.di, entries, self.li, has_values, &mut out,
+        )?;
+        self.li += 1;
+        if self.li == entries.len() {
+            self.li = 0;
+            self.di += 1;
+            self.entries = None;
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Which of `names` the paged set (or hash) `root` holds: the names are grouped by the leaf
+/// that can hold them, each such leaf read once; `dirs` caches directory pages between
+/// calls of one command.
+pub fn contains_many(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    names: &[&[u8]],
+    has_values: bool,
+    dirs: &mut std::collections::HashMap<usize, Vec<Entry>>,
+) -> Result<Vec<bool>, StorageError> {
+    let mut at: Vec<(usize, usize, usize)> = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let p = position(name);
+        let di = root
+            .dirs
+            .partition_point(|e| e.first <= p)
+            .saturating_sub(1);
+        if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
+            slot.insert(read_dir_at(shard, db, key, root, di)?);
+        }
+        let li = dirs[&di]
+            .partition_point(|e| e.first <= p)
+            .saturating_sub(1);
+        at.push((di, li, i));
+    }
+    at.sort_unstable();
+    let mut out = vec![false; names.len()];
+    let mut k = 0;
+    while k < at.len() {
+        let (di, li, _) = at[k];
+        let entries = &dirs[&di];
+        let mut held: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+        if has_values {
+            let mut v: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+            read_leaf_at(shard, db, key, root, di, entries, li, true, &mut v)?;
+            held.extend(v.into_iter().map(|(f, _)| f));
+        } else {
+            let mut v: Vec<Vec<u8>> = Vec::new();
+            read_leaf_at(shard, db, key, root, di, entries, li, false, &mut v)?;
+            held.extend(v);
+        }
+        while k < at.len() && at[k].0 == di && at[k].1 == li {
+            out[at[k].2] = held.contains(names[at[k].2]);
+            k += 1;
+        }
+    }
+    Ok(out)
+}
+
 /// Addresses and payload lengths of every page under `root` (directory pages read).
 pub fn pages_of(
     shard: &mut Shard,
@@ -615,20 +876,140 @@ pub fn pages_of(
     Ok(out)
 }
 
+/// A paged root that stopped being current (deleted, expired or overwritten) whose pages
+/// still count as live: the background job reads its directory pages one by one and stops
+/// counting them and their leaves (`docs/collections.md` section 7a).
+struct Released {
+    db: Db,
+    key: Vec<u8>,
+    /// The root's directory pages (address, payload length); those before `next` are done.
+    dirs: Vec<(u64, u32)>,
+    next: usize,
+    /// The newest block sequence number when the root was released: a page of it can only
+    /// be in a block of this sequence number or older (a block reused since has a newer
+    /// one, and is never unaccounted for this root).
+    block_seq_max: u64,
+}
+
+/// Background work units charged per directory page a release reads (a device read).
+const RELEASE_DIR_WORK: u64 = 5;
+
+/// The shard's queue of released paged roots (the background page release).
+#[derive(Default)]
+pub(crate) struct PendingReleases {
+    queue: std::collections::VecDeque<Released>,
+    /// Directory pages of queued roots not yet read.
+    dirs: u64,
+}
+
+impl PendingReleases {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Released roots whose pages still count as live.
+    pub(crate) fn roots(&self) -> u64 {
+        self.queue.len() as u64
+    }
+
+    /// Their directory pages not yet read.
+    pub(crate) fn dirs(&self) -> u64 {
+        self.dirs
+    }
+
+    /// FLUSHDB zeroed the live bytes of `db` (pages included): its releases are moot.
+    pub(crate) fn drop_db(&mut self, db: Db) {
+        self.queue.retain(|r| r.db != db);
+        self.dirs = self
+            .queue
+            .iter()
+            .map(|r| (r.dirs.len() - r.next) as u64)
+            .sum();
+    }
+}
+
 /// Stops counting the pages of a root that is no longer current (deleted, expired or
-/// overwritten by a value that does not share them). A page that cannot be read is left
-/// counted: its block then only looks more live than it is (defrag is delayed, never wrong).
+/// overwritten by a value that does not share them), **without reading any page**: the
+/// root's tombstone (or the new value) is already the commit, and the root joins the
+/// shard's queue of pending releases, which `release_step` works off in the background.
 pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
     let Ok(root) = Root::decode(&root_rec.value) else {
         return;
     };
-    match pages_of(shard, db, &root_rec.key, &root) {
-        Ok(pages) => {
-            for (addr, len) in pages {
-                shard.unaccount_page(db, Address(addr), root_rec.key.len(), len);
-            }
+    let block_seq_max = shard
+        .blocks
+        .values()
+        .map(|b| b.block_seq)
+        .max()
+        .unwrap_or(0);
+    shard.releases.dirs += root.dirs.len() as u64;
+    shard.releases.queue.push_back(Released {
+        db,
+        key: root_rec.key.clone(),
+        dirs: root.dirs.iter().map(|d| (d.addr, d.len)).collect(),
+        next: 0,
+        block_seq_max,
+    });
+}
+
+/// Whether the page at `addr` may still be one of a root released when the newest block
+/// sequence number was `block_seq_max` (its block was not freed and reused since).
+fn page_block_unchanged(shard: &Shard, addr: u64, block_seq_max: u64) -> bool {
+    let (block, _) = shard.shared.layout.split(Address(addr));
+    shard
+        .blocks
+        .get(&block)
+        .is_some_and(|b| b.block_seq <= block_seq_max)
+}
+
+/// Background page release: reads queued directory pages, about one per unit of `work`
+/// (at least one per call while any is queued), and stops counting each with its leaves.
+/// A directory page that cannot be read leaves its leaves counted (their blocks look more
+/// live than they are until a restart recomputes live bytes: defrag is delayed, never
+/// wrong).
+pub(crate) fn release_step(shard: &mut Shard, work: &mut u64) {
+    let mut first = true;
+    while first || *work > 0 {
+        first = false;
+        let Some(r) = shard.releases.queue.front_mut() else {
+            return;
+        };
+        let (addr, len) = r.dirs[r.next];
+        r.next += 1;
+        let (db, seq_max) = (r.db, r.block_seq_max);
+        let key = if r.next == r.dirs.len() {
+            shard.releases.queue.pop_front().expect("front").key
+        } else {
+            r.key.clone()
+        };
+        shard.releases.dirs -= 1;
+        *work = work.saturating_sub(RELEASE_DIR_WORK);
+        if !page_block_unchanged(shard, addr, seq_max) {
+            continue;
         }
-        Err(e) => tracing::warn!(shard = shard.id(), "paged root's pages unreadable: {e}"),
+        match read_page(shard, db, &key, addr).and_then(|rec| decode_dir(&rec.value)) {
+            Ok(entries) => {
+                for l in entries {
+                    if page_block_unchanged(shard, l.addr, seq_max) {
+                        shard.unaccount_page(db, Address(l.addr), key.len(), l.len);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(
+                shard = shard.id(),
+                "released paged root's directory page unreadable: {e}"
+            ),
+        }
+        shard.unaccount_page(db, Address(addr), key.len(), len);
+    }
+}
+
+/// Works off every pending release (shutdown, before the checkpoint records live bytes;
+/// tests).
+pub(crate) fn release_all(shard: &mut Shard) {
+    while !shard.releases.is_empty() {
+        let mut work = u64::MAX;
+        release_step(shard, &mut work);
     }
 }
 
@@ -1290,6 +1671,11 @@ mod tests {
 
     /// Live bytes the shard counts, against what the index and the roots reach.
     fn check_live(s: &mut Shard, keys: &[&[u8]]) {
+        // Released roots' pages stop counting in the background job: run it to the end,
+        // in the smallest steps it takes.
+        while !s.releases.is_empty() {
+            release_step(s, &mut 0);
+        }
         let mut want = 0u64;
         for k in keys {
             let h = s.hash(0, k);
@@ -1612,5 +1998,81 @@ mod tests {
         assert!(!is_paged(&mut s, b"h"), "demoted at the end");
         assert_eq!(contents(&load_hash(&mut s, b"h").unwrap()), model);
         check_live(&mut s, &[b"h"]);
+    }
+
+    // DEL of a big paged hash reads no page (no device read, no cache lookup: the release
+    // is queued), live bytes converge to exactly what is reachable once the background job
+    // ran, and defrag (held back while releases are pending), a crash with releases
+    // pending and a clean reopen all end with the right contents and exact live bytes.
+    #[test]
+    fn delete_releases_pages_in_the_background() {
+        let dev = Arc::new(MemDevice::new("t", 64 << 20));
+        let mut s = open(&dev);
+        let mk = |n: u32, tag: &str| {
+            let mut h = HashValue::new();
+            h.prepare_write(n as usize, 1);
+            for i in 0..n {
+                h.set(format!("f-{tag}-{i}").as_bytes(), b"some value bytes");
+            }
+            h
+        };
+        store_hash(&mut s, b"big", &mk(20_000, "a"));
+        store_hash(&mut s, b"keep", &mk(3000, "k"));
+        store_hash(&mut s, b"over", &mk(3000, "o"));
+        s.flush().unwrap();
+        s.cache.clear();
+        // The roots in the record cache (DEL reads the record it deletes), pages not.
+        for k in [&b"big"[..], b"over"] {
+            assert!(is_paged(&mut s, k));
+        }
+        let before = s.stats();
+        assert!(s.delete(0, b"big", 0).unwrap());
+        // Overwrite of a paged root by a one-record value: also queued.
+        s.put(0, b"over", ValueKind::Hash, &mk(3, "x").encode(), None, 0)
+            .unwrap();
+        let after = s.stats();
+        assert_eq!(after.device_reads, before.device_reads, "DEL read a page");
+        assert_eq!(after.paged_releases_pending, 2);
+        assert!(after.paged_release_dirs_pending >= 2);
+        // Defrag waits while releases are pending; a background step with a small budget
+        // releases some directory pages, not necessarily all.
+        let relocated = after.defrag_relocated_records;
+        s.background(10, 10).unwrap();
+        assert_eq!(s.stats().defrag_relocated_records, relocated);
+        assert!(s.stats().paged_release_dirs_pending < after.paged_release_dirs_pending);
+        let mut now = 20;
+        while s.stats().paged_releases_pending > 0 {
+            s.background(now, 1000).unwrap();
+            now += 10;
+        }
+        check_live(&mut s, &[b"big", b"keep", b"over"]);
+        // Defrag now runs and frees the dead pages' blocks; contents unchanged.
+        let keep = contents(&load_hash(&mut s, b"keep").unwrap());
+        for _ in 0..300 {
+            s.background(now, 100_000).unwrap();
+            s.flush().unwrap();
+            now += 10;
+        }
+        assert!(s.stats().defrag_freed_blocks > 0);
+        assert_eq!(contents(&load_hash(&mut s, b"keep").unwrap()), keep);
+        check_live(&mut s, &[b"big", b"keep", b"over"]);
+        // A crash with releases pending: recovery counts only what roots reach.
+        assert!(s.delete(0, b"keep", 0).unwrap());
+        store_hash(&mut s, b"new", &mk(5000, "n"));
+        let newc = contents(&load_hash(&mut s, b"new").unwrap());
+        assert_eq!(s.stats().paged_releases_pending, 1);
+        s.flush().unwrap();
+        drop(s);
+        dev.crash(None);
+        let mut s = open(&dev);
+        assert_eq!(s.stats().paged_releases_pending, 0);
+        assert!(load_hash(&mut s, b"keep").is_none());
+        assert_eq!(contents(&load_hash(&mut s, b"new").unwrap()), newc);
+        check_live(&mut s, &[b"big", b"keep", b"over", b"new"]);
+        // A clean shutdown with a release pending writes exact live bytes in its checkpoint.
+        assert!(s.delete(0, b"new", 0).unwrap());
+        s.shutdown(true).unwrap();
+        let mut s = open(&dev);
+        check_live(&mut s, &[b"big", b"keep", b"over", b"new"]);
     }
 }

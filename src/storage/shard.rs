@@ -180,6 +180,10 @@ pub struct ShardStats {
     pub corrupt_chunks: u64,
     pub fsync_policy: Option<FsyncPolicy>,
     pub defrag_paused: bool,
+    /// Released paged roots whose pages still count as live, and their directory pages
+    /// not yet read (the background page release).
+    pub paged_releases_pending: u64,
+    pub paged_release_dirs_pending: u64,
 }
 
 /// One slice of the keyspace (slot % shard_count == shard id), with its own index, append
@@ -256,6 +260,8 @@ pub struct Shard {
     pub(crate) prefetched: Vec<Fetched>,
     pub(crate) last_now_ms: u64,
     pub(crate) raider: TombRaider,
+    /// Released paged roots whose pages still count as live (`paged::release_step`).
+    pub(crate) releases: super::paged::PendingReleases,
     pub(crate) defrag_sleep_ms: u64,
     pub(crate) defrag_max_active_per_device: u32,
     pub(crate) defrag_record_sleep_us: u64,
@@ -414,6 +420,7 @@ impl Shard {
             prefetched: Vec::new(),
             last_now_ms: 0,
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
+            releases: Default::default(),
             defrag_sleep_ms: cfg.defrag_sleep_ms,
             defrag_max_active_per_device: cfg.defrag_max_active_per_device,
             defrag_record_sleep_us: cfg.defrag_record_sleep_us,
@@ -1017,6 +1024,8 @@ impl Shard {
         self.mark_unflushed();
         self.indexes[d] = Index::new();
         self.expiry[d].clear();
+        // The db's live bytes go to zero below, its released pages' with them.
+        self.releases.drop_db(db);
         let mut dead_extents = Vec::new();
         self.defrag_idle = None;
         for (b, info) in self.blocks.iter_mut() {
@@ -1156,11 +1165,20 @@ impl Shard {
         self.last_now_ms = now_ms;
         let mut work = (budget_us / BACKGROUND_UNIT_US).max(1);
         self.active_expiry(now_ms, &mut work)?;
+        // Pages of deleted/overwritten paged roots stop counting here, not in the command
+        // (`docs/collections.md` 7a). Defrag waits while any is pending: it would take
+        // their pages for dead and could free a block holding a directory page the
+        // release has yet to read.
+        super::paged::release_step(self, &mut work);
         self.tomb_raider_step(now_ms)?;
         let rested = self
             .last_defrag_ms
             .is_none_or(|t| now_ms.saturating_sub(t) >= self.defrag_sleep_ms);
-        if !self.defrag_paused && work > 0 && (rested || self.defrag_job.is_some()) {
+        if !self.defrag_paused
+            && work > 0
+            && self.releases.is_empty()
+            && (rested || self.defrag_job.is_some())
+        {
             self.last_defrag_ms = Some(now_ms);
             self.defrag_step(&mut work)?;
         }
@@ -1259,6 +1277,8 @@ impl Shard {
             corrupt_chunks: c.corrupt_chunks,
             fsync_policy: Some(self.fsync),
             defrag_paused: self.defrag_paused,
+            paged_releases_pending: self.releases.roots(),
+            paged_release_dirs_pending: self.releases.dirs(),
         }
     }
 
@@ -1266,6 +1286,8 @@ impl Shard {
     /// checkpoint (a failure to write it is logged and only means the next start scans).
     /// The last shard to shut down marks the store clean.
     pub fn shutdown(mut self, write_checkpoint: bool) -> Result<(), StorageError> {
+        // The checkpoint records per-block live bytes: pending page releases first.
+        super::paged::release_all(&mut self);
         self.flush()?;
         self.sync_dirty()?;
         let checkpoint_id = {
