@@ -903,6 +903,23 @@ pub(crate) struct PendingReleases {
 }
 
 impl PendingReleases {
+    /// A block seal moved a command scope's staged records (`Shard::move_scope_tail`) into
+    /// the block of sequence number `block_seq`: queued directory pages among them are now at
+    /// `map(address)`. (No block is freed inside a command, so the others are unchanged.)
+    pub(crate) fn rebase(&mut self, map: impl Fn(u64) -> u64, block_seq: u64) {
+        for r in &mut self.queue {
+            let mut changed = false;
+            for d in r.dirs.iter_mut().skip(r.next) {
+                let a = map(d.0);
+                changed |= a != d.0;
+                d.0 = a;
+            }
+            if changed {
+                r.block_seq_max = r.block_seq_max.max(block_seq);
+            }
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
@@ -946,7 +963,12 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
     shard.releases.queue.push_back(Released {
         db,
         key: root_rec.key.clone(),
-        dirs: root.dirs.iter().map(|d| (d.addr, d.len)).collect(),
+        // A root loaded before a seal moved this scope's records names old addresses.
+        dirs: root
+            .dirs
+            .iter()
+            .map(|d| (shard.current_address(Address(d.addr)).0, d.len))
+            .collect(),
         next: 0,
         block_seq_max,
     });

@@ -705,10 +705,6 @@ impl Shard {
         seq: u64,
     ) -> Result<Address, StorageError> {
         check_db(db)?;
-        // A directory page built from a tree loaded before a seal moved this scope's
-        // records names their old addresses: point it at where they are now.
-        let rebased = self.rebase_payload(false, payload);
-        let payload = rebased.as_deref().unwrap_or(payload);
         let (addr, _) = self.append(
             RecordType::Page,
             0,
@@ -803,8 +799,6 @@ impl Shard {
         visible: bool,
     ) -> Result<(), StorageError> {
         check_db(db)?;
-        let rebased = self.rebase_payload(true, root);
-        let root = rebased.as_deref().unwrap_or(root);
         self.last_now_ms = now_ms;
         let expire = expire_at_ms.unwrap_or(0);
         let h = self.hash(db, key);
@@ -1746,6 +1740,15 @@ impl Shard {
             "record of {len} bytes cannot fit a block"
         );
         self.ensure_room(len, use_reserve)?;
+        // A seal inside a command scope may just have moved the scope's staged records (in
+        // `ensure_room` above, or earlier in the scope): a paged root or directory page built
+        // before names their old addresses. Same length, so the room found still fits.
+        let rebased = match record_type {
+            RecordType::Page => self.rebase_payload(false, value),
+            RecordType::Put if flags & FLAG_PAGED != 0 => self.rebase_payload(true, value),
+            _ => None,
+        };
+        let value = rebased.as_deref().unwrap_or(value);
         if let (Some(sc), Some(ob)) = (self.scope.as_mut(), self.open.as_ref()) {
             sc.first.get_or_insert((ob.block, ob.write_pos));
         }
@@ -1905,11 +1908,8 @@ impl Shard {
     }
 
     /// Where the record at `a` is now: a seal inside the current scope may have moved it.
-    fn current_address(&self, mut a: Address) -> Address {
-        while let Some(&(_, new)) = self.moved.iter().find(|(old, _)| *old == a) {
-            a = new;
-        }
-        a
+    pub(crate) fn current_address(&self, a: Address) -> Address {
+        resolve_moved(&self.moved, a)
     }
 
     /// The staging offset of the scope's records in the open block, if moving them to a
@@ -1962,21 +1962,15 @@ impl Shard {
             let r = decode_record(&tail[pos..], old_seq).expect("a staged record verifies");
             let (h, rlen) = (r.header, r.header.record_len());
             let old = self.shared.layout.address(old_block, from + pos);
-            // Roots and directory pages name pages moved before them: re-point them (same
-            // length: addresses are fixed-width).
-            let rebased = match h.record_type {
-                RecordType::Page => self.rebase_payload(false, r.value),
-                RecordType::Put if h.flags & FLAG_PAGED != 0 => self.rebase_payload(true, r.value),
-                _ => None,
-            };
-            let value = rebased.as_deref().unwrap_or(r.value);
+            // Roots and directory pages naming pages moved before them are re-pointed as
+            // they are appended again (`append_in_group`).
             let (new, _) = self.append_in_group(
                 h.record_type,
                 h.flags,
                 h.value_kind,
                 h.db,
                 r.key,
-                value,
+                r.value,
                 h.expire_at_ms,
                 Some(h.seq),
                 true,
@@ -1984,6 +1978,13 @@ impl Shard {
             )?;
             self.repoint_moved(&h, r.key, old, new, rlen);
             pos += rlen;
+        }
+        // Released roots queued in this scope may name directory pages that just moved.
+        if !self.releases.is_empty() {
+            let moved = std::mem::take(&mut self.moved);
+            self.releases
+                .rebase(|a| resolve_moved(&moved, Address(a)).0, block_seq);
+            self.moved = moved;
         }
         Ok(())
     }
@@ -2953,4 +2954,12 @@ pub(crate) fn parse_root(payload: &[u8]) -> Result<(u64, u64, Vec<Address>), Sto
         .map(|c| Address(u64::from_le_bytes(c.try_into().expect("8 bytes"))))
         .collect();
     Ok((total, frag_seq, addrs))
+}
+
+/// Where the record at `a` is after the moves in `moved` (old address, new address).
+fn resolve_moved(moved: &[(Address, Address)], mut a: Address) -> Address {
+    while let Some(&(_, new)) = moved.iter().find(|(old, _)| *old == a) {
+        a = new;
+    }
+    a
 }

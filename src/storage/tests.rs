@@ -1690,9 +1690,9 @@ mod scoped_pages {
     }
 
     // Proves that paged hashes written inside command scopes (as SMOVE, EXEC and scripts
-    // write them; each key twice in a scope) read back whole and keep exact live bytes when block seals move a scope's
-    // staged records (pages, directory pages, roots) into a new block, through a crash and
-    // a reopen.
+    // write them; each key twice in a scope, and one written and deleted) read back whole and
+    // keep exact live bytes when block seals move a scope's staged records (pages, directory
+    // pages, roots; a queued page release) into a new block, through a crash and a reopen.
     #[test]
     fn a_block_seal_inside_a_scope_keeps_paged_collections_whole() {
         let dev = Arc::new(MemDevice::new("t", 64 * MIB));
@@ -1729,6 +1729,17 @@ mod scoped_pages {
                     }
                 }
                 store_hash(&mut s, key, &h);
+                if i == 1 && round % 3 == 0 {
+                    // A paged hash written and deleted inside the scope: its release is
+                    // queued while its pages are staged, and a later seal may move them.
+                    let mut c = HashValue::default();
+                    c.prepare_write(400, 1);
+                    for n in 0..400 {
+                        c.set(format!("c-{n}").as_bytes(), &[b'c'; 60]);
+                    }
+                    store_hash(&mut s, b"c", &c);
+                    s.delete(0, b"c", 0).unwrap();
+                }
             }
             s.command_end();
             if round % 5 == 4 {
@@ -1740,6 +1751,7 @@ mod scoped_pages {
                     .unwrap_or_default();
                 assert_eq!(back, models[i], "round {round}, key {i}");
             }
+            paged::release_all(&mut s);
             assert_eq!(
                 live_total(&s),
                 reachable(&mut s, &keys),
@@ -1760,6 +1772,7 @@ mod scoped_pages {
                 .unwrap_or_default();
             assert_eq!(back, models[i], "after the crash, key {i}");
         }
+        paged::release_all(&mut s);
         assert_eq!(
             live_total(&s),
             reachable(&mut s, &keys),
