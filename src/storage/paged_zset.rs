@@ -307,7 +307,7 @@ impl PagedZSet {
     /// A paged zset under `root` (of `db`/`key`); nothing but the root is read yet.
     pub fn open(db: Db, key: &[u8], root: &Root) -> Result<PagedZSet, StorageError> {
         let split = root.dirs.partition_point(|d| d.first < SCORE_BASE);
-        if split == 0 || split == root.dirs.len() || root.count % 2 != 0 {
+        if split == 0 || split == root.dirs.len() || !root.count.is_multiple_of(2) {
             return Err(corrupt("root does not list two trees"));
         }
         let (m, s) = root.dirs.split_at(split);
