@@ -14,7 +14,8 @@ use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashEncoding, HashValue, SetEncoding, SetValue};
 use crate::storage::list_codec::{ListEncoding, ListValue};
 use crate::storage::paged_list::{self, ListHandle, PagedList};
-use crate::storage::zset::ZSetValue;
+use crate::storage::paged_zset::{self, PagedZSet, ZHandle};
+use crate::storage::zset::{ZSetEncoding, ZSetValue};
 use crate::storage::{paged, Collection};
 use crate::storage::{StorageError, ValueKind};
 use std::cell::Cell;
@@ -27,23 +28,6 @@ pub struct Loaded<T> {
 
 fn corrupt(e: CodecError) -> String {
     storage_error(StorageError::Corrupt(e.to_string()))
-}
-
-fn load_raw(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded<Vec<u8>>>, String> {
-    let (db, now) = (ctx.db, ctx.now_ms);
-    match ctx
-        .shards
-        .for_key(key)
-        .get(db, key, now)
-        .map_err(storage_error)?
-    {
-        Some(v) if v.kind != kind => Err(ERR_WRONGTYPE.into()),
-        Some(v) => Ok(Some(Loaded {
-            value: v.bytes,
-            expire_at_ms: v.expire_at_ms,
-        })),
-        None => Ok(None),
-    }
 }
 
 /// A hash or set as stored: its one-record bytes, or a paged root's payload.
@@ -435,21 +419,76 @@ pub fn store_set(
     store_raw(ctx, key, ValueKind::Set, bytes, expire_at_ms)
 }
 
-/// Loads a sorted set (`None` for a missing or expired key; WRONGTYPE for another kind).
+/// Loads a sorted set whole (`None` for a missing or expired key; WRONGTYPE for another
+/// kind): a paged sorted set is read leaf by leaf into a value that remembers it was paged
+/// (`store_zset` keeps it paged above the demotion threshold).
 pub fn load_zset(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ZSetValue>>, String> {
+    let Some(l) = load_zset_handle(ctx, key)? else {
+        return Ok(None);
+    };
+    let value = match l.value {
+        ZHandle::Whole(v) => v,
+        ZHandle::Paged(mut p) => {
+            ZSetValue::from_paged(p.pairs(ctx.shards.for_key(key)).map_err(storage_error)?)
+        }
+    };
+    Ok(Some(Loaded {
+        value,
+        expire_at_ms: l.expire_at_ms,
+    }))
+}
+
+/// Loads the sorted set at `key` for a command that touches only some of its pairs: a paged
+/// sorted set comes back with only its root read, its pages read on demand
+/// (`docs/collections.md` section 4b).
+pub fn load_zset_handle(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ZHandle>>, String> {
     let Some(Loaded {
-        value: bytes,
+        value: raw,
         expire_at_ms,
-    }) = load_raw(ctx, key, ValueKind::ZSet)?
+    }) = load_coll(ctx, key, ValueKind::ZSet)?
     else {
         return Ok(None);
     };
-    let value = ZSetValue::decode(&bytes)
-        .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?;
+    let value = match raw {
+        Raw::Whole(bytes) => ZHandle::Whole(
+            ZSetValue::decode(&bytes)
+                .map_err(|e| storage_error(StorageError::Corrupt(e.to_string())))?,
+        ),
+        Raw::Paged(root) => {
+            let root = paged::Root::decode(&root).map_err(storage_error)?;
+            ZHandle::Paged(PagedZSet::open(ctx.db, key, &root).map_err(storage_error)?)
+        }
+    };
     Ok(Some(Loaded {
         value,
         expire_at_ms,
     }))
+}
+
+/// Writes a sorted set handle back: a paged one writes its changed pages and root, or goes
+/// back to one record under `DEMOTE_BYTES` (reading the rest of its pages); an empty one
+/// deletes the key.
+pub fn store_zset_handle(
+    ctx: &mut Ctx,
+    key: &[u8],
+    z: ZHandle,
+    expire_at_ms: Option<u64>,
+) -> Result<(), String> {
+    match z {
+        ZHandle::Whole(v) => store_zset(ctx, key, &v, expire_at_ms),
+        ZHandle::Paged(p) if p.is_empty() => store_raw(ctx, key, ValueKind::ZSet, None, None),
+        ZHandle::Paged(mut p) if p.member_bytes() < paged::DEMOTE_BYTES => {
+            let pairs = p.pairs(ctx.shards.for_key(key)).map_err(storage_error)?;
+            let mut v = ZSetValue::from_paged(pairs);
+            v.forget_paged_origin();
+            store_zset(ctx, key, &v, expire_at_ms)
+        }
+        ZHandle::Paged(p) => {
+            let now = ctx.now_ms;
+            p.store(ctx.shards.for_key(key), expire_at_ms, now)
+                .map_err(storage_error)
+        }
+    }
 }
 
 /// Loads the list at `key` whole (WRONGTYPE for another kind, `None` when missing or
@@ -567,13 +606,33 @@ pub fn store_list_handle(
     write_list(ctx, key, l, expire_at_ms)
 }
 
-/// Writes `z` under `key` (deleting the key when `z` is empty).
+/// Writes `z` under `key` (deleting the key when `z` is empty). A skiplist whose members
+/// pass `PROMOTE_BYTES` is written paged (`docs/collections.md` section 4b), and one read
+/// from pages stays paged down to `DEMOTE_BYTES` (rewritten whole as a new tree: the
+/// commands that load a sorted set whole).
 pub fn store_zset(
     ctx: &mut Ctx,
     key: &[u8],
     z: &ZSetValue,
     expire_at_ms: Option<u64>,
 ) -> Result<(), String> {
+    let big = if z.paged_origin() {
+        z.member_bytes() >= paged::DEMOTE_BYTES
+    } else {
+        z.member_bytes() > paged::PROMOTE_BYTES
+    };
+    if !z.is_empty() && z.encoding() == ZSetEncoding::Skiplist && big {
+        let (db, now) = (ctx.db, ctx.now_ms);
+        return paged_zset::build(
+            ctx.shards.for_key(key),
+            db,
+            key,
+            z.pairs(),
+            expire_at_ms,
+            now,
+        )
+        .map_err(storage_error);
+    }
     let bytes = (!z.is_empty()).then(|| z.encode());
     store_raw(ctx, key, ValueKind::ZSet, bytes, expire_at_ms)
 }

@@ -15,8 +15,8 @@
 //! `0.10000000000000001` in 7.0.
 
 use super::collection::{
-    distinct_indexes, load_zset, parse_cursor, parse_rand_count, parse_scan_opts, random_below,
-    scan_step, store_zset, Loaded,
+    distinct_indexes, load_zset, load_zset_handle, parse_cursor, parse_rand_count, parse_scan_opts,
+    random_below, scan_step, store_zset, store_zset_handle, Loaded,
 };
 use super::{
     eq_ic, glob_match, parse_int, storage_error, CmdResult, Ctx, ERR_SYNTAX, ERR_WRONGTYPE,
@@ -26,8 +26,10 @@ use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
 use crate::runtime::events::{GENERIC, ZSET};
 use crate::storage::collection::SetValue;
+use crate::storage::paged_zset::ZHandle;
 pub use crate::storage::zset::format_score;
 use crate::storage::zset::{ZSetEncoding, ZSetValue};
+use crate::storage::Shard;
 use crate::storage::{StorageError, ValueKind};
 
 /// A (score, member) pair as popped or selected.
@@ -228,6 +230,25 @@ fn score_indexes(z: &ZSetValue, range: &ScoreRange) -> std::ops::Range<usize> {
     start..end
 }
 
+/// `score_indexes` on a handle: two rank lookups (on a paged sorted set, the leaves of the
+/// two bounds).
+fn score_span(
+    z: &mut ZHandle,
+    shard: &mut Shard,
+    range: &ScoreRange,
+) -> Result<std::ops::Range<usize>, String> {
+    if range.is_empty() {
+        return Ok(0..0);
+    }
+    let start = z
+        .count_below(shard, &|p: &ScorePair| !range.gte_min(p.0))
+        .map_err(storage_error)?;
+    let end = z
+        .count_below(shard, &|p: &ScorePair| range.lte_max(p.0))
+        .map_err(storage_error)?;
+    Ok(start..end.max(start))
+}
+
 /// Indexes of the pairs within a lex range, walking from the low end (forward) or the
 /// high end (reverse) as Redis's listpack walk does, so sets with mixed scores answer the
 /// way a small Redis set does.
@@ -372,12 +393,13 @@ enum AddOutcome {
 
 /// Redis's `zsetAdd` for one pair.
 fn zset_add(
-    z: &mut ZSetValue,
+    z: &mut ZHandle,
+    shard: &mut Shard,
     member: &[u8],
     score: f64,
     f: &AddFlags,
 ) -> Result<AddOutcome, String> {
-    match z.score(member) {
+    match z.score(shard, member).map_err(storage_error)? {
         Some(cur) => {
             if f.nx {
                 return Ok(AddOutcome::Skipped);
@@ -395,7 +417,7 @@ fn zset_add(
                 return Ok(AddOutcome::Skipped);
             }
             if new != cur {
-                z.insert(member, new);
+                z.insert(shard, member, new).map_err(storage_error)?;
                 return Ok(AddOutcome::Updated(new));
             }
             Ok(AddOutcome::Unchanged(new))
@@ -404,7 +426,7 @@ fn zset_add(
             if f.xx {
                 return Ok(AddOutcome::Skipped);
             }
-            z.insert(member, score);
+            z.insert(shard, member, score).map_err(storage_error)?;
             Ok(AddOutcome::Added(score))
         }
     }
@@ -466,7 +488,7 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
         scores.push(parse_score(pair[0]).ok_or(ERR_NOT_FLOAT)?);
     }
     let key = a[1];
-    let loaded = load_zset(ctx, key)?;
+    let loaded = load_zset_handle(ctx, key)?;
     let mut z = match loaded {
         Some(l) => l,
         None if f.xx => {
@@ -484,7 +506,7 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
                 .max()
                 .unwrap_or(0);
             Loaded {
-                value: ZSetValue::with_hint(elements, longest),
+                value: ZHandle::Whole(ZSetValue::with_hint(elements, longest)),
                 expire_at_ms: None,
             }
         }
@@ -492,7 +514,7 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
     let (mut added, mut updated, mut processed) = (0i64, 0i64, 0i64);
     let mut last_score = 0.0;
     for (pair, &score) in a[i..].chunks_exact(2).zip(&scores) {
-        match zset_add(&mut z.value, pair[1], score, &f)? {
+        match zset_add(&mut z.value, ctx.shards.for_key(key), pair[1], score, &f)? {
             AddOutcome::Added(s) => {
                 added += 1;
                 processed += 1;
@@ -511,7 +533,7 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
         }
     }
     if added + updated > 0 {
-        store_zset(ctx, key, &z.value, z.expire_at_ms)?;
+        store_zset_handle(ctx, key, z.value, z.expire_at_ms)?;
         ctx.notify(ZSET, if f.incr { "zincr" } else { "zadd" }, key);
     }
     if f.incr {
@@ -527,17 +549,24 @@ fn zadd_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, zincrby: bool) -> 
 }
 
 pub fn zrem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let Some(mut z) = load_zset(ctx, a[1])? else {
+    let Some(mut z) = load_zset_handle(ctx, a[1])? else {
         r.int(0);
         return Ok(());
     };
-    let removed = a[2..]
-        .iter()
-        .filter(|m| z.value.remove(m).is_some())
-        .count();
+    let mut removed = 0;
+    for m in &a[2..] {
+        if z.value
+            .remove(ctx.shards.for_key(a[1]), m)
+            .map_err(storage_error)?
+            .is_some()
+        {
+            removed += 1;
+        }
+    }
     if removed > 0 {
-        store_zset(ctx, a[1], &z.value, z.expire_at_ms)?;
-        notify_removed(ctx, a[1], "zrem", z.value.is_empty());
+        let emptied = z.value.is_empty();
+        store_zset_handle(ctx, a[1], z.value, z.expire_at_ms)?;
+        notify_removed(ctx, a[1], "zrem", emptied);
     }
     r.int(removed as i64);
     Ok(())
@@ -552,13 +581,20 @@ fn notify_removed(ctx: &Ctx, key: &[u8], event: &str, emptied: bool) {
 }
 
 pub fn zcard(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let n = load_zset(ctx, a[1])?.map_or(0, |z| z.value.len());
+    let n = load_zset_handle(ctx, a[1])?.map_or(0, |z| z.value.len());
     r.int(n as i64);
     Ok(())
 }
 
 pub fn zscore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    match load_zset(ctx, a[1])?.and_then(|z| z.value.score(a[2])) {
+    let score = match load_zset_handle(ctx, a[1])? {
+        Some(mut z) => z
+            .value
+            .score(ctx.shards.for_key(a[1]), a[2])
+            .map_err(storage_error)?,
+        None => None,
+    };
+    match score {
         Some(s) => reply_score(r, s),
         None => r.null(),
     }
@@ -566,10 +602,20 @@ pub fn zscore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn zmscore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let z = load_zset(ctx, a[1])?;
-    r.array(a.len() - 2);
+    let mut z = load_zset_handle(ctx, a[1])?;
+    let mut scores = Vec::with_capacity(a.len() - 2);
     for m in &a[2..] {
-        match z.as_ref().and_then(|z| z.value.score(m)) {
+        scores.push(match z.as_mut() {
+            Some(z) => z
+                .value
+                .score(ctx.shards.for_key(a[1]), m)
+                .map_err(storage_error)?,
+            None => None,
+        });
+    }
+    r.array(scores.len());
+    for s in scores {
+        match s {
             Some(s) => reply_score(r, s),
             None => r.null(),
         }
@@ -583,19 +629,16 @@ fn rank_generic(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, reverse: bool) -> 
         return Err(ERR_SYNTAX.into());
     }
     let withscore = a.len() == 4;
-    let z = load_zset(ctx, a[1])?;
-    let found = z.as_ref().and_then(|z| {
-        let rank = z.value.rank(a[2])?;
-        let rank = if reverse {
-            z.value.len() - 1 - rank
-        } else {
-            rank
-        };
-        Some((
-            rank,
-            z.value.score(a[2]).expect("ranked member has a score"),
-        ))
-    });
+    let found = match load_zset_handle(ctx, a[1])? {
+        Some(mut z) => {
+            let len = z.value.len();
+            z.value
+                .rank(ctx.shards.for_key(a[1]), a[2])
+                .map_err(storage_error)?
+                .map(|(rank, s)| (if reverse { len - 1 - rank } else { rank }, s))
+        }
+        None => None,
+    };
     match found {
         Some((rank, score)) => {
             if withscore {
@@ -622,7 +665,10 @@ pub fn zrevrank(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn zcount(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let range = ScoreRange::parse(a[2], a[3])?;
-    let n = load_zset(ctx, a[1])?.map_or(0, |z| score_indexes(&z.value, &range).len());
+    let n = match load_zset_handle(ctx, a[1])? {
+        Some(mut z) => score_span(&mut z.value, ctx.shards.for_key(a[1]), &range)?.len(),
+        None => 0,
+    };
     r.int(n as i64);
     Ok(())
 }
@@ -711,6 +757,59 @@ fn zrange_generic(
         RangeType::Lex => ParsedRange::Lex(LexRange::parse(a[min_at], a[max_at])?),
         _ => ParsedRange::Rank(parse_int(a[min_at])?, parse_int(a[max_at])?),
     };
+    if !store && !matches!(range, ParsedRange::Lex(_)) {
+        // Rank and score ranges read only the leaves they cover.
+        let key = a[src_at];
+        let Some(mut z) = load_zset_handle(ctx, key)? else {
+            r.array(0);
+            return Ok(());
+        };
+        let shard = ctx.shards.for_key(key);
+        let len = z.value.len();
+        // Ascending ranks `lo..hi`, emitted from the high end when `from_top`.
+        let (lo, hi) = match &range {
+            ParsedRange::Rank(start, end) => match rank_span(*start, *end, len) {
+                None => (0, 0),
+                Some((s, e)) if reverse => (len - 1 - e, len - s),
+                Some((s, e)) => (s, e + 1),
+            },
+            ParsedRange::Score(range) => {
+                let span = score_span(&mut z.value, shard, range)?;
+                let (s, e) = (span.start, span.end);
+                if offset < 0 {
+                    (0, 0)
+                } else {
+                    let skip = (offset as usize).min(e - s);
+                    let left = e - s - skip;
+                    let n = if limit < 0 {
+                        left
+                    } else {
+                        left.min(limit as usize)
+                    };
+                    if reverse {
+                        (e - skip - n, e - skip)
+                    } else {
+                        (s + skip, s + skip + n)
+                    }
+                }
+            }
+            ParsedRange::Lex(_) => unreachable!("lex ranges take the whole-value path"),
+        };
+        let mut picked = if lo < hi {
+            z.value.range(shard, lo, hi - 1).map_err(storage_error)?
+        } else {
+            Vec::new()
+        };
+        if reverse {
+            picked.reverse();
+        }
+        reply_pairs(
+            r,
+            picked.iter().map(|(s, m)| (*s, m.as_slice())),
+            withscores,
+        );
+        return Ok(());
+    }
     let Some(z) = load_zset(ctx, a[src_at])? else {
         if store {
             store_result(ctx, a[1], &ZSetValue::new(), "zrangestore")?;
@@ -852,14 +951,18 @@ pub fn pop_from_key(
     max: bool,
     count: usize,
 ) -> Result<Option<Vec<ScorePair>>, String> {
-    let Some(mut z) = load_zset(ctx, key)? else {
+    let Some(mut z) = load_zset_handle(ctx, key)? else {
         return Ok(None);
     };
-    let popped = pop_pairs(&mut z.value, max, count);
+    let popped = z
+        .value
+        .pop(ctx.shards.for_key(key), max, count)
+        .map_err(storage_error)?;
     if !popped.is_empty() {
-        store_zset(ctx, key, &z.value, z.expire_at_ms)?;
+        let emptied = z.value.is_empty();
+        store_zset_handle(ctx, key, z.value, z.expire_at_ms)?;
         let event = if max { "zpopmax" } else { "zpopmin" };
-        notify_removed(ctx, key, event, z.value.is_empty());
+        notify_removed(ctx, key, event, emptied);
     }
     Ok(Some(popped))
 }

@@ -54,6 +54,7 @@ pub mod index;
 pub mod list_codec;
 pub mod paged;
 pub mod paged_list;
+pub mod paged_zset;
 pub mod prefetch;
 mod recovery;
 mod shard;

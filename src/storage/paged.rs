@@ -297,10 +297,16 @@ pub(crate) fn encode_dir(entries: &[Entry]) -> Vec<u8> {
 
 pub(crate) fn decode_dir(b: &[u8]) -> Result<Vec<Entry>, StorageError> {
     let mut r = Reader { b, at: 0 };
-    if r.u8()? != PAGE_DIR {
+    let kind = r.u8()?;
+    if kind != PAGE_DIR && kind != super::paged_zset::PAGE_ZSET_DIR {
         return Err(corrupt("not a directory page"));
     }
     let v = read_entries(&mut r)?;
+    if kind == super::paged_zset::PAGE_ZSET_DIR {
+        // A sorted set's score-tree directory page: the same entries, then one key per
+        // leaf (`paged_zset.rs`), which generic walkers skip.
+        r.at = super::paged_zset::dir_keys_end(b, r.at, v.len())?;
+    }
     r.done()?;
     Ok(v)
 }
@@ -1044,6 +1050,10 @@ pub(crate) fn materialize(shard: &mut Shard, rec: &OwnedRecord) -> Result<Vec<u8
         // Lists have their own leaves (quicklist nodes, `paged_list.rs`).
         return super::paged_list::materialize(shard, db, &rec.key, &root);
     }
+    if ValueKind::from_u8(rec.header.value_kind) == Some(ValueKind::ZSet) {
+        // Sorted sets have two trees (`paged_zset.rs`).
+        return super::paged_zset::materialize(shard, db, &rec.key, &root);
+    }
     let mut out = vec![root.encoding];
     put_varint(&mut out, root.count);
     match ValueKind::from_u8(rec.header.value_kind) {
@@ -1479,18 +1489,20 @@ pub(crate) fn relocate_page(
             let rec = read_page(shard, db, key, d.addr)?;
             let entries = decode_dir(&rec.value)?;
             if let Some(li) = entries.iter().position(|e| e.addr == addr.0) {
-                hit = Some((di, li, entries));
+                hit = Some((di, li, entries, rec.value));
                 break;
             }
         }
-        let Some((di, li, mut entries)) = hit else {
+        let Some((di, li, entries, mut dir_payload)) = hit else {
             return Ok(false);
         };
         seq = shard.reserve_seq();
         let new = shard.append_page(db, key, kind, payload, seq)?;
         dead.push((addr.0, entries[li].len));
-        entries[li].addr = new.0;
-        let dir_payload = encode_dir(&entries);
+        // The directory page with the leaf's address patched in place (byte-identical to
+        // re-encoding its entries; it also keeps a keyed page's keys, `paged_zset.rs`).
+        let at = 1 + 4 + li * ENTRY_BYTES + 8;
+        dir_payload[at..at + 8].copy_from_slice(&new.0.to_le_bytes());
         let new_dir = shard.append_page(db, key, kind, &dir_payload, seq)?;
         dead.push((root.dirs[di].addr, root.dirs[di].len));
         root.dirs[di].addr = new_dir.0;

@@ -12,8 +12,8 @@
 //! grows past them becomes a skiplist and a mutation never demotes it; freshly built results
 //! (the *STORE commands) take the smallest encoding that fits, as Redis converts them.
 //!
-//! Deliberately missing: the paged layout of a big sorted set (rank by counts, member index
-//! on the device). Stage 1 re-encodes the whole record on every write.
+//! A big sorted set is stored paged (`paged_zset.rs`, `docs/collections.md` section 4b);
+//! commands that read it whole get a `ZSetValue` that remembers it (`from_paged`).
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -118,6 +118,9 @@ pub struct ZSetValue {
     encoding: Option<ZSetEncoding>,
     pairs: Vec<(f64, Vec<u8>)>,
     scores: HashMap<Vec<u8>, f64>,
+    /// Read whole from a paged sorted set (`paged_zset.rs`): stored paged again unless it
+    /// fell under the demotion threshold. Not part of the value (equality ignores it).
+    paged_origin: bool,
 }
 
 impl PartialEq for ZSetValue {
@@ -232,7 +235,38 @@ impl ZSetValue {
             }),
             pairs,
             scores,
+            paged_origin: false,
         }
+    }
+
+    /// A skiplist of `pairs` (in order, distinct members) read whole from a paged sorted set.
+    pub fn from_paged(pairs: Vec<(f64, Vec<u8>)>) -> ZSetValue {
+        let scores = pairs.iter().map(|(s, m)| (m.clone(), *s)).collect();
+        ZSetValue {
+            encoding: Some(ZSetEncoding::Skiplist),
+            pairs,
+            scores,
+            paged_origin: true,
+        }
+    }
+
+    /// Stored as one record from now on (a paged sorted set demoted by its command).
+    pub fn forget_paged_origin(&mut self) {
+        self.paged_origin = false;
+    }
+
+    /// Whether this value was read from a paged sorted set.
+    pub fn paged_origin(&self) -> bool {
+        self.paged_origin
+    }
+
+    /// Bytes the members take in a paged sorted set's member tree (the promotion measure,
+    /// `docs/collections.md` section 4b): per member its length varint, bytes and score.
+    pub fn member_bytes(&self) -> usize {
+        self.pairs
+            .iter()
+            .map(|(_, m)| m.len() + 10 + usize::from(m.len() >= 128))
+            .sum()
     }
 
     /// Layout: encoding byte (0 listpack, 1 skiplist), varint count, then per pair the
@@ -294,6 +328,7 @@ impl ZSetValue {
             encoding: Some(encoding),
             pairs,
             scores,
+            paged_origin: false,
         })
     }
 }
