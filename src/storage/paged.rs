@@ -43,6 +43,8 @@ const ROOT_VERSION: u8 = 1;
 const PAGE_LEAF: u8 = 1;
 const PAGE_DIR: u8 = 2;
 const ENTRY_BYTES: usize = 24;
+/// Where a directory page's entries start: its kind byte and entry count.
+const DIR_ENTRIES_AT: usize = 1 + 4;
 const ROOT_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 4;
 
 /// Where a member sits in the position space: a fixed hash of its bytes, never 0 and below
@@ -395,9 +397,22 @@ pub(crate) fn rebase_addresses(
     if root {
         let mut r = Root::decode(payload).ok()?;
         remap(&mut r.dirs).then(|| r.encode())
-    } else if payload.first() == Some(&PAGE_DIR) {
+    } else if matches!(
+        payload.first(),
+        Some(&PAGE_DIR) | Some(&super::paged_zset::PAGE_ZSET_DIR)
+    ) {
+        // Patched in place: a sorted set's score directory page carries keys after its
+        // entries, which re-encoding would drop.
         let mut entries = decode_dir(payload).ok()?;
-        remap(&mut entries).then(|| encode_dir(&entries))
+        if !remap(&mut entries) {
+            return None;
+        }
+        let mut out = payload.to_vec();
+        for (i, e) in entries.iter().enumerate() {
+            let at = DIR_ENTRIES_AT + i * ENTRY_BYTES + 8;
+            out[at..at + 8].copy_from_slice(&e.addr.to_le_bytes());
+        }
+        Some(out)
     } else {
         None
     }
@@ -1501,7 +1516,7 @@ pub(crate) fn relocate_page(
         dead.push((addr.0, entries[li].len));
         // The directory page with the leaf's address patched in place (byte-identical to
         // re-encoding its entries; it also keeps a keyed page's keys, `paged_zset.rs`).
-        let at = 1 + 4 + li * ENTRY_BYTES + 8;
+        let at = DIR_ENTRIES_AT + li * ENTRY_BYTES + 8;
         dir_payload[at..at + 8].copy_from_slice(&new.0.to_le_bytes());
         let new_dir = shard.append_page(db, key, kind, &dir_payload, seq)?;
         dead.push((root.dirs[di].addr, root.dirs[di].len));

@@ -1925,23 +1925,7 @@ impl Shard {
         let first_record = record_len(0, BLOCK_HEADER_PAYLOAD_BYTES);
         let fits =
             first_record + (ob.write_pos - from) + len + MARKER_RECORD_BYTES <= self.block_size();
-        if !(block == ob.block && from >= ob.chunk_start && from > first_record && fits) {
-            return None;
-        }
-        // Page records and paged roots are referenced by address from records written after
-        // them (directory pages, roots): moving them would leave those references pointing
-        // at the zeroed old place, so such a tail is sealed in place (the root, written
-        // last, still commits a paged write; `docs/collections.md` section 4b).
-        let tail = &self.staging.as_slice()[from..ob.write_pos];
-        let mut pos = 0;
-        while pos < tail.len() {
-            let r = decode_record(&tail[pos..], ob.block_seq)?;
-            if r.header.record_type == RecordType::Page || r.header.flags & FLAG_PAGED != 0 {
-                return None;
-            }
-            pos += r.header.record_len();
-        }
-        Some(from)
+        (block == ob.block && from >= ob.chunk_start && from > first_record && fits).then_some(from)
     }
 
     /// Seals the open block without the scope's records from `from` on and appends them
