@@ -454,6 +454,7 @@ pub(crate) fn open_store(
         started,
         false,
     );
+    let reads_before_neutralise: u64 = opened.shards.iter().map(|s| s.counters.sync_reads).sum();
     let aborted_records: usize = aborted.iter().map(|a| a.len()).sum();
     if aborted_records > 0 {
         tracing::warn!(
@@ -471,7 +472,7 @@ pub(crate) fn open_store(
             s.sync_store_devices()?;
         }
     }
-    scan.log(&opened.shards, started);
+    scan.log(&opened.shards, started, reads_before_neutralise);
     shared.groups.open();
     Ok(opened)
 }
@@ -485,19 +486,22 @@ struct ScanStats {
 }
 
 impl ScanStats {
-    /// Logs "recovery scan done": records applied, blocks read, random (per-record) reads,
-    /// device reads and bytes, seconds, records per second. Every device read of a new
-    /// shard so far is recovery's: the block reads of the scan are counted in
+    /// Logs "recovery scan done": records applied, blocks read, random (per-record) reads
+    /// up to the end of `finish_recovery` (`random_reads`: per big value only) and those of
+    /// restating aborted groups (`aborted_group_reads`: per record a crash caught in a
+    /// multi-shard group), device reads and bytes, seconds, records per second. Every device
+    /// read of a new shard so far is recovery's: the block reads of the scan are counted in
     /// `device_reads`, the per-record reads in `sync_reads`.
-    fn log(&self, shards: &[Shard], started: Instant) {
+    fn log(&self, shards: &[Shard], started: Instant, random_reads: u64) {
         let secs = started.elapsed().as_secs_f64();
-        let random_reads: u64 = shards.iter().map(|s| s.counters.sync_reads).sum();
+        let all_random: u64 = shards.iter().map(|s| s.counters.sync_reads).sum();
         let device_reads: u64 = shards.iter().map(|s| s.counters.device_reads).sum();
         let read_bytes: u64 = shards.iter().map(|s| s.counters.device_read_bytes).sum();
         tracing::info!(
             records = self.records,
             blocks_read = self.blocks_read,
             random_reads,
+            aborted_group_reads = all_random - random_reads,
             device_reads,
             device_read_bytes = read_bytes,
             identity_table_peak_bytes = self.ids_peak_bytes,
