@@ -20,7 +20,7 @@ type State = Option<(Vec<u8>, bool)>;
 fn key_name(conn: u64, i: u64) -> String {
     // Two hash tags on different shards (slots 15495 and 3300): most keys share a shard,
     // so it spans several 1 MiB blocks, and an MSET of both tags is a multi-shard group.
-    let tag = if i % 5 == 0 { "b" } else { "a" };
+    let tag = if i.is_multiple_of(5) { "b" } else { "a" };
     format!("{{{tag}}}:c{conn}:{i}")
 }
 
@@ -95,7 +95,7 @@ fn load(
             _ => {
                 // One key of each tag: usually a group across two shards.
                 let j = (next() % (KEYS_PER_CONN / 5)) * 5;
-                let i2 = if i % 5 == 0 { i + 1 } else { i };
+                let i2 = if i.is_multiple_of(5) { i + 1 } else { i };
                 let (ka, kb) = (key_name(conn, i2 % KEYS_PER_CONN), key_name(conn, j));
                 if ka == kb {
                     continue;
