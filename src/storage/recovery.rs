@@ -1,6 +1,8 @@
 //! Opening a store: label checks or formatting, metadata slots, and recovery — a scan of
 //! every committed chunk, per shard in parallel, newest sequence number winning.
-use super::alloc::{write_meta_slot, Allocator, BlockId, Layout, MetaState, StoreShared};
+use super::alloc::{
+    write_meta_slot, Allocator, BlockId, BlockIdHashing, Layout, MetaState, StoreShared,
+};
 use super::format::{
     decode_record, BlockHeaderPayload, Label, LabelState, MarkerPayload, MetaSlot, RecordHeader,
     RecordType, BLOCK_HEADER_PAYLOAD_BYTES, BLOCK_KIND_CHECKPOINT, BLOCK_KIND_EXTENT,
@@ -677,7 +679,7 @@ struct BlockIdents {
 pub(crate) struct Identities {
     /// Per-recovery random key of the fingerprint: nobody can choose keys that collide.
     keys: std::collections::hash_map::RandomState,
-    blocks: HashMap<BlockId, BlockIdents>,
+    blocks: HashMap<BlockId, BlockIdents, BlockIdHashing>,
     /// Expiry times of the volatile records in `blocks` (by address).
     expires: HashMap<u64, u64>,
 }
@@ -686,7 +688,7 @@ impl Default for Identities {
     fn default() -> Self {
         Identities {
             keys: std::collections::hash_map::RandomState::new(),
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             expires: HashMap::new(),
         }
     }
