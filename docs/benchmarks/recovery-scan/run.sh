@@ -3,7 +3,7 @@
 BIN=$1; SRC=$2; PORT=$3
 mkdir -p /tmp/recov-bench; D=$(mktemp -d /tmp/recov-bench/run.XXXX)
 cp --sparse=always "$SRC" $D/lavik.data
-cd $D
+sync; cd $D
 $BIN --port $PORT --data-file $D/lavik.data --cache-size 0 > /dev/null 2> $D/stderr.log &
 PID=$!
 for i in $(seq 1 600); do
@@ -12,5 +12,5 @@ for i in $(seq 1 600); do
 done
 grep -E "recovery scan done|store open" $D/stderr.log
 redis-cli -p $PORT info stats | grep -E "lavik_sync_reads"; redis-cli -p $PORT dbsize
-kill -9 $PID; wait $PID 2>/dev/null
+echo cpu_seconds=$(ps -o times= -p $PID); kill -9 $PID; wait $PID 2>/dev/null
 rm -rf $D
