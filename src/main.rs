@@ -196,6 +196,7 @@ fn main() {
         defrag_max_active_per_device: settings.cli.defrag_max_active_per_device,
         defrag_record_sleep_us: settings.cli.defrag_record_sleep_us,
         recovery_progress: Some(progress.clone()),
+        debug_hash_mask: settings.cli.debug_hash_mask,
         ..StoreConfig::default()
     };
     // Recovery runs beside the workers: they listen at once and answer

@@ -127,6 +127,9 @@ pub struct Cli {
     /// Test hook: hold the recovered store this long before serving (to see -LOADING).
     #[arg(long, default_value_t = 0, hide = true)]
     pub debug_load_delay_ms: u64,
+    /// Test hook: the index hash is ANDed with this (fewer bits = distinct keys collide).
+    #[arg(long, default_value_t = u64::MAX, hide = true)]
+    pub debug_hash_mask: u64,
     /// Test hook: each group-commit `fdatasync` counts as done this long after it
     /// completes (to see that replies wait for it).
     #[arg(long, default_value_t = 0, hide = true)]
