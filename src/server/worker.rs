@@ -2094,7 +2094,10 @@ fn exec_on(
         let set = &mut *ctx.shards;
         set.groups.begin(&mut set.slots, ids);
     }
+    // INFO keyspace_hits/misses and `keymiss`: the handler's lookups of its read keys.
+    let reads = super::keystats::begin(spec, args);
     let mut res = handler(&mut ctx, args, &mut r);
+    super::keystats::settle(reads, spec, ctx.shards, args, db);
     if scope.is_some() {
         if let Err(e) = close_write_scope(ctx.shards) {
             // The write may not be durable, or not whole: the client must not take it as done.

@@ -1,0 +1,80 @@
+//! The per-command note of key lookups that feeds INFO's `keyspace_hits` /
+//! `keyspace_misses` and the `keymiss` event (`server::keystats` owns the rule and the
+//! counters; this part sits under `storage` so the shard's read entry points can write
+//! the note without knowing about commands).
+//!
+//! How it works: before a keyed handler whose command has read keys, the dispatcher arms
+//! the note (`arm`); the shard's read entry points (`Shard::get`, `get_in_place`,
+//! `exists`, `get_collection`) append (index hash, found) for the lookup they just made,
+//! after lazy expiry (an expired record is a miss, as in Redis, which expires first).
+//! After the handler, the dispatcher settles the note against the command's read-key
+//! positions and disarms it. Writes, deletes and background work record nothing, and
+//! nothing is recorded while the note is disarmed (SCAN's TYPE filter, expiry sweeps).
+//!
+//! What it costs: one thread-local flag test per lookup; when armed, a push onto a
+//! thread-local vector whose capacity is kept between commands (no allocation once a
+//! command with that many lookups has run).
+
+use std::cell::{Cell, RefCell};
+
+/// Capacity above which the note is given back after a command (one huge MGET must not
+/// pin its memory for the thread's life).
+const NOTE_RETAINED_MAX_ENTRIES: usize = 4096;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static NOTE: RefCell<Vec<(u64, bool)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Starts a note for the command about to run on this thread (clearing any earlier one).
+pub fn arm() {
+    NOTE.with(|n| n.borrow_mut().clear());
+    ARMED.with(|a| a.set(true));
+}
+
+/// Whether a note is being taken on this thread.
+#[inline]
+pub fn armed() -> bool {
+    ARMED.with(|a| a.get())
+}
+
+/// Notes that the lookup of the key whose (shard-masked) index hash is `hash` found it
+/// (`found`) or not. Called by the shard's read entry points.
+#[inline]
+pub fn record(hash: u64, found: bool) {
+    if armed() {
+        NOTE.with(|n| n.borrow_mut().push((hash, found)));
+    }
+}
+
+/// Ends the note and runs `f` on it (the lookups in the order they were made).
+pub fn disarm<R>(f: impl FnOnce(&[(u64, bool)]) -> R) -> R {
+    ARMED.with(|a| a.set(false));
+    NOTE.with(|n| {
+        let mut n = n.borrow_mut();
+        let r = f(&n);
+        n.clear();
+        if n.capacity() > NOTE_RETAINED_MAX_ENTRIES {
+            n.shrink_to(NOTE_RETAINED_MAX_ENTRIES);
+        }
+        r
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Only lookups made while armed are noted, in order, and disarming empties the note.
+    #[test]
+    fn records_only_while_armed() {
+        record(1, true);
+        arm();
+        record(2, false);
+        record(3, true);
+        assert_eq!(disarm(|n| n.to_vec()), vec![(2, false), (3, true)]);
+        record(4, true);
+        arm();
+        assert!(disarm(|n| n.is_empty()));
+    }
+}
