@@ -15,6 +15,9 @@ const HASHES: &[&str] = &["h0", "h1"];
 const SETS: &[&str] = &["t0", "t1", "t2"];
 const LISTS: &[&str] = &["l0", "l1"];
 const ZSETS: &[&str] = &["z0", "z1", "z2"];
+/// Pushed messages as (channel, payload).
+type Messages = Vec<(String, String)>;
+
 const FENCE: &str = "__keyevent@0__:fence";
 
 fn stats(c: &mut RespConn) -> (u64, u64) {
@@ -63,7 +66,7 @@ impl Subs {
         s
     }
 
-    fn until_fence(c: &mut RespConn) -> Vec<(String, String)> {
+    fn until_fence(c: &mut RespConn) -> Messages {
         let mut got = Vec::new();
         loop {
             let m = message(&c.reply());
@@ -75,7 +78,7 @@ impl Subs {
     }
 
     /// The keymiss messages since the last call, from both servers.
-    fn take(&mut self, p: &mut Pair) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    fn take(&mut self, p: &mut Pair) -> (Messages, Messages) {
         p.both(&[b"PUBLISH", FENCE.as_bytes(), b"x"]);
         let want = Self::until_fence(&mut self.r);
         let mut got = Self::until_fence(&mut self.l);
