@@ -24,8 +24,8 @@
 //! in argument order cost one compare each) and counts. A read key the handler never
 //! looked up (an argument error before the lookup) counts nothing, as in Redis.
 //!
-//! The counters are process-wide relaxed atomics, one `fetch_add` per command that
-//! counted something. `keymiss` goes through `events::notify` (one relaxed load when
+//! The counters are relaxed atomics in per-thread slots (one cache line per worker, summed
+//! by INFO), one `fetch_add` per command that counted something. `keymiss` goes through `events::notify` (one relaxed load when
 //! class `m` is off), so it reaches subscribers on every worker.
 //!
 //! Deliberately missing: SORT's BY/GET pattern lookups of other keys (Redis counts them;
@@ -34,26 +34,57 @@
 
 use crate::commands::table::{key_positions, TABLE};
 use crate::commands::{eq_ic, events, CommandSpec, ShardSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-static HITS: AtomicU64 = AtomicU64::new(0);
-static MISSES: AtomicU64 = AtomicU64::new(0);
+/// Counter slots: each thread (worker) adds to its own cache line, so workers never
+/// contend; INFO sums them. Threads beyond the count share slots (still exact: atomics).
+const COUNTER_SLOTS: usize = 64;
+
+#[repr(align(64))]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static SLOTS: [Counters; COUNTER_SLOTS] = [const {
+    Counters {
+        hits: AtomicU64::new(0),
+        misses: AtomicU64::new(0),
+    }
+}; COUNTER_SLOTS];
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % COUNTER_SLOTS;
+}
+
+fn add(hits: u64, misses: u64) {
+    let c = &SLOTS[SLOT.with(|s| *s)];
+    if hits > 0 {
+        c.hits.fetch_add(hits, Ordering::Relaxed);
+    }
+    if misses > 0 {
+        c.misses.fetch_add(misses, Ordering::Relaxed);
+    }
+}
 
 /// INFO `keyspace_hits`.
 pub fn hits() -> u64 {
-    HITS.load(Ordering::Relaxed)
+    SLOTS.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum()
 }
 
 /// INFO `keyspace_misses`.
 pub fn misses() -> u64 {
-    MISSES.load(Ordering::Relaxed)
+    SLOTS.iter().map(|c| c.misses.load(Ordering::Relaxed)).sum()
 }
 
 /// CONFIG RESETSTAT.
 pub fn reset() {
-    HITS.store(0, Ordering::Relaxed);
-    MISSES.store(0, Ordering::Relaxed);
+    for c in &SLOTS {
+        c.hits.store(0, Ordering::Relaxed);
+        c.misses.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Which argument positions of a command Redis looks up for reading.
@@ -183,11 +214,8 @@ pub fn settle(
             Rule::Declared { .. } => key_positions(spec, args).for_each(&mut count),
             Rule::Nothing => {}
         }
-        if hits > 0 {
-            HITS.fetch_add(hits, Ordering::Relaxed);
-        }
-        if misses > 0 {
-            MISSES.fetch_add(misses, Ordering::Relaxed);
+        if hits + misses > 0 {
+            add(hits, misses);
         }
     });
 }
