@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 const STRINGS: &[&str] = &["s0", "s1", "s2"];
 const HASHES: &[&str] = &["h0", "h1"];
 const SETS: &[&str] = &["t0", "t1", "t2"];
-const LISTS: &[&str] = &["l0", "l1"];
+/// Lists share a hash tag with the keys SORT's BY/GET patterns name (lavik allows
+/// patterns only within the sorted key's slot).
+const LISTS: &[&str] = &["{l}0", "{l}1"];
 const ZSETS: &[&str] = &["z0", "z1", "z2"];
 /// Pushed messages as (channel, payload).
 type Messages = Vec<(String, String)>;
@@ -106,7 +108,7 @@ fn random_command(rng: &mut Rng) -> Vec<String> {
     let z = |rng: &mut Rng| rng.pick(ZSETS).to_string();
     let any = |rng: &mut Rng| any_key(rng);
     let v = |rng: &mut Rng| format!("{}", rng.below(4));
-    let c: Vec<String> = match rng.below(46) {
+    let c: Vec<String> = match rng.below(49) {
         0 => vec!["GET".into(), s(rng)],
         1 => vec!["MGET".into(), s(rng), s(rng), s(rng)],
         2 => vec!["STRLEN".into(), s(rng)],
@@ -164,6 +166,18 @@ fn random_command(rng: &mut Rng) -> Vec<String> {
         42 => vec!["INCR".into(), "n".into()],
         43 => vec!["HLEN".into(), h(rng)],
         44 => vec!["ZCARD".into(), z(rng)],
+        45 => vec!["SET".into(), format!("{{l}}w_{}", v(rng)), v(rng)],
+        46 => vec!["SET".into(), format!("{{l}}o_{}", v(rng)), v(rng)],
+        47 => vec![
+            "SORT".into(),
+            l(rng),
+            "BY".into(),
+            "{l}w_*".into(),
+            "GET".into(),
+            "{l}o_*".into(),
+            "GET".into(),
+            "#".into(),
+        ],
         _ => vec!["SCARD".into(), t(rng)],
     };
     c

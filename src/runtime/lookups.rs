@@ -11,11 +11,15 @@
 //! positions and disarms it. Writes, deletes and background work record nothing, and
 //! nothing is recorded while the note is disarmed (SCAN's TYPE filter, expiry sweeps).
 //!
+//! The hit and miss counters live here too, so a handler can count a lookup itself
+//! (`read_now`) without depending on `server`.
+//!
 //! What it costs: one thread-local flag test per lookup; when armed, a push onto a
 //! thread-local vector whose capacity is kept between commands (no allocation once a
 //! command with that many lookups has run).
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Capacity above which the note is given back after a command (one huge MGET must not
 /// pin its memory for the thread's life).
@@ -59,6 +63,69 @@ pub fn disarm<R>(f: impl FnOnce(&[(u64, bool)]) -> R) -> R {
         }
         r
     })
+}
+
+/// Counter slots: each thread (worker) adds to its own cache line, so workers never
+/// contend; INFO sums them. Threads beyond the count share slots (still exact: atomics).
+const COUNTER_SLOTS: usize = 64;
+
+#[repr(align(64))]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static SLOTS: [Counters; COUNTER_SLOTS] = [const {
+    Counters {
+        hits: AtomicU64::new(0),
+        misses: AtomicU64::new(0),
+    }
+}; COUNTER_SLOTS];
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % COUNTER_SLOTS;
+}
+
+/// Adds to this thread's hit and miss counters.
+pub fn count(hits: u64, misses: u64) {
+    let c = &SLOTS[SLOT.with(|s| *s)];
+    if hits > 0 {
+        c.hits.fetch_add(hits, Ordering::Relaxed);
+    }
+    if misses > 0 {
+        c.misses.fetch_add(misses, Ordering::Relaxed);
+    }
+}
+
+/// INFO `keyspace_hits`.
+pub fn hits() -> u64 {
+    SLOTS.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum()
+}
+
+/// INFO `keyspace_misses`.
+pub fn misses() -> u64 {
+    SLOTS.iter().map(|c| c.misses.load(Ordering::Relaxed)).sum()
+}
+
+/// CONFIG RESETSTAT.
+pub fn reset() {
+    for c in &SLOTS {
+        c.hits.store(0, Ordering::Relaxed);
+        c.misses.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Counts a read lookup at once and fires `keymiss` for a miss: for a handler whose read
+/// lookups are not at its declared key positions (SORT's BY/GET patterns), whose command
+/// therefore has no read rule in `server::keystats`.
+pub fn read_now(db: u8, key: &[u8], found: bool) {
+    if found {
+        count(1, 0);
+    } else {
+        count(0, 1);
+        super::events::notify(super::events::KEY_MISS, "keymiss", key, db);
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@
 //! - read-only commands: every declared key, each position once (MGET/EXISTS/TOUCH with a
 //!   key twice count it twice); OBJECT counts but fires no event (Redis's NONOTIFY);
 //! - writing commands that read a source: only the sources (BITOP, SINTERSTORE and
-//!   friends, ZUNIONSTORE and friends, ZRANGESTORE, GEOSEARCHSTORE, COPY, SORT,
-//!   GEORADIUS[BYMEMBER]); PFMERGE reads every key, the destination too;
+//!   friends, ZUNIONSTORE and friends, ZRANGESTORE, GEOSEARCHSTORE, COPY,
+//!   GEORADIUS[BYMEMBER]); SORT and SORT_RO count in the handler (`lookups::read_now`),
+//!   their key and each key a BY/GET pattern names, as Redis does; PFMERGE reads every key, the destination too;
 //!   GETSET/GETDEL/GETEX read their key; SET reads it only with GET; BITFIELD only when it
 //!   has no SET/INCRBY operation;
 //! - every other writing command (and EVAL/FCALL themselves, whose `redis.call`s count as
@@ -28,63 +29,27 @@
 //! by INFO), one `fetch_add` per command that counted something. `keymiss` goes through `events::notify` (one relaxed load when
 //! class `m` is off), so it reaches subscribers on every worker.
 //!
-//! Deliberately missing: SORT's BY/GET pattern lookups of other keys (Redis counts them;
-//! lavik counts only SORT's own key). `keymiss` is queued after the command's other
-//! events, where Redis fires it at the lookup, before them.
+//! Deliberately different: `keymiss` is queued after the command's other events, where
+//! Redis fires it at the lookup, before them.
 
 use crate::commands::table::{key_positions, TABLE};
 use crate::commands::{eq_ic, events, CommandSpec, ShardSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::runtime::lookups;
 use std::sync::OnceLock;
-
-/// Counter slots: each thread (worker) adds to its own cache line, so workers never
-/// contend; INFO sums them. Threads beyond the count share slots (still exact: atomics).
-const COUNTER_SLOTS: usize = 64;
-
-#[repr(align(64))]
-struct Counters {
-    hits: AtomicU64,
-    misses: AtomicU64,
-}
-
-static SLOTS: [Counters; COUNTER_SLOTS] = [const {
-    Counters {
-        hits: AtomicU64::new(0),
-        misses: AtomicU64::new(0),
-    }
-}; COUNTER_SLOTS];
-static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) % COUNTER_SLOTS;
-}
-
-fn add(hits: u64, misses: u64) {
-    let c = &SLOTS[SLOT.with(|s| *s)];
-    if hits > 0 {
-        c.hits.fetch_add(hits, Ordering::Relaxed);
-    }
-    if misses > 0 {
-        c.misses.fetch_add(misses, Ordering::Relaxed);
-    }
-}
 
 /// INFO `keyspace_hits`.
 pub fn hits() -> u64 {
-    SLOTS.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum()
+    lookups::hits()
 }
 
 /// INFO `keyspace_misses`.
 pub fn misses() -> u64 {
-    SLOTS.iter().map(|c| c.misses.load(Ordering::Relaxed)).sum()
+    lookups::misses()
 }
 
 /// CONFIG RESETSTAT.
 pub fn reset() {
-    for c in &SLOTS {
-        c.hits.store(0, Ordering::Relaxed);
-        c.misses.store(0, Ordering::Relaxed);
-    }
+    lookups::reset()
 }
 
 /// Which argument positions of a command Redis looks up for reading.
@@ -111,9 +76,10 @@ pub fn rule_for(spec: &CommandSpec) -> Rule {
     match spec.name {
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => Rule::Nothing,
         "object" => Rule::Declared { notify: false },
-        "getset" | "getdel" | "getex" | "copy" | "sort" | "georadius" | "georadiusbymember" => {
-            Rule::Only(1)
-        }
+        "getset" | "getdel" | "getex" | "copy" | "georadius" | "georadiusbymember" => Rule::Only(1),
+        // SORT counts its own lookups where it makes them (`lookups::read_now`), its key's
+        // and its BY/GET patterns', in Redis's order.
+        "sort" | "sort_ro" => Rule::Nothing,
         "zrangestore" | "geosearchstore" => Rule::Only(2),
         "sinterstore" | "sunionstore" | "sdiffstore" => Rule::DeclaredFrom(2),
         "bitop" => Rule::DeclaredFrom(3),
@@ -161,7 +127,7 @@ pub fn begin(spec: &CommandSpec, args: &[&[u8]]) -> Option<Rule> {
         }
         r => r,
     };
-    crate::runtime::lookups::arm();
+    lookups::arm();
     Some(rule)
 }
 
@@ -175,7 +141,7 @@ pub fn settle(
     db: u8,
 ) {
     let Some(rule) = rule else { return };
-    crate::runtime::lookups::disarm(|note| {
+    lookups::disarm(|note| {
         if note.is_empty() {
             return;
         }
@@ -215,7 +181,7 @@ pub fn settle(
             Rule::Nothing => {}
         }
         if hits + misses > 0 {
-            add(hits, misses);
+            lookups::count(hits, misses);
         }
     });
 }
