@@ -28,11 +28,17 @@ const NOTE_RETAINED_MAX_ENTRIES: usize = 4096;
 thread_local! {
     static ARMED: Cell<bool> = const { Cell::new(false) };
     static NOTE: RefCell<Vec<(u64, bool)>> = const { RefCell::new(Vec::new()) };
+    /// The event queue's length when the note was armed (with class `m` on): where the
+    /// command's `keymiss` events belong (`events::notify_at`).
+    static EVENT_MARK: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Starts a note for the command about to run on this thread (clearing any earlier one).
 pub fn arm() {
     NOTE.with(|n| n.borrow_mut().clear());
+    if super::events::flags() & super::events::KEY_MISS != 0 {
+        EVENT_MARK.with(|m| m.set(super::events::queued()));
+    }
     ARMED.with(|a| a.set(true));
 }
 
@@ -51,12 +57,14 @@ pub fn record(hash: u64, found: bool) {
     }
 }
 
-/// Ends the note and runs `f` on it (the lookups in the order they were made).
-pub fn disarm<R>(f: impl FnOnce(&[(u64, bool)]) -> R) -> R {
+/// Ends the note and runs `f` on it (the lookups in the order they were made) and on
+/// the event-queue position its `keymiss` events go to (meaningful when class `m` is on).
+pub fn disarm<R>(f: impl FnOnce(&[(u64, bool)], &mut usize) -> R) -> R {
     ARMED.with(|a| a.set(false));
+    let mut mark = EVENT_MARK.with(|m| m.get());
     NOTE.with(|n| {
         let mut n = n.borrow_mut();
-        let r = f(&n);
+        let r = f(&n, &mut mark);
         n.clear();
         if n.capacity() > NOTE_RETAINED_MAX_ENTRIES {
             n.shrink_to(NOTE_RETAINED_MAX_ENTRIES);
@@ -139,9 +147,9 @@ mod tests {
         arm();
         record(2, false);
         record(3, true);
-        assert_eq!(disarm(|n| n.to_vec()), vec![(2, false), (3, true)]);
+        assert_eq!(disarm(|n, _| n.to_vec()), vec![(2, false), (3, true)]);
         record(4, true);
         arm();
-        assert!(disarm(|n| n.is_empty()));
+        assert!(disarm(|n, _| n.is_empty()));
     }
 }

@@ -29,8 +29,8 @@
 //! by INFO), one `fetch_add` per command that counted something. `keymiss` goes through `events::notify` (one relaxed load when
 //! class `m` is off), so it reaches subscribers on every worker.
 //!
-//! Deliberately different: `keymiss` is queued after the command's other events, where
-//! Redis fires it at the lookup, before them.
+//! `keymiss` is found out after the handler but queued where the command's events began
+//! (`events::notify_at`), so it precedes the command's own events, as Redis's lookup does.
 
 use crate::commands::table::{key_positions, TABLE};
 use crate::commands::{eq_ic, events, CommandSpec, ShardSet};
@@ -141,7 +141,7 @@ pub fn settle(
     db: u8,
 ) {
     let Some(rule) = rule else { return };
-    lookups::disarm(|note| {
+    lookups::disarm(|note, mark| {
         if note.is_empty() {
             return;
         }
@@ -161,7 +161,7 @@ pub fn settle(
             } else {
                 misses += 1;
                 if notify {
-                    events::notify(events::KEY_MISS, "keymiss", key, db);
+                    events::notify_at(mark, events::KEY_MISS, "keymiss", key, db);
                 }
             }
         };
@@ -212,6 +212,6 @@ mod tests {
         let set = crate::commands::lookup(b"set").unwrap();
         assert_eq!(begin(set, &[&b"set"[..], b"k", b"get"]), None);
         assert!(begin(set, &[&b"set"[..], b"k", b"v", b"GET"]).is_some());
-        crate::runtime::lookups::disarm(|_| ());
+        crate::runtime::lookups::disarm(|_, _| ());
     }
 }
