@@ -394,7 +394,8 @@ fn main() {
         }
         pause(Duration::from_millis(100));
         let now = shared.stats.total_commands.load(Ordering::Relaxed);
-        samples[idx % 16] = (now - last) * 10;
+        // CONFIG RESETSTAT may have zeroed the counter since the last sample.
+        samples[idx % 16] = now.saturating_sub(last) * 10;
         idx += 1;
         last = now;
         let n = idx.min(16) as u64;

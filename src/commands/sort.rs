@@ -172,12 +172,13 @@ pub fn store_position(args: &[&[u8]]) -> Option<usize> {
 fn load_elements(ctx: &mut Ctx, key: &[u8]) -> Result<(ValueKind, Vec<Vec<u8>>), String> {
     let (db, now) = (ctx.db, ctx.now_ms);
     let corrupt = |e: String| storage_error(StorageError::Corrupt(e));
-    let Some(v) = ctx
+    let v = ctx
         .shards
         .for_key(key)
         .get(db, key, now)
-        .map_err(storage_error)?
-    else {
+        .map_err(storage_error)?;
+    crate::runtime::lookups::read_now(db, key, v.is_some()); // INFO keyspace_hits/misses
+    let Some(v) = v else {
         return Ok((ValueKind::List, Vec::new()));
     };
     let elements = match v.kind {
@@ -226,12 +227,13 @@ fn lookup_by_pattern(
     key.extend_from_slice(postfix);
     let (db, now) = (ctx.db, ctx.now_ms);
     // Same slot as the sorted key (the cluster rule in `parse`), so this shard is held.
-    let Some(v) = ctx
+    let v = ctx
         .shards
         .for_key(&key)
         .get(db, &key, now)
-        .map_err(storage_error)?
-    else {
+        .map_err(storage_error)?;
+    crate::runtime::lookups::read_now(db, &key, v.is_some()); // INFO keyspace_hits/misses
+    let Some(v) = v else {
         return Ok(None);
     };
     match (field, v.kind) {

@@ -141,21 +141,65 @@ pub fn notify(class: u32, event: &str, key: &[u8], db: u8) {
 #[cold]
 fn queue(flags: u32, event: &str, key: &[u8], db: u8) {
     QUEUE.with(|q| {
-        let mut q = q.borrow_mut();
-        if flags & KEYSPACE != 0 {
-            let mut channel = format!("__keyspace@{db}__:").into_bytes();
-            channel.extend_from_slice(key);
-            q.push(Event {
+        let at = q.borrow().len();
+        queue_at(&mut q.borrow_mut(), at, flags, event, key, db);
+    });
+}
+
+/// Queues the keyspace and keyevent messages of one event at position `at`; returns the
+/// position after them.
+fn queue_at(
+    q: &mut Vec<Event>,
+    mut at: usize,
+    flags: u32,
+    event: &str,
+    key: &[u8],
+    db: u8,
+) -> usize {
+    if flags & KEYSPACE != 0 {
+        let mut channel = format!("__keyspace@{db}__:").into_bytes();
+        channel.extend_from_slice(key);
+        let message = event.as_bytes().to_vec();
+        q.insert(at, Event { channel, message });
+        at += 1;
+    }
+    if flags & KEYEVENT != 0 {
+        let channel = format!("__keyevent@{db}__:{event}").into_bytes();
+        q.insert(
+            at,
+            Event {
                 channel,
-                message: event.as_bytes().to_vec(),
-            });
-        }
-        if flags & KEYEVENT != 0 {
-            q.push(Event {
-                channel: format!("__keyevent@{db}__:{event}").into_bytes(),
                 message: key.to_vec(),
-            });
-        }
+            },
+        );
+        at += 1;
+    }
+    at
+}
+
+/// How many events this thread has queued (a position for `notify_at`).
+pub fn queued() -> usize {
+    QUEUE.with(|q| q.borrow().len())
+}
+
+/// Drops the events queued after the first `len` (a discarded restartable run's, e.g. the
+/// `keymiss` of a lookup it made before it stopped at a record not in memory).
+pub fn truncate(len: usize) {
+    QUEUE.with(|q| q.borrow_mut().truncate(len));
+}
+
+/// `notify`, but the messages go in at queue position `*at` (advanced past them): for an
+/// event found out after the command's later events were queued (`keymiss`, settled after
+/// the handler, belongs where the lookup happened, before the command's writes).
+pub fn notify_at(at: &mut usize, class: u32, event: &str, key: &[u8], db: u8) {
+    let flags = flags();
+    if flags & class == 0 {
+        return;
+    }
+    QUEUE.with(|q| {
+        let mut q = q.borrow_mut();
+        let pos = (*at).min(q.len());
+        *at = queue_at(&mut q, pos, flags, event, key, db);
     });
 }
 

@@ -882,7 +882,12 @@ fn inner_call(
     let mut rb = ReplyBuf::new(&mut out, proto);
     crate::server::blocking::set_current(None);
     let waiter = crate::server::blocking::before_handler();
-    if let Err(e) = handler(&mut ctx, &refs, &mut rb) {
+    // A script's calls count keyspace hits and misses as commands (`server::keystats`).
+    let reads = crate::server::keystats::begin(spec, &refs);
+    let res = handler(&mut ctx, &refs, &mut rb);
+    let db = ctx.db;
+    crate::server::keystats::settle(reads, spec, ctx.shards, &refs, db);
+    if let Err(e) = res {
         out.clear();
         ReplyBuf::new(&mut out, proto).error(&e);
     }

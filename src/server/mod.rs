@@ -34,6 +34,7 @@ pub mod cmdstats;
 mod conn;
 #[cfg(any(test, feature = "dpdk"))]
 pub mod faults;
+pub mod keystats;
 pub mod local;
 pub mod metrics;
 pub mod notify;
@@ -148,8 +149,6 @@ pub struct Stats {
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
     pub connected_clients: AtomicUsize,
-    pub keyspace_hits: AtomicU64,
-    pub keyspace_misses: AtomicU64,
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
     pub instantaneous_ops: AtomicU64,

@@ -2254,14 +2254,27 @@ fn exec_restartable(
         set.groups.begin(&mut set.slots, ids);
     }
     let restart = wanted.is_some();
-    if restart {
+    let events_mark = if restart {
         crate::storage::prefetch::restartable_begin();
-    }
+        crate::runtime::lookups::hold();
+        crate::runtime::events::queued()
+    } else {
+        0
+    };
+    // INFO keyspace_hits/misses and `keymiss`: the handler's lookups of its read keys.
+    let reads = super::keystats::begin(spec, args);
     let mut res = handler(&mut ctx, args, &mut r);
     if let Some(wanted) = wanted {
         crate::storage::prefetch::restartable_end(wanted);
-        if !wanted.is_empty() {
-            // Discarded: nothing was written, so the scope has nothing to make durable.
+        let discarded = !wanted.is_empty();
+        crate::runtime::lookups::release(!discarded);
+        if discarded {
+            // Discarded: nothing was written, so the scope has nothing to make durable; its
+            // lookups are counted (and `keymiss` fired) by the run that is kept.
+            if reads.is_some() {
+                crate::runtime::lookups::disarm(|_, _| ());
+            }
+            crate::runtime::events::truncate(events_mark);
             if scope.is_some() {
                 let _ = close_write_scope(ctx.shards);
             }
@@ -2270,6 +2283,7 @@ fn exec_restartable(
             return;
         }
     }
+    super::keystats::settle(reads, spec, ctx.shards, args, db);
     if scope.is_some() {
         if let Err(e) = close_write_scope(ctx.shards) {
             // The write may not be durable, or not whole: the client must not take it as done.

@@ -483,12 +483,15 @@ impl Shard {
         self.last_now_ms = now_ms;
         let h = self.hash(db, key);
         let Some(found) = self.find(db, key, h)? else {
+            crate::runtime::lookups::record(h, false);
             return Ok(None);
         };
         if is_expired(&found.rec.header, now_ms) {
             self.expire_lazily(db, h, found)?;
+            crate::runtime::lookups::record(h, false);
             return Ok(None);
         }
+        crate::runtime::lookups::record(h, true);
         let header = found.rec.header;
         let kind = ValueKind::from_u8(header.value_kind).ok_or_else(|| {
             StorageError::Corrupt(format!("unknown value kind {}", header.value_kind))
@@ -563,8 +566,10 @@ impl Shard {
                 return None;
             }
             let kind = ValueKind::from_u8(rec.header.value_kind)?;
+            crate::runtime::lookups::record(h, true);
             return Some(Some(f(kind, rec.value)));
         }
+        crate::runtime::lookups::record(h, false);
         Some(None)
     }
 
@@ -573,12 +578,15 @@ impl Shard {
         self.last_now_ms = now_ms;
         let h = self.hash(db, key);
         let Some(found) = self.find(db, key, h)? else {
+            crate::runtime::lookups::record(h, false);
             return Ok(false);
         };
         if is_expired(&found.rec.header, now_ms) {
             self.expire_lazily(db, h, found)?;
+            crate::runtime::lookups::record(h, false);
             return Ok(false);
         }
+        crate::runtime::lookups::record(h, true);
         Ok(true)
     }
 
@@ -673,11 +681,14 @@ impl Shard {
         self.last_now_ms = now_ms;
         let h = self.hash(db, key);
         let Some(found) = self.find(db, key, h)? else {
+            crate::runtime::lookups::record(h, false);
             return Ok(None);
         };
         if found.rec.header.flags & FLAG_PAGED == 0 || is_expired(&found.rec.header, now_ms) {
+            // `get` notes this lookup (`runtime::lookups`).
             return Ok(self.get(db, key, now_ms)?.map(super::Collection::Whole));
         }
+        crate::runtime::lookups::record(h, true);
         let hdr = found.rec.header;
         let kind = ValueKind::from_u8(hdr.value_kind).ok_or_else(|| {
             StorageError::Corrupt(format!("unknown value kind {}", hdr.value_kind))
