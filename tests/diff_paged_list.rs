@@ -309,21 +309,26 @@ fn big_lists_resp2_and_resp3_and_bytes_per_push_pop() {
     edits(&mut p, 10, "r3");
 }
 
-fn sync_reads(c: &mut redis::Connection) -> u64 {
+/// Page reads so far: the synchronous record reads plus the reads restartable runs asked
+/// for (`lavik_restart_reads`: pages below a prefetched root, read without blocking).
+fn page_reads(c: &mut redis::Connection) -> u64 {
     let text: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("lavik_sync_reads:"))
-        .expect("lavik_sync_reads in INFO")
-        .trim()
-        .parse()
-        .unwrap()
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in INFO"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    field("lavik_sync_reads:") + field("lavik_restart_reads:")
 }
 
-/// The synchronous record reads (page reads: the root is prefetched) one command makes.
+/// The page reads (the root is prefetched) one command makes.
 fn reads_of(c: &mut redis::Connection, args: &[&str]) -> u64 {
-    let before = sync_reads(c);
+    let before = page_reads(c);
     let _: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
-    sync_reads(c) - before
+    page_reads(c) - before
 }
 
 // With no record cache, commands on a 600-leaf list spread over several directory pages

@@ -168,6 +168,9 @@ pub struct Stats {
     /// Clients closed for exceeding `client-output-buffer-limit`.
     pub client_output_limit_closes: AtomicU64,
     pub parked_reads: AtomicU64,
+    /// Of `parked_reads`: reads a restartable run wanted (records below the declared keys'
+    /// own, e.g. a collection's pages; `reads.rs`, "Restarting on a miss").
+    pub restart_reads: AtomicU64,
 }
 
 pub struct ClientEntry {

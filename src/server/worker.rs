@@ -1722,6 +1722,10 @@ impl Worker {
             .stats
             .parked_reads
             .fetch_add(wanted.len() as u64, Ordering::Relaxed);
+        self.shared
+            .stats
+            .restart_reads
+            .fetch_add(wanted.len() as u64, Ordering::Relaxed);
         if first {
             self.shared
                 .stats
