@@ -229,6 +229,10 @@ fn run(p: &mut Pair, subs: &mut Subs, seed: u64, steps: usize) {
                 let key = any_key(&mut rng);
                 p.check(&["PEXPIRE", &key, "1"]);
                 wait_expired(p, &key);
+                // Not compared: Redis 7.0 fires `del` instead of `expire` when the 1 ms has
+                // passed before its own check (`checkAlreadyExpired` reads the clock again),
+                // which a loaded machine makes happen at random.
+                let _ = subs.take(p);
                 let c = vec!["EXISTS".to_string(), key.clone(), key];
                 step(p, subs, &[c], false);
             }
