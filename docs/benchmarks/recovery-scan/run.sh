@@ -1,7 +1,7 @@
 #!/bin/bash
 # usage: run.sh BIN DATAFILE PORT  -> starts BIN on a copy of DATAFILE, waits for ready, prints the recovery line, stops it
 BIN=$1; SRC=$2; PORT=$3
-mkdir -p /tmp/recov-bench; D=$(mktemp -d /tmp/recov-bench/run.XXXX)
+mkdir -p /tmp/recov-bench; D=$(mktemp -d --tmpdir=/tmp/recov-bench)
 cp --sparse=always "$SRC" $D/lavik.data
 sync; cd $D
 $BIN --port $PORT --data-file $D/lavik.data --cache-size 0 > /dev/null 2> $D/stderr.log &
