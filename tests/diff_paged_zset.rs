@@ -6,7 +6,7 @@
 //! Also measures, through INFO's `lavik_device_write_bytes`, the device bytes one ZADD of a
 //! new member writes on a 20k-member paged sorted set.
 mod common;
-use common::diff::{Pair, Rng};
+use common::diff::{settled_write_bytes, Pair, Rng};
 
 fn member(i: u64) -> String {
     format!("member:{i}")
@@ -201,30 +201,6 @@ fn big_sorted_sets_resp2_and_resp3() {
     run(&mut p, 7, "r2", 16_000, 500);
     p.hello(3);
     run(&mut p, 11, "r3", 4000, 300);
-}
-
-fn device_write_bytes(p: &mut Pair) -> u64 {
-    let rep = p.l.call(&[b"INFO", b"storage"]);
-    let text = String::from_utf8_lossy(&rep).into_owned();
-    text.lines()
-        .find_map(|l| l.strip_prefix("lavik_device_write_bytes:"))
-        .expect("INFO storage reports lavik_device_write_bytes")
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// The counter once the server's timed flush wrote everything staged (two equal readings).
-fn settled_write_bytes(p: &mut Pair) -> u64 {
-    let mut last = device_write_bytes(p);
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        let now = device_write_bytes(p);
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
 }
 
 // One ZADD of a new member (or ZREM of one) on a 20k-member paged sorted set writes at
