@@ -7,7 +7,7 @@
 //! SET, as 7.0 does for its hashtable sets; the member order of such payloads, and of
 //! hashtable hashes, is each server's own, so those are compared by content only.
 mod common;
-use common::diff::{sorted_elements, Pair, Rng};
+use common::diff::{device_write_bytes, sorted_elements, Pair, Rng};
 use lavik::rdb::crc64::crc64;
 
 /// The payload of a bulk string reply.
@@ -107,6 +107,12 @@ fn read_back(p: &mut Pair, key: &str) {
         }
         b"+set\r\n" => {
             p.check_with(&["SMEMBERS", key], sorted_elements);
+        }
+        b"+zset\r\n" => {
+            p.check(&["ZRANGE", key, "0", "-1", "WITHSCORES"]);
+        }
+        b"+list\r\n" => {
+            p.check(&["LRANGE", key, "0", "-1"]);
         }
         other => panic!("unexpected type {:?}", String::from_utf8_lossy(other)),
     }
@@ -464,4 +470,55 @@ fn list_nodes_after_middle_edits() {
         }
     }
     p.check(&["LRANGE", "m", "0", "-1"]);
+}
+
+// RESTORE of a big collection stores it paged, like the commands do: one update
+// afterwards writes a few pages, not the whole value again.
+#[test]
+fn restore_of_big_collections_is_paged() {
+    // `always`: every write is on the device before its reply, so the counter is exact.
+    let mut p = Pair::start("diff-dump-big", &["--appendfsync", "always"]);
+    let n = 6000;
+    let mut hset: Vec<Vec<u8>> = vec![b"HSET".to_vec(), b"h".to_vec()];
+    let mut sadd: Vec<Vec<u8>> = vec![b"SADD".to_vec(), b"s".to_vec()];
+    let mut zadd: Vec<Vec<u8>> = vec![b"ZADD".to_vec(), b"z".to_vec()];
+    let mut rpush: Vec<Vec<u8>> = vec![b"RPUSH".to_vec(), b"l".to_vec()];
+    for i in 0..n {
+        hset.push(format!("field:{i}").into_bytes());
+        hset.push(format!("value-{i:020}").into_bytes());
+        sadd.push(format!("member:{i:012}").into_bytes());
+        zadd.push(format!("{}", i * 7 % 1000).into_bytes());
+        zadd.push(format!("member:{i:012}").into_bytes());
+        rpush.push(format!("element-{i:016}").into_bytes());
+    }
+    for cmd in [&hset, &sadd, &zadd, &rpush] {
+        let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
+        p.r.call(&args);
+    }
+    let updates: [(&str, &[&str]); 4] = [
+        ("h", &["HSET", "copy:h", "field:17", "changed"]),
+        ("s", &["SADD", "copy:s", "member:new"]),
+        ("z", &["ZADD", "copy:z", "5", "member:new"]),
+        ("l", &["RPUSH", "copy:l", "element-new"]),
+    ];
+    for (key, update) in updates {
+        let payload = bulk(&p.r.call(&[b"DUMP", key.as_bytes()]));
+        assert!(
+            payload.len() > 20_000,
+            "{key}: payload of {} bytes",
+            payload.len()
+        );
+        let copy = format!("copy:{key}");
+        p.check_bytes(&[b"RESTORE", copy.as_bytes(), b"0", &payload]);
+        p.check(&["OBJECT", "ENCODING", &copy]);
+        let before = device_write_bytes(&mut p);
+        p.check(update);
+        let written = device_write_bytes(&mut p) - before;
+        assert!(
+            written <= 32 * 1024,
+            "{key}: one update after RESTORE wrote {written} bytes (payload {})",
+            payload.len()
+        );
+        read_back(&mut p, &copy);
+    }
 }

@@ -4,6 +4,7 @@
 //! IDLETIME and FREQ are parsed and validated as Redis does, then dropped: lavik keeps no
 //! LRU clock or LFU counter per key (OBJECT IDLETIME/FREQ do not reflect them).
 
+use super::collection;
 use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, ERR_SYNTAX};
 use crate::rdb::{self, RdbValue};
 use crate::resp::ReplyBuf;
@@ -115,16 +116,20 @@ pub fn restore(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         r.ok();
         return Ok(());
     }
-    let (kind, bytes) = match value {
-        RdbValue::String(s) => (ValueKind::String, s),
-        RdbValue::Hash(h) => (ValueKind::Hash, h.encode()),
-        RdbValue::Set(s) => (ValueKind::Set, s.encode()),
-        RdbValue::ZSet(z) => (ValueKind::ZSet, z.encode()),
-        RdbValue::List(l) => (ValueKind::List, l.encode()),
-    };
-    shard
-        .put(db, key, kind, &bytes, expire_at_ms, now)
-        .map_err(storage_error)?;
+    // A collection goes through the same store as its commands, so one past the paging
+    // threshold is written as a root and pages, never as one huge record that every later
+    // read would have to decode whole.
+    match value {
+        RdbValue::String(s) => {
+            shard
+                .put(db, key, ValueKind::String, &s, expire_at_ms, now)
+                .map_err(storage_error)?;
+        }
+        RdbValue::Hash(h) => collection::store_hash(ctx, key, &h, expire_at_ms)?,
+        RdbValue::Set(s) => collection::store_set(ctx, key, &s, expire_at_ms)?,
+        RdbValue::ZSet(z) => collection::store_zset(ctx, key, &z, expire_at_ms)?,
+        RdbValue::List(l) => collection::store_list(ctx, key, &l, expire_at_ms)?,
+    }
     ctx.notify(crate::commands::events::GENERIC, "restore", key);
     r.ok();
     Ok(())
