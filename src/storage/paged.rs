@@ -596,26 +596,40 @@ pub fn lookup(
         .dirs
         .partition_point(|e| e.first <= p)
         .saturating_sub(1);
-    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
     let rec = read_page(shard, db, key, root.dirs[di].addr)?;
     let entries = decode_dir(&rec.value)?;
     let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
-    let start = if di == 0 && li == 0 {
-        0
-    } else {
-        entries[li].first
-    };
-    let end = entries.get(li + 1).map_or(dir_end, |n| n.first);
     let rec = read_page(shard, db, key, entries[li].addr)?;
-    if has_values {
-        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        decode_leaf(&rec.value, true, (start, end), &mut pairs)?;
-        Ok(pairs.into_iter().find(|(f, _)| f == name).map(|(_, v)| v))
-    } else {
-        let mut members: Vec<Vec<u8>> = Vec::new();
-        decode_leaf(&rec.value, false, (start, end), &mut members)?;
-        Ok(members.iter().any(|m| m == name).then(Vec::new))
+    Ok(find_in_leaf(&rec.value, has_values, name)?.map(|v| v.unwrap_or_default().to_vec()))
+}
+
+/// Member `name` of an encoded leaf: `Some(value)` (`Some(None)` for a set member) when
+/// present. A point lookup walks the encoded members without building them, hashing them or
+/// allocating: the whole-leaf decode (`decode_leaf`, which also checks every member's
+/// position and order) is what the write paths use.
+fn find_in_leaf<'a>(
+    b: &'a [u8],
+    has_values: bool,
+    name: &[u8],
+) -> Result<Option<Option<&'a [u8]>>, StorageError> {
+    let mut r = Reader { b, at: 0 };
+    if r.u8()? != PAGE_LEAF {
+        return Err(corrupt("not a leaf page"));
     }
+    let n = r.varint()?;
+    if n == 0 || n > b.len() {
+        return Err(corrupt("bad leaf count"));
+    }
+    let mut found = None;
+    for _ in 0..n {
+        let m = r.string()?;
+        let value = if has_values { Some(r.string()?) } else { None };
+        if found.is_none() && m == name {
+            found = Some(value);
+        }
+    }
+    r.done()?;
+    Ok(found)
 }
 
 // ---- reading only what a command needs ---------------------------------------------------
