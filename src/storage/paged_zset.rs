@@ -22,7 +22,7 @@
 //! leaves hold members of their position range in (position, bytes) order; score leaves hold
 //! pairs strictly ascending, the first equal to the leaf's key; no NaN score.
 
-use super::paged::{self, Entry, Root};
+use super::paged::{self, varint_len, Entry, Reader, Root};
 use super::shard::Shard;
 use super::zset::{pair_cmp, ZSetValue};
 use super::{Db, StorageError, ValueKind};
@@ -69,57 +69,20 @@ fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(format!("paged sorted set: {what}"))
 }
 
-fn varint_len(n: usize) -> usize {
-    let mut v = n as u64;
-    let mut l = 1;
-    while v >= 0x80 {
-        v >>= 7;
-        l += 1;
+/// A score: 8 little-endian bytes of its IEEE-754 bits, never NaN.
+fn read_score(r: &mut Reader) -> Result<f64, StorageError> {
+    let s = f64::from_bits(u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes")));
+    if s.is_nan() {
+        return Err(corrupt("NaN score"));
     }
-    l
+    Ok(s)
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StorageError> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| corrupt("truncated page"))?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn varint(&mut self) -> Result<usize, StorageError> {
-        let mut v: u64 = 0;
-        for i in 0..5 {
-            let byte = self.take(1)?[0];
-            v |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                return usize::try_from(v).map_err(|_| corrupt("varint"));
-            }
-        }
-        Err(corrupt("varint too long"))
-    }
-    fn score(&mut self) -> Result<f64, StorageError> {
-        let s = f64::from_bits(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ));
-        if s.is_nan() {
-            return Err(corrupt("NaN score"));
-        }
-        Ok(s)
-    }
-    fn pair(&mut self) -> Result<Pair, StorageError> {
-        let s = self.score()?;
-        let n = self.varint()?;
-        Ok((s, self.take(n)?.to_vec()))
-    }
+/// A (score, member) pair: the score, then the member's length varint and bytes.
+fn read_pair(r: &mut Reader) -> Result<Pair, StorageError> {
+    let s = read_score(r)?;
+    let n = r.varint()?;
+    Ok((s, r.take(n)?.to_vec()))
 }
 
 fn put_pair(out: &mut Vec<u8>, p: &Pair) {
@@ -188,14 +151,14 @@ fn decode_leaf(b: &[u8], score: bool) -> Result<Vec<Pair>, StorageError> {
     let mut out: Vec<Pair> = Vec::with_capacity(n);
     for _ in 0..n {
         let p = if score {
-            r.pair()?
+            read_pair(&mut r)?
         } else {
             let len = r.varint()?;
             let m = r.take(len)?.to_vec();
             if r.varint()? != 8 {
                 return Err(corrupt("member leaf value is not a score"));
             }
-            (r.score()?, m)
+            (read_score(&mut r)?, m)
         };
         if let Some(q) = out.last() {
             let ordered = if score {
@@ -220,7 +183,7 @@ fn decode_leaf(b: &[u8], score: bool) -> Result<Vec<Pair>, StorageError> {
 pub(crate) fn dir_keys_end(b: &[u8], at: usize, n: usize) -> Result<usize, StorageError> {
     let mut r = Reader { b, at };
     for _ in 0..n {
-        r.pair()?;
+        read_pair(&mut r)?;
     }
     Ok(r.at)
 }
@@ -241,7 +204,7 @@ fn decode_keys(b: &[u8], n: usize) -> Result<Vec<Pair>, StorageError> {
     };
     let mut keys = Vec::with_capacity(n);
     for _ in 0..n {
-        keys.push(r.pair()?);
+        keys.push(read_pair(&mut r)?);
     }
     Ok(keys)
 }
@@ -1603,26 +1566,7 @@ mod tests {
     }
 
     fn check_live(s: &mut Shard) {
-        // Released roots' pages stop counting in the background job: finish it first.
-        paged::release_all(s);
-        let mut want = 0u64;
-        let h = s.hash(0, b"z");
-        if let Some(f) = s.find(0, b"z", h).unwrap() {
-            want += f.rec.header.record_len() as u64;
-            if paged::is_root(f.rec.header.flags) {
-                let root = Root::decode(&f.rec.value).unwrap();
-                for (_, len) in paged::pages_of(s, 0, b"z", &root).unwrap() {
-                    want += super::super::format::record_len(1, len as usize) as u64;
-                }
-            }
-        }
-        let have: u64 = s
-            .blocks
-            .values()
-            .filter(|i| i.kind == super::super::format::BLOCK_KIND_LOG)
-            .map(|i| i.live_total())
-            .sum();
-        assert_eq!(have, want, "live bytes");
+        paged::tests::check_live(s, &[b"z"]);
     }
 
     /// Whole contents, ranks and score lookups against the model.
