@@ -219,8 +219,8 @@ impl LexRange {
 
 // ---- selections over a loaded value -----------------------------------------------------
 
-/// The ranks of a score range on a handle: two rank lookups (on a paged sorted set, the leaves of the
-/// two bounds).
+/// The ranks of a score range on a handle: two rank lookups (on a paged sorted set, the
+/// leaves of the two bounds).
 fn score_span(
     z: &mut ZHandle,
     shard: &mut Shard,

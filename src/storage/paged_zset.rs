@@ -15,8 +15,9 @@
 //! its byte count is the member tree's leaf payload bytes (the promotion measure).
 //!
 //! A [`PagedZSet`] reads directory pages and leaves on demand and records what it changed;
-//! `store` writes the changed leaves (split above `LEAF_MAX_BYTES`, dropped when empty), their
-//! directory pages and the root.
+//! `store` writes the changed leaves (split above `LEAF_MAX_BYTES`, dropped when empty,
+//! merged with a neighbour under `LEAF_MERGE_BYTES`; small directory pages merged too),
+//! their directory pages and the root.
 //!
 //! Invariants (checked when read): no empty leaf or directory page; counts add up; member
 //! leaves hold members of their position range in (position, bytes) order; score leaves hold
