@@ -4,7 +4,8 @@
 //! and RESP3, with many score ties. DUMP must be byte-identical too.
 //!
 //! Also measures, through INFO's `lavik_device_write_bytes`, the device bytes one ZADD of a
-//! new member writes on a 20k-member paged sorted set.
+//! new member writes on a 20k-member paged sorted set, and through `lavik_sync_reads` /
+//! `lavik_restart_reads` the pages the lex and range-removal commands read.
 mod common;
 use common::diff::{settled_write_bytes, Pair, Rng};
 
@@ -52,6 +53,110 @@ fn bound(rng: &mut Rng) -> String {
         2 | 3 => format!("({}", rng.below(42)),
         _ => rng.below(42).to_string(),
     }
+}
+
+/// A lex bound over `member:i` names: inclusive or exclusive, sometimes `-` or `+`.
+fn lex_bound(rng: &mut Rng, top: u64) -> String {
+    match rng.below(10) {
+        0 => "-".into(),
+        1 => "+".into(),
+        2..=5 => format!("({}", member(rng.below(top))),
+        _ => format!("[{}", member(rng.below(top))),
+    }
+}
+
+/// Lex ranges (meaningful when every score is equal, so the set is paged with one score),
+/// the range removals and ZRANGESTORE on a big sorted set, with small ZADD/ZREM between.
+fn lex_run(p: &mut Pair, seed: u64, tag: &str, n: u64, ops: u64) {
+    let (z, dst) = (format!("{tag}:{{z}}lex"), format!("{tag}:{{z}}dst"));
+    let (z, dst) = (z.as_str(), dst.as_str());
+    let mut rng = Rng::new(seed);
+    for start in (0..n).step_by(500) {
+        let mut a = vec!["ZADD".to_string(), z.to_string()];
+        for i in start..(start + 500).min(n) {
+            a.push("0".into());
+            a.push(member(i));
+        }
+        let a: Vec<&str> = a.iter().map(|x| x.as_str()).collect();
+        p.check(&a);
+    }
+    whole_check(p, z);
+    for _ in 0..ops {
+        let (l1, l2) = (lex_bound(&mut rng, n), lex_bound(&mut rng, n));
+        let (off, cnt) = (
+            rng.below(20).to_string(),
+            (rng.below(15) as i64 - 1).to_string(),
+        );
+        let m = member(rng.below(n + n / 5));
+        let i = rng.below(n);
+        let (r1, r2) = (i.to_string(), (i + rng.below(6)).to_string());
+        match rng.below(16) {
+            0 => p.check(&["ZRANGE", z, &l1, &l2, "BYLEX", "LIMIT", &off, &cnt]),
+            1 => p.check(&["ZRANGE", z, &l2, &l1, "BYLEX", "REV", "LIMIT", &off, &cnt]),
+            2 => p.check(&["ZRANGEBYLEX", z, &l1, &l2, "LIMIT", &off, &cnt]),
+            3 => p.check(&["ZREVRANGEBYLEX", z, &l2, &l1, "LIMIT", &off, &cnt]),
+            4 => p.check(&["ZLEXCOUNT", z, &l1, &l2]),
+            5 => p.check(&["ZADD", z, "0", &m]),
+            6 => p.check(&["ZREM", z, &m]),
+            7 => {
+                // A narrow lex removal: a few members from one name on.
+                let other = member(rng.below(n));
+                let lo = format!("[{m}");
+                let hi = if other > m && other.len() <= m.len() + 1 {
+                    format!("({other}")
+                } else {
+                    format!("[{m}")
+                };
+                p.check(&["ZREMRANGEBYLEX", z, &lo, &hi])
+            }
+            8 => p.check(&["ZREMRANGEBYRANK", z, &r1, &r2]),
+            9 => p.check(&["ZREMRANGEBYRANK", z, "-3", "-1"]),
+            10 => p.check(&["ZREMRANGEBYSCORE", z, "(0", "+inf"]),
+            11 => p.check(&[
+                "ZRANGESTORE",
+                dst,
+                z,
+                &l1,
+                &l2,
+                "BYLEX",
+                "LIMIT",
+                &off,
+                &cnt,
+            ]),
+            12 => p.check(&[
+                "ZRANGESTORE",
+                dst,
+                z,
+                &l2,
+                &l1,
+                "BYLEX",
+                "REV",
+                "LIMIT",
+                &off,
+                "9",
+            ]),
+            13 => p.check(&[
+                "ZRANGESTORE",
+                dst,
+                z,
+                "-inf",
+                "+inf",
+                "BYSCORE",
+                "LIMIT",
+                &r1,
+                "7",
+            ]),
+            14 => p.check(&["ZRANGESTORE", dst, z, &r1, &r2]),
+            _ => p.check(&["ZRANGE", dst, "0", "-1", "WITHSCORES"]),
+        };
+    }
+    whole_check(p, z);
+    // A wide lex removal and a wide rank removal (the rest is folded back into one record).
+    p.check(&["ZREMRANGEBYLEX", z, "[member:1", "(member:5"]);
+    whole_check(p, z);
+    p.check(&["ZREMRANGEBYRANK", z, "10", "-10"]);
+    whole_check(p, z);
+    p.check(&["DEL", z, dst]);
 }
 
 fn run(p: &mut Pair, seed: u64, tag: &str, n: u64, ops: u64) {
@@ -117,10 +222,23 @@ fn run(p: &mut Pair, seed: u64, tag: &str, n: u64, ops: u64) {
             24 => p.check(&["ZMPOP", "2", z2, z, "MAX", "COUNT", "2"]),
             _ => p.check(&["BZPOPMIN", z, "0.01"]),
         };
-        if hi == lo {
-            // Commands that read the whole value on a paged sorted set.
-            p.check(&["ZLEXCOUNT", z, "[member:1", "(member:2"]);
-            p.check(&["ZREMRANGEBYSCORE", z, &slo, &slo]);
+        if hi == lo || rng.chance(3) {
+            // Range removals and ZRANGESTORE by score and rank on mixed scores.
+            p.check(&["ZREMRANGEBYSCORE", z, &b1, &slo]);
+            p.check(&["ZREMRANGEBYRANK", z, &slo, &(lo + 3).to_string()]);
+            p.check(&[
+                "ZRANGESTORE",
+                z2,
+                z,
+                &b2,
+                &b1,
+                "BYSCORE",
+                "REV",
+                "LIMIT",
+                &off,
+                &cnt,
+            ]);
+            p.check(&["ZRANGE", z2, "0", "-1", "WITHSCORES"]);
         }
         if rng.chance(5) {
             p.check(&["ZCARD", z]);
@@ -199,8 +317,146 @@ fn bulk(reply: &[u8]) -> Vec<u8> {
 fn big_sorted_sets_resp2_and_resp3() {
     let mut p = Pair::start("diff-pzset", &[]);
     run(&mut p, 7, "r2", 16_000, 500);
+    lex_run(&mut p, 8, "r2", 6000, 400);
     p.hello(3);
     run(&mut p, 11, "r3", 4000, 300);
+    lex_run(&mut p, 12, "r3", 2000, 200);
+}
+
+/// Page reads so far: synchronous record reads plus the reads restartable runs asked for
+/// (`lavik_restart_reads`: pages below a prefetched root, read without blocking).
+fn page_reads(c: &mut redis::Connection) -> u64 {
+    let text: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in INFO"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    field("lavik_sync_reads:") + field("lavik_restart_reads:")
+}
+
+/// The page reads (the root is prefetched) one command makes, and its reply.
+fn reads_of(c: &mut redis::Connection, args: &[&str]) -> (u64, redis::Value) {
+    let before = page_reads(c);
+    let v: redis::Value = redis::cmd(args[0]).arg(&args[1..]).query(c).unwrap();
+    (page_reads(c) - before, v)
+}
+
+// With no record cache, lex ranges, ZLEXCOUNT, ZRANGESTORE and the range removals on a
+// 20k-member paged sorted set (one score: ~150 leaves per tree, two directory pages each)
+// read only the directory pages and leaves around their bounds and, for removals, the
+// removed members' leaves; a whole-value read would be ~320 pages (lavik alone).
+#[test]
+fn range_commands_read_only_their_pages() {
+    let s = common::Server::start(
+        "pzset-reads",
+        &["--threads", "1", "--cache-size", "0", "--defrag-paused"],
+    );
+    let mut c = s.client();
+    let name = |i: u64| format!("element:{i:06}");
+    for start in (0..20_000u64).step_by(2000) {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg("{z}");
+        for i in start..start + 2000 {
+            cmd.arg(0).arg(name(i));
+        }
+        let _: u64 = cmd.query(&mut c).unwrap();
+    }
+    // Push the pages out of the open block (reads from it touch no device).
+    let filler = "f".repeat(10_000);
+    let mut pipe = redis::pipe();
+    for i in 0..300 {
+        pipe.cmd("SET")
+            .arg(format!("{{z}}f{i}"))
+            .arg(&filler)
+            .ignore();
+    }
+    let () = pipe.query(&mut c).unwrap();
+    let lo = format!("[{}", name(10_000));
+    let hi = format!("({}", name(10_500));
+    let cases: [(&[&str], u64, redis::Value); 7] = [
+        (&["ZLEXCOUNT", "{z}", &lo, &hi], 6, redis::Value::Int(500)),
+        (
+            &["ZRANGEBYLEX", "{z}", &lo, &hi, "LIMIT", "0", "3"],
+            5,
+            bulks(&[name(10_000), name(10_001), name(10_002)]),
+        ),
+        (
+            &["ZREVRANGEBYLEX", "{z}", &hi, &lo, "LIMIT", "2", "1"],
+            5,
+            bulks(&[name(10_497)]),
+        ),
+        (
+            &[
+                "ZRANGESTORE",
+                "{z}d",
+                "{z}",
+                &lo,
+                &hi,
+                "BYLEX",
+                "LIMIT",
+                "0",
+                "10",
+            ],
+            5,
+            redis::Value::Int(10),
+        ),
+        (
+            &["ZREMRANGEBYLEX", "{z}", &lo, &format!("({}", name(10_005))],
+            14,
+            redis::Value::Int(5),
+        ),
+        (
+            &["ZREMRANGEBYRANK", "{z}", "3000", "3004"],
+            14,
+            redis::Value::Int(5),
+        ),
+        (
+            &["ZREMRANGEBYSCORE", "{z}", "(0", "+inf"],
+            6,
+            redis::Value::Int(0),
+        ),
+    ];
+    // Background work (releases of the fill's replaced pages) reads pages too: wait until
+    // a command reading only the root counts none.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while reads_of(&mut c, &["ZCARD", "{z}"]).0 != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "background reads never stopped"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut seen = Vec::new();
+    for (args, bound, want) in cases {
+        let (reads, got) = reads_of(&mut c, args);
+        assert_eq!(got, want, "{args:?}");
+        eprintln!("{}: {reads} page reads", args[0]);
+        seen.push((args[0], reads, bound));
+    }
+    for (name, reads, bound) in seen {
+        assert!(reads <= bound, "{name}: {reads} page reads > {bound}");
+    }
+    let card: u64 = redis::cmd("ZCARD").arg("{z}").query(&mut c).unwrap();
+    assert_eq!(card, 19_990);
+    let gone: Option<f64> = redis::cmd("ZSCORE")
+        .arg("{z}")
+        .arg(name(10_003))
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(gone, None);
+}
+
+fn bulks(items: &[String]) -> redis::Value {
+    redis::Value::Array(
+        items
+            .iter()
+            .map(|i| redis::Value::BulkString(i.clone().into_bytes()))
+            .collect(),
+    )
 }
 
 // One ZADD of a new member (or ZREM of one) on a 20k-member paged sorted set writes at

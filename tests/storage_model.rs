@@ -10,10 +10,15 @@
 //! A quarter of the keys each hold hashes, sets and lists (whole-record collections, stage 1 of
 //! `docs/collections.md`): the model compares the value kind with the bytes, so a crash,
 //! relocation or checkpoint that lost a kind, or showed a half-written collection, fails.
+//! Sorted-set keys also get big sorted sets (paged: two trees under one root) edited by
+//! ZADD/ZREM/ZPOPMIN/ZPOPMAX/ZREMRANGEBYRANK the way the commands do (pages read on demand,
+//! only changed pages written, merges, demotion), so a crash that showed one tree updated
+//! and not the other, or a lost acknowledged edit, fails too.
 use lavik::device::{BlockDevice, MemDevice, TearLastWrite};
 use lavik::storage::collection::{HashEncoding, HashValue, SetEncoding, SetValue};
 use lavik::storage::list_codec::{End, ListValue};
-use lavik::storage::zset::ZSetValue;
+use lavik::storage::paged_zset::{self, PagedZSet, ZHandle};
+use lavik::storage::zset::{ZSetEncoding, ZSetValue};
 use lavik::storage::{self, paged, Collection, FsyncPolicy, Shard, StoreConfig, Value, ValueKind};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -99,6 +104,7 @@ fn op_strategy(
     background_weight: u32,
 ) -> impl Strategy<Value = Op> {
     let key = (0..DBS, 0..KEYS);
+    let zkey = (0..DBS, prop_oneof![Just(3u8), Just(8u8)]);
     let ttl = prop_oneof![3 => Just(None), 1 => (1u64..5000).prop_map(Some)];
     prop_oneof![
         30 => (key.clone(), value_lens, any::<u8>(), ttl.clone())
@@ -122,6 +128,11 @@ fn op_strategy(
         3 => (key.clone(), 100usize..1500, any::<u8>())
             .prop_map(|((db, k), n, fill)| Op::PagedPut { db, k, n, fill }),
         12 => (key, 0u16..1600, any::<bool>())
+            .prop_map(|((db, k), i, del)| Op::PagedEdit { db, k, i, del }),
+        // Sorted-set keys (3 and 8) get paged sorted sets and their edits more often.
+        2 => (zkey.clone(), 450usize..1500, any::<u8>())
+            .prop_map(|((db, k), n, fill)| Op::PagedPut { db, k, n, fill }),
+        10 => (zkey, 0u16..1600, any::<bool>())
             .prop_map(|((db, k), i, del)| Op::PagedEdit { db, k, i, del }),
     ]
 }
@@ -259,6 +270,84 @@ fn edit(c: &mut Coll, i: u16, del: bool) {
         }
         Coll::Set(v) => {
             v.add(f.as_bytes());
+        }
+    }
+}
+
+/// Edits made on paged sorted sets (process-wide, reported with LAVIK_MODEL_STATS).
+static PAGED_ZSET_EDITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Member `i` of a sorted-set key (long enough that ~430 of them make a paged sorted set).
+fn zmember(i: usize) -> Vec<u8> {
+    format!("member-{i:04}-of-a-sorted-set").into_bytes()
+}
+
+/// A sorted set of the shard as a command loads it: one record, or a paged sorted set
+/// whose pages are read on demand (`commands::collection::load_zset_handle`).
+fn load_zset(s: &mut Shard, db: u8, key: &[u8], now: u64) -> Option<(ZHandle, Option<u64>)> {
+    match s.get_collection(db, key, now).unwrap()? {
+        Collection::Whole(v) if v.kind == ValueKind::ZSet => Some((
+            ZHandle::Whole(ZSetValue::decode(&v.bytes).unwrap()),
+            v.expire_at_ms,
+        )),
+        Collection::Paged {
+            kind: ValueKind::ZSet,
+            root,
+            expire_at_ms,
+        } => {
+            let root = paged::Root::decode(&root).unwrap();
+            let z = PagedZSet::open(db, key, &root).unwrap();
+            Some((ZHandle::Paged(z), expire_at_ms))
+        }
+        _ => None,
+    }
+}
+
+/// `store_zset_handle`/`store_zset` of the command layer: a paged sorted set writes its
+/// changed pages, or one record under the demotion size; a one-record skiplist is paged
+/// above the promotion size; an empty one deletes the key.
+fn store_zset(s: &mut Shard, db: u8, key: &[u8], z: ZHandle, exp: Option<u64>, now: u64) {
+    if z.is_empty() {
+        s.delete(db, key, now).unwrap();
+        return;
+    }
+    match z {
+        ZHandle::Paged(mut p) if p.member_bytes() < paged::DEMOTE_BYTES => {
+            let v = ZSetValue::from_paged(p.pairs(s).unwrap());
+            s.put(db, key, ValueKind::ZSet, &v.encode(), exp, now)
+                .unwrap();
+        }
+        ZHandle::Paged(p) => p.store(s, exp, now).unwrap(),
+        ZHandle::Whole(v)
+            if v.encoding() == ZSetEncoding::Skiplist
+                && v.member_bytes() > paged::PROMOTE_BYTES =>
+        {
+            paged_zset::build(s, db, key, v.pairs(), exp, now).unwrap()
+        }
+        ZHandle::Whole(v) => s
+            .put(db, key, ValueKind::ZSet, &v.encode(), exp, now)
+            .unwrap(),
+    }
+}
+
+/// One sorted-set command on `z`, chosen by `i`: ZADD of member i, ZREM of it, ZPOPMIN or
+/// ZPOPMAX of 3, or ZREMRANGEBYRANK of up to 6 ranks.
+fn zedit(s: &mut Shard, z: &mut ZHandle, i: u16, del: bool) {
+    let i = usize::from(i);
+    match (del, i % 5) {
+        (false, _) => {
+            z.insert(s, &zmember(i), (i % 13) as f64 * 0.5).unwrap();
+        }
+        (true, 0) => {
+            z.pop(s, i % 10 == 0, 3).unwrap();
+        }
+        (true, 1) if !z.is_empty() => {
+            let from = i % z.len();
+            let to = (from + 6).min(z.len());
+            z.remove_ranks(s, from..to).unwrap();
+        }
+        (true, _) => {
+            z.remove(s, &zmember(i)).unwrap();
         }
     }
 }
@@ -465,6 +554,26 @@ impl Harness {
                         Coll::Hash(h)
                     }
                     ValueKind::Set => Coll::Set(SetValue::create(b"f", n.max(200))),
+                    ValueKind::ZSet => {
+                        // Score ties (50 distinct scores): paged above ~430 members.
+                        let v = ZSetValue::from_pairs(
+                            (0..n)
+                                .map(|i| (((i * 7 + usize::from(fill)) % 50) as f64, zmember(i)))
+                                .collect(),
+                        );
+                        let model = [&[kind_tag(kind)][..], &v.encode()].concat();
+                        store_zset(
+                            self.shard(k),
+                            db,
+                            &key_bytes(k),
+                            ZHandle::Whole(v),
+                            None,
+                            now,
+                        );
+                        self.cur.insert((db, k), (model, None));
+                        self.note((db, k));
+                        return Ok(());
+                    }
                     _ => return Ok(()),
                 };
                 for i in 0..n {
@@ -489,9 +598,35 @@ impl Harness {
                 let Some((model, exp)) = self.cur.get(&(db, k)).cloned() else {
                     return Ok(());
                 };
-                if !matches!(kind, ValueKind::Hash | ValueKind::Set)
-                    || exp.is_some_and(|t| t <= now)
-                {
+                if exp.is_some_and(|t| t <= now) {
+                    return Ok(());
+                }
+                if kind == ValueKind::ZSet {
+                    // As a zset command: load the handle, change it, store what changed; the
+                    // model applies the same command to its one-record copy.
+                    let (mut z, engine_exp) = load_zset(self.shard(k), db, &key_bytes(k), now)
+                        .expect("the model's sorted set exists");
+                    prop_assert_eq!(engine_exp, exp, "expiry of {:?}", (db, k));
+                    if matches!(z, ZHandle::Paged(_)) {
+                        PAGED_ZSET_EDITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    zedit(self.shard(k), &mut z, i, del);
+                    store_zset(self.shard(k), db, &key_bytes(k), z, exp, now);
+                    let mut mz = ZHandle::Whole(ZSetValue::decode(&model[1..]).unwrap());
+                    zedit(self.shard(k), &mut mz, i, del);
+                    let ZHandle::Whole(mv) = mz else {
+                        unreachable!("the model is one record")
+                    };
+                    if mv.is_empty() {
+                        self.cur.remove(&(db, k));
+                    } else {
+                        let m = [&[kind_tag(kind)][..], &mv.encode()].concat();
+                        self.cur.insert((db, k), (m, exp));
+                    }
+                    self.note((db, k));
+                    return Ok(());
+                }
+                if !matches!(kind, ValueKind::Hash | ValueKind::Set) {
                     return Ok(());
                 }
                 let (mut c, engine_exp) = load_coll(self.shard(k), db, &key_bytes(k), now)
@@ -708,7 +843,8 @@ impl Harness {
                 .iter()
                 .map(|s| s.tomb_raider_status().tombstones_dropped)
                 .sum();
-            eprintln!("model stats: freed {freed} blocks, relocated {moved} records, dropped {dropped} tombstones");
+            let zedits = PAGED_ZSET_EDITS.load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!("model stats: freed {freed} blocks, relocated {moved} records, dropped {dropped} tombstones, {zedits} paged zset edits so far");
         }
         for db in 0..DBS {
             for k in 0..KEYS {

@@ -219,19 +219,8 @@ impl LexRange {
 
 // ---- selections over a loaded value -----------------------------------------------------
 
-/// Indexes (ascending ranks) of the pairs within a score range, in ascending order.
-fn score_indexes(z: &ZSetValue, range: &ScoreRange) -> std::ops::Range<usize> {
-    if range.is_empty() {
-        return 0..0;
-    }
-    let p = z.pairs();
-    let start = p.partition_point(|(s, _)| !range.gte_min(*s));
-    let end = p.partition_point(|(s, _)| range.lte_max(*s)).max(start);
-    start..end
-}
-
-/// `score_indexes` on a handle: two rank lookups (on a paged sorted set, the leaves of the
-/// two bounds).
+/// The ranks of a score range on a handle: two rank lookups (on a paged sorted set, the
+/// leaves of the two bounds).
 fn score_span(
     z: &mut ZHandle,
     shard: &mut Shard,
@@ -247,6 +236,78 @@ fn score_span(
         .count_below(shard, &|p: &ScorePair| range.lte_max(p.0))
         .map_err(storage_error)?;
     Ok(start..end.max(start))
+}
+
+/// The ranks of a lex range on a handle by two searches of the score tree's keys (on a
+/// paged sorted set, the leaves of the two bounds). Exact when the scores in the set are
+/// equal, the case lex ranges are meant for; with mixed scores Redis's skiplist answer
+/// depends on its random levels, and this is the answer of a binary search.
+fn lex_span(
+    z: &mut ZHandle,
+    shard: &mut Shard,
+    range: &LexRange,
+) -> Result<std::ops::Range<usize>, String> {
+    if range.is_empty() {
+        return Ok(0..0);
+    }
+    let start = z
+        .count_below(shard, &|p: &ScorePair| !range.gte_min(&p.1))
+        .map_err(storage_error)?;
+    let end = z
+        .count_below(shard, &|p: &ScorePair| range.lte_max(&p.1))
+        .map_err(storage_error)?;
+    Ok(start..end.max(start))
+}
+
+/// A BYSCORE or BYLEX range with LIMIT on a handle, as the skiplist walk of Redis's
+/// `genericZrangebyscoreCommand`/`genericZrangebylexCommand`: from the first pair past
+/// the start bound (found by a search of the score tree's keys), skip `offset` pairs, then
+/// take pairs while they are within the end bound, at most `limit`. Pairs in walk order
+/// (descending when `reverse`); only the leaves walked are read.
+fn bounded_walk(
+    z: &mut ZHandle,
+    shard: &mut Shard,
+    range: &ParsedRange,
+    reverse: bool,
+    offset: i64,
+    limit: i64,
+) -> Result<Vec<ScorePair>, String> {
+    let empty = match range {
+        ParsedRange::Score(r) => r.is_empty(),
+        ParsedRange::Lex(r) => r.is_empty(),
+        ParsedRange::Rank(..) => unreachable!("rank ranges are not walked"),
+    };
+    if empty || offset < 0 || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let before_min = |p: &ScorePair| match range {
+        ParsedRange::Score(r) => !r.gte_min(p.0),
+        ParsedRange::Lex(r) => !r.gte_min(&p.1),
+        ParsedRange::Rank(..) => false,
+    };
+    let within_max = |p: &ScorePair| match range {
+        ParsedRange::Score(r) => r.lte_max(p.0),
+        ParsedRange::Lex(r) => r.lte_max(&p.1),
+        ParsedRange::Rank(..) => false,
+    };
+    let max = if limit < 0 {
+        usize::MAX
+    } else {
+        limit as usize
+    };
+    let offset = offset as usize;
+    let got = if reverse {
+        // From the last pair within the upper bound, downward while past the lower one.
+        let top = z.count_below(shard, &within_max).map_err(storage_error)?;
+        if offset >= top {
+            return Ok(Vec::new());
+        }
+        z.walk(shard, top - 1 - offset, true, max, &|p| !before_min(p))
+    } else {
+        let start = z.count_below(shard, &before_min).map_err(storage_error)?;
+        z.walk(shard, start.saturating_add(offset), false, max, &within_max)
+    };
+    got.map_err(storage_error)
 }
 
 /// Indexes of the pairs within a lex range, walking from the low end (forward) or the
@@ -329,19 +390,6 @@ fn rank_span(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
         end = len - 1;
     }
     Some((start as usize, end as usize))
-}
-
-/// Applies LIMIT offset count (negative offset: nothing; negative count: no limit).
-fn apply_limit(items: Vec<usize>, offset: i64, limit: i64) -> Vec<usize> {
-    if offset < 0 {
-        return Vec::new();
-    }
-    let it = items.into_iter().skip(offset as usize);
-    if limit < 0 {
-        it.collect()
-    } else {
-        it.take(limit as usize).collect()
-    }
 }
 
 /// Replies with pairs: members only, or with scores (flat in RESP2, pairs in RESP3).
@@ -675,7 +723,11 @@ pub fn zcount(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn zlexcount(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let range = LexRange::parse(a[2], a[3])?;
-    let n = load_zset(ctx, a[1])?.map_or(0, |z| lex_indexes(&z.value, &range, false).len());
+    let n = match load_zset_handle(ctx, a[1])?.map(|z| z.value) {
+        None => 0,
+        Some(ZHandle::Whole(v)) => lex_indexes(&v, &range, false).len(),
+        Some(mut z) => lex_span(&mut z, ctx.shards.for_key(a[1]), &range)?.len(),
+    };
     r.int(n as i64);
     Ok(())
 }
@@ -757,60 +809,8 @@ fn zrange_generic(
         RangeType::Lex => ParsedRange::Lex(LexRange::parse(a[min_at], a[max_at])?),
         _ => ParsedRange::Rank(parse_int(a[min_at])?, parse_int(a[max_at])?),
     };
-    if !store && !matches!(range, ParsedRange::Lex(_)) {
-        // Rank and score ranges read only the leaves they cover.
-        let key = a[src_at];
-        let Some(mut z) = load_zset_handle(ctx, key)? else {
-            r.array(0);
-            return Ok(());
-        };
-        let shard = ctx.shards.for_key(key);
-        let len = z.value.len();
-        // Ascending ranks `lo..hi`, emitted from the high end when `from_top`.
-        let (lo, hi) = match &range {
-            ParsedRange::Rank(start, end) => match rank_span(*start, *end, len) {
-                None => (0, 0),
-                Some((s, e)) if reverse => (len - 1 - e, len - s),
-                Some((s, e)) => (s, e + 1),
-            },
-            ParsedRange::Score(range) => {
-                let span = score_span(&mut z.value, shard, range)?;
-                let (s, e) = (span.start, span.end);
-                if offset < 0 {
-                    (0, 0)
-                } else {
-                    let skip = (offset as usize).min(e - s);
-                    let left = e - s - skip;
-                    let n = if limit < 0 {
-                        left
-                    } else {
-                        left.min(limit as usize)
-                    };
-                    if reverse {
-                        (e - skip - n, e - skip)
-                    } else {
-                        (s + skip, s + skip + n)
-                    }
-                }
-            }
-            ParsedRange::Lex(_) => unreachable!("lex ranges take the whole-value path"),
-        };
-        let mut picked = if lo < hi {
-            z.value.range(shard, lo, hi - 1).map_err(storage_error)?
-        } else {
-            Vec::new()
-        };
-        if reverse {
-            picked.reverse();
-        }
-        reply_pairs(
-            r,
-            picked.iter().map(|(s, m)| (*s, m.as_slice())),
-            withscores,
-        );
-        return Ok(());
-    }
-    let Some(z) = load_zset(ctx, a[src_at])? else {
+    let key = a[src_at];
+    let Some(mut z) = load_zset_handle(ctx, key)? else {
         if store {
             store_result(ctx, a[1], &ZSetValue::new(), "zrangestore")?;
             r.int(0);
@@ -819,35 +819,45 @@ fn zrange_generic(
         }
         return Ok(());
     };
-    let z = z.value;
-    let len = z.len();
-    let picked: Vec<usize> = match range {
-        ParsedRange::Rank(start, end) => match rank_span(start, end, len) {
-            None => Vec::new(),
-            Some((s, e)) if reverse => (s..=e).map(|i| len - 1 - i).collect(),
-            Some((s, e)) => (s..=e).collect(),
-        },
-        ParsedRange::Score(range) => {
-            let span = score_indexes(&z, &range);
-            let items: Vec<usize> = if reverse {
-                span.rev().collect()
-            } else {
-                span.collect()
-            };
-            apply_limit(items, offset, limit)
+    let picked: Vec<ScorePair> = match (&range, &mut z.value) {
+        // A one-record sorted set walks BYLEX as Redis walks a listpack (which differs from
+        // a search when scores are mixed).
+        (ParsedRange::Lex(lex), ZHandle::Whole(v)) => lex_walk(v, lex, reverse, offset, limit)
+            .into_iter()
+            .map(|i| v.pairs()[i].clone())
+            .collect(),
+        (ParsedRange::Rank(start, end), z) => {
+            // Rank ranges read only the leaves they cover.
+            let len = z.len();
+            match rank_span(*start, *end, len) {
+                None => Vec::new(),
+                Some((s, e)) => {
+                    let (lo, hi) = if reverse {
+                        (len - 1 - e, len - 1 - s)
+                    } else {
+                        (s, e)
+                    };
+                    let mut v = z
+                        .range(ctx.shards.for_key(key), lo, hi)
+                        .map_err(storage_error)?;
+                    if reverse {
+                        v.reverse();
+                    }
+                    v
+                }
+            }
         }
-        ParsedRange::Lex(range) => lex_walk(&z, &range, reverse, offset, limit),
+        (range, z) => bounded_walk(z, ctx.shards.for_key(key), range, reverse, offset, limit)?,
     };
-    let p = z.pairs();
     if store {
-        let out = ZSetValue::from_pairs(picked.iter().map(|&i| p[i].clone()).collect());
+        let out = ZSetValue::from_pairs(picked);
         store_result(ctx, a[1], &out, "zrangestore")?;
         r.int(out.len() as i64);
         return Ok(());
     }
     reply_pairs(
         r,
-        picked.iter().map(|&i| (p[i].0, p[i].1.as_slice())),
+        picked.iter().map(|(s, m)| (*s, m.as_slice())),
         withscores,
     );
     Ok(())
@@ -889,27 +899,32 @@ fn zremrange(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, rtype: RangeType) -> 
         RangeType::Lex => ParsedRange::Lex(LexRange::parse(a[2], a[3])?),
         _ => ParsedRange::Rank(parse_int(a[2])?, parse_int(a[3])?),
     };
-    let Some(mut z) = load_zset(ctx, a[1])? else {
+    let Some(mut z) = load_zset_handle(ctx, a[1])? else {
         r.int(0);
         return Ok(());
     };
-    let span = match range {
-        ParsedRange::Rank(s, e) => rank_span(s, e, z.value.len()).map_or(0..0, |(s, e)| s..e + 1),
-        ParsedRange::Score(range) => score_indexes(&z.value, &range),
-        ParsedRange::Lex(range) => {
-            let idx = lex_indexes(&z.value, &range, false);
+    let shard = ctx.shards.for_key(a[1]);
+    let span = match (&range, &mut z.value) {
+        (ParsedRange::Rank(s, e), z) => rank_span(*s, *e, z.len()).map_or(0..0, |(s, e)| s..e + 1),
+        (ParsedRange::Score(range), z) => score_span(z, shard, range)?,
+        (ParsedRange::Lex(range), ZHandle::Whole(v)) => {
+            let idx = lex_indexes(v, range, false);
             idx.first().map_or(0..0, |&s| s..s + idx.len())
         }
+        (ParsedRange::Lex(range), z) => lex_span(z, shard, range)?,
     };
-    let removed = z.value.remove_ranks(span).len();
+    // A paged sorted set reads and rewrites only the score leaves of the span and the
+    // removed members' leaves (`docs/collections.md` section 4b).
+    let removed = z.value.remove_ranks(shard, span).map_err(storage_error)?;
     if removed > 0 {
-        store_zset(ctx, a[1], &z.value, z.expire_at_ms)?;
+        let emptied = z.value.is_empty();
+        store_zset_handle(ctx, a[1], z.value, z.expire_at_ms)?;
         let event = match rtype {
             RangeType::Score => "zremrangebyscore",
             RangeType::Lex => "zremrangebylex",
             _ => "zremrangebyrank",
         };
-        notify_removed(ctx, a[1], event, z.value.is_empty());
+        notify_removed(ctx, a[1], event, emptied);
     }
     r.int(removed as i64);
     Ok(())

@@ -135,7 +135,7 @@ impl Elem for Vec<u8> {
     }
 }
 
-fn varint_len(n: usize) -> usize {
+pub(crate) fn varint_len(n: usize) -> usize {
     let mut v = n as u64;
     let mut l = 1;
     while v >= 0x80 {
@@ -163,13 +163,14 @@ fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(format!("paged collection: {what}"))
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+/// A bounds-checked reader over a page's bytes (shared with `paged_zset`).
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], StorageError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], StorageError> {
         let end = self
             .at
             .checked_add(n)
@@ -192,7 +193,7 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
-    fn varint(&mut self) -> Result<usize, StorageError> {
+    pub(crate) fn varint(&mut self) -> Result<usize, StorageError> {
         let mut v: u64 = 0;
         for i in 0..5 {
             let byte = self.u8()?;
@@ -1663,7 +1664,7 @@ pub(crate) fn finish_recovery(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::device::{BlockDevice, MemDevice};
     use crate::storage::collection::{HashEncoding, HashValue, SetValue};
@@ -1732,8 +1733,9 @@ mod tests {
         h.pairs().iter().cloned().collect()
     }
 
-    /// Live bytes the shard counts, against what the index and the roots reach.
-    fn check_live(s: &mut Shard, keys: &[&[u8]]) {
+    /// Live bytes the shard counts, against what the index and the roots reach (db 0;
+    /// shared by the `paged_list` and `paged_zset` tests).
+    pub(crate) fn check_live(s: &mut Shard, keys: &[&[u8]]) {
         // Released roots' pages stop counting in the background job: run it to the end,
         // in the smallest steps it takes.
         while !s.releases.is_empty() {

@@ -1261,26 +1261,7 @@ mod tests {
 
     /// Live bytes the shard counts equal what the index and the root reach.
     fn check_live(s: &mut Shard) {
-        // Released roots' pages stop counting in the background: finish that first.
-        paged::release_all(s);
-        let mut want = 0u64;
-        let h = s.hash(0, b"l");
-        if let Some(f) = s.find(0, b"l", h).unwrap() {
-            want += f.rec.header.record_len() as u64;
-            if paged::is_root(f.rec.header.flags) {
-                let root = Root::decode(&f.rec.value).unwrap();
-                for (_, len) in paged::pages_of(s, 0, b"l", &root).unwrap() {
-                    want += super::super::format::record_len(1, len as usize) as u64;
-                }
-            }
-        }
-        let have: u64 = s
-            .blocks
-            .values()
-            .filter(|i| i.kind == super::super::format::BLOCK_KIND_LOG)
-            .map(|i| i.live_total())
-            .sum();
-        assert_eq!(have, want, "live bytes");
+        paged::tests::check_live(s, &[b"l"]);
     }
 
     // A list driven by random pushes and pops at both ends, LSETs and LTRIMs through the
