@@ -93,6 +93,8 @@ const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
 const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
 const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
 const _: () = assert!(READS_INFLIGHT_MAX <= PARKED_MAX);
+// One round of read-ahead fits the ring at once.
+const _: () = assert!(crate::storage::prefetch::READAHEAD_READS_MAX <= READS_INFLIGHT_MAX);
 /// Emptied vectors of finished commands kept for the next ones (each kind).
 const SPARE_VECS_MAX: usize = 64;
 
@@ -890,8 +892,8 @@ pub fn with_lent<R>(
     with_lent_in(shards, &mut fetched, &fetched_shard, run)
 }
 
-/// `with_lent` that leaves the records in `fetched` afterwards (in any order) for the
-/// caller to reuse. Records of one shard — every single-key command — are lent as the
+/// `with_lent` that leaves the records in `fetched` afterwards (in their order, matching
+/// `fetched_shard`) for the caller to reuse. Records of one shard — every single-key command — are lent as the
 /// vector itself, with no allocation.
 pub fn with_lent_in<R>(
     shards: &mut ShardSet,
@@ -927,7 +929,18 @@ pub fn with_lent_in<R>(
         if let Some(s) = shards.slots[*sh as usize].as_mut() {
             s.take_prefetched(v);
         }
-        fetched.append(v);
+        v.reverse();
+    }
+    // Back in their first order, so `fetched_shard` still names each one's shard (a
+    // restarted command is lent them again).
+    for sh in fetched_shard {
+        if let Some(f) = lent
+            .iter_mut()
+            .find(|(s, _)| s == sh)
+            .and_then(|(_, v)| v.pop())
+        {
+            fetched.push(f);
+        }
     }
     r
 }
