@@ -35,7 +35,12 @@
 //! the shards refuse writes after a miss, and a miss after a write is read synchronously),
 //! and the command parks for the wanted reads (`Reads::park_restarted`, the same bounds and
 //! order as a first park), keeping what it fetched, and runs again. At most
-//! `RESTARTS_MAX` times; then its last run reads what it misses synchronously.
+//! `RESTARTS_MAX` times; then its last run reads what it misses synchronously. A page walker
+//! does not stop at its first miss (read-ahead, `storage::paged::Ahead`): it notes every page
+//! it will need next that is not in memory, up to `prefetch::READAHEAD_READS_MAX` reads and
+//! `READAHEAD_BYTES_MAX` bytes per run, so a whole-collection read asks for a level of the
+//! tree per round (`docs/collections.md` section 5); what a round fetched is held by the
+//! parked command until it finishes (≤ `RESTARTS_MAX` × `READAHEAD_BYTES_MAX` of pages).
 //!
 //! Ordering is the caller's job (the worker): a connection's commands never overtake an
 //! earlier parked write, and a write never overtakes an earlier parked read.

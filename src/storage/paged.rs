@@ -589,8 +589,8 @@ pub fn load_partial<E: Elem>(
     }
     let mut elems: Vec<E> = Vec::new();
     for di in 0..nd {
-        for li in 0..leaves[di].len() {
-            if leaf_read[di][li] && !ra.full() {
+        for (li, &read) in leaf_read[di].iter().enumerate() {
+            if read && !ra.full() {
                 leaf_ahead(
                     &mut ra,
                     shard,
@@ -916,7 +916,9 @@ pub fn pick<E: Elem + Clone>(
     // Read-ahead (`Ahead`): a missed page is noted and the ranks below it skipped, so the
     // pages of every rank are asked for in one round per level.
     let mut ra = Ahead::start();
-    let mut dirs: HashMap<usize, Option<(Vec<Entry>, Vec<u64>)>> = HashMap::new();
+    // Per directory page read: its entries and the rank of the first member below each.
+    type DirRanks = Option<(Vec<Entry>, Vec<u64>)>;
+    let mut dirs: HashMap<usize, DirRanks> = HashMap::new();
     let mut leaves: HashMap<(usize, usize), Option<Vec<E>>> = HashMap::new();
     let mut out = Vec::with_capacity(ranks.len());
     for &rank in ranks {
@@ -1102,13 +1104,13 @@ pub fn lookup_many(
             .dirs
             .partition_point(|e| e.first <= p)
             .saturating_sub(1);
-        if !dirs.contains_key(&di) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
             if missed_dirs.contains(&di) {
                 continue;
             }
             match dir_ahead(&mut ra, shard, db, key, root, di)? {
                 Some(entries) => {
-                    dirs.insert(di, entries);
+                    slot.insert(entries);
                 }
                 None => {
                     missed_dirs.push(di);
@@ -2409,5 +2411,181 @@ mod tests {
         s.shutdown(true).unwrap();
         let mut s = open(&dev);
         check_live(&mut s, &[b"big", b"keep", b"over", b"new"]);
+    }
+
+    /// Performs the reads a restartable run wanted, as the worker's ring would (through the
+    /// data file at `path`), and returns the verified records.
+    fn read_wanted(
+        s: &mut Shard,
+        path: &std::path::Path,
+        wanted: Vec<(u32, crate::storage::prefetch::RecordRead)>,
+    ) -> Vec<crate::storage::prefetch::Fetched> {
+        use crate::storage::prefetch::{ReadDone, RecordPool};
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(path).unwrap();
+        let mut pool = RecordPool::default();
+        let mut out = Vec::new();
+        for (_, mut r) in wanted {
+            loop {
+                let mut buf = vec![0u8; r.len_bytes];
+                file.read_exact_at(&mut buf, r.offset_bytes).unwrap();
+                match s.complete_read(&r, &buf, &mut pool) {
+                    ReadDone::Record(f) => break out.push(f),
+                    ReadDone::More(longer) => r = longer,
+                    ReadDone::Stale => panic!("nothing changed under the read"),
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `f` restartably, round after round, each round's wanted reads performed and
+    /// lent to the next run; returns its result and the reads each round wanted.
+    fn rounds<T>(
+        s: &mut Shard,
+        path: &std::path::Path,
+        mut f: impl FnMut(&mut Shard) -> Result<T, StorageError>,
+    ) -> (T, Vec<usize>) {
+        use crate::storage::prefetch::{restartable_begin, restartable_end};
+        let mut fetched = Vec::new();
+        let mut per_round = Vec::new();
+        loop {
+            s.lend_prefetched(&mut fetched);
+            restartable_begin();
+            let r = f(s);
+            let mut wanted = Vec::new();
+            restartable_end(&mut wanted);
+            s.take_prefetched(&mut fetched);
+            match r {
+                Ok(v) => {
+                    assert!(wanted.is_empty(), "a valid run wants nothing");
+                    return (v, per_round);
+                }
+                Err(StorageError::Deferred) => {
+                    assert!(!wanted.is_empty(), "a deferred run wants reads");
+                    per_round.push(wanted.len());
+                    fetched.extend(read_wanted(s, path, wanted));
+                }
+                Err(e) => panic!("{e}"),
+            }
+            assert!(per_round.len() < 20, "the rounds do not converge");
+        }
+    }
+
+    // Proves read-ahead on a real file with the cache off: a restartable `load` of a hash of
+    // ~500 leaves wants the directory pages in its first round, then up to
+    // READAHEAD_READS_MAX leaves per round, every page exactly once, never a synchronous
+    // read; `lookup_many` of 3 names wants only their directory pages, then their leaves;
+    // `pick` and a list-less `LeafWalk::to_end` walk likewise converge in a few rounds.
+    #[test]
+    fn read_ahead_asks_a_level_per_round() {
+        use crate::storage::prefetch::{READAHEAD_BYTES_MAX, READAHEAD_READS_MAX};
+        let dir = std::env::temp_dir().join(format!("lavik-readahead-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let cfg = StoreConfig {
+            data_files: vec![path.clone()],
+            create_size_bytes: 64 << 20,
+            shard_count: 1,
+            block_size_bytes: 1 << 20,
+            staging_limit_bytes: 1 << 20,
+            fsync: FsyncPolicy::No,
+            direct_io: false,
+            defrag_paused: true,
+            cache_capacity_bytes: 0,
+            ..StoreConfig::default()
+        };
+        let mut s = crate::storage::open(&cfg).unwrap().shards.pop().unwrap();
+        let pad = "v".repeat(190);
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..18_000u32)
+            .map(|i| {
+                (
+                    format!("f{i}").into_bytes(),
+                    format!("{i}{pad}").into_bytes(),
+                )
+            })
+            .collect();
+        let enc = HashEncoding::Hashtable as u8;
+        build(&mut s, 0, b"h", ValueKind::Hash, enc, &pairs, None, 0).unwrap();
+        s.shutdown(true).unwrap();
+        // Reopened: every page on the file, none in a staging buffer.
+        let mut s = crate::storage::open(&cfg).unwrap().shards.pop().unwrap();
+        let Some(Collection::Paged { root, .. }) = s.get_collection(0, b"h", 0).unwrap() else {
+            panic!("not paged");
+        };
+        let root = Root::decode(&root).unwrap();
+        let pages = pages_of(&mut s, 0, b"h", &root).unwrap();
+        let (dirs, leaves) = (root.dirs.len(), pages.len() - root.dirs.len());
+        assert!(
+            dirs >= 2 && leaves > 2 * READAHEAD_READS_MAX,
+            "{dirs} dirs, {leaves} leaves"
+        );
+        let sync0 = s.cache_stats().sync_reads;
+
+        let ((got, _), per_round) = rounds(&mut s, &path, |s| {
+            load::<(Vec<u8>, Vec<u8>)>(s, 0, b"h", &root, true)
+        });
+        assert_eq!(got.len(), pairs.len());
+        assert_eq!(per_round[0], dirs, "round 1: the directory pages");
+        assert_eq!(
+            per_round.iter().sum::<usize>(),
+            pages.len(),
+            "every page once"
+        );
+        assert!(per_round.iter().all(|&n| n <= READAHEAD_READS_MAX));
+        let leaf_bytes: usize = pages[..].iter().map(|p| p.1 as usize).sum();
+        let per_round_min = READAHEAD_READS_MAX.min(READAHEAD_BYTES_MAX * leaves / leaf_bytes);
+        assert!(
+            per_round.len() <= 2 + leaves / (per_round_min - 1),
+            "{per_round:?} for {leaves} leaves"
+        );
+
+        let names: [&[u8]; 3] = [b"f3", b"f7000", b"nope"];
+        let (found, per_round) = rounds(&mut s, &path, |s| {
+            lookup_many(s, 0, b"h", &root, &names, true, &mut Default::default())
+        });
+        assert_eq!(found[0].as_deref(), Some(format!("3{pad}").as_bytes()));
+        assert_eq!(found[1].as_deref(), Some(format!("7000{pad}").as_bytes()));
+        assert_eq!(found[2], None);
+        assert_eq!(
+            per_round.len(),
+            2,
+            "directory pages, then leaves: {per_round:?}"
+        );
+        assert!(per_round.iter().all(|&n| n <= 3), "{per_round:?}");
+
+        let ranks: Vec<u64> = (0..40).map(|i| i * 373).collect();
+        let (picked, per_round) = rounds(&mut s, &path, |s| {
+            pick::<(Vec<u8>, Vec<u8>)>(s, 0, b"h", &root, &ranks, true)
+        });
+        assert_eq!(picked.len(), ranks.len());
+        assert_eq!(per_round.len(), 2, "{per_round:?}");
+
+        let (walked, per_round) = rounds(&mut s, &path, |s| {
+            let mut walk = LeafWalk::to_end();
+            let mut n = 0;
+            while let Some(leaf) = walk.next::<(Vec<u8>, Vec<u8>)>(s, 0, b"h", &root, true)? {
+                n += leaf.len();
+            }
+            Ok(n)
+        });
+        assert_eq!(walked, pairs.len());
+        assert_eq!(
+            per_round.iter().sum::<usize>(),
+            pages.len(),
+            "every page once"
+        );
+        assert!(
+            per_round.len() <= 2 + leaves / (per_round_min - 1),
+            "{per_round:?}"
+        );
+
+        assert_eq!(
+            s.cache_stats().sync_reads,
+            sync0,
+            "nothing read synchronously"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
