@@ -898,8 +898,8 @@ pub fn with_lent<R>(
 }
 
 /// `with_lent` that leaves the records in `fetched` afterwards (in their order, matching
-/// `fetched_shard`) for the caller to reuse. Records of one shard — every single-key command — are lent as the
-/// vector itself, with no allocation.
+/// `fetched_shard`) for the caller to reuse. Records of one shard — every single-key
+/// command — are lent as the vector itself, with no allocation.
 pub fn with_lent_in<R>(
     shards: &mut ShardSet,
     fetched: &mut Vec<Fetched>,

@@ -675,43 +675,6 @@ pub fn load_rest<E: Elem>(
     ra.finish(elems)
 }
 
-/// Reads only the directory page and the leaf that can hold `name`: `Some(value)` (an
-/// empty value for a set member) when it is there.
-pub fn lookup(
-    shard: &mut Shard,
-    db: Db,
-    key: &[u8],
-    root: &Root,
-    name: &[u8],
-    has_values: bool,
-) -> Result<Option<Vec<u8>>, StorageError> {
-    let p = position(name);
-    let di = root
-        .dirs
-        .partition_point(|e| e.first <= p)
-        .saturating_sub(1);
-    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
-    let rec = read_page(shard, db, key, root.dirs[di].addr)?;
-    let entries = decode_dir(&rec.value)?;
-    let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
-    let start = if di == 0 && li == 0 {
-        0
-    } else {
-        entries[li].first
-    };
-    let end = entries.get(li + 1).map_or(dir_end, |n| n.first);
-    let rec = read_page(shard, db, key, entries[li].addr)?;
-    if has_values {
-        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        decode_leaf(&rec.value, true, (start, end), &mut pairs)?;
-        Ok(pairs.into_iter().find(|(f, _)| f == name).map(|(_, v)| v))
-    } else {
-        let mut members: Vec<Vec<u8>> = Vec::new();
-        decode_leaf(&rec.value, false, (start, end), &mut members)?;
-        Ok(members.iter().any(|m| m == name).then(Vec::new))
-    }
-}
-
 // ---- reading only what a command needs ---------------------------------------------------
 
 /// Checks directory page `di`'s entries against its root entry.

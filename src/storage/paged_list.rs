@@ -535,6 +535,9 @@ impl PagedList {
             }
             di += 1;
         }
+        if left > 0 && !ra.missed() {
+            return Err(corrupt("range past the counts"));
+        }
         ra.finish(out)
     }
 
