@@ -108,7 +108,8 @@ fn assert_read_ahead(what: &str, c: Counters) {
 
 // HGETALL/HKEYS/HVALS, SMEMBERS, SUNION(STORE), LRANGE 0 -1 and SORT on paged collections of
 // 250-600 leaves read every page once, a level per round, with no blocking read, and answer
-// as redis-server; HMGET of 3 fields and SMISMEMBER read only their leaves in two rounds.
+// as redis-server; SINTER/SDIFF read each page at most once in a few rounds; HMGET of 3
+// fields and SMISMEMBER read only their leaves in two rounds.
 #[test]
 fn whole_collection_reads_ahead() {
     let mut p = Pair::start(
@@ -165,6 +166,19 @@ fn whole_collection_reads_ahead() {
         one.restart_reads + two.restart_reads,
         "SUNION reads each source's pages once"
     );
+    // The smaller source walked leaf by leaf, each leaf's members probed in the other: the
+    // probes of every batch ask for their pages in the same round.
+    for cmd in [["SINTER", "s1", "s2"], ["SDIFF", "s1", "s2"]] {
+        let c = measure(&mut p, |p| {
+            p.check_with(&cmd, sorted_elements);
+        });
+        assert_eq!(c.sync_reads, 0, "{cmd:?}: {c:?}");
+        assert_eq!(c.fallbacks, 0, "{cmd:?}: {c:?}");
+        assert!(
+            c.restarts <= 6 && c.restart_reads <= one.restart_reads + two.restart_reads,
+            "{cmd:?}: each page at most once, in a few rounds: {c:?}"
+        );
+    }
     let stored = measure(&mut p, |p| {
         p.check(&["SUNIONSTORE", "u", "s1", "s2"]);
     });

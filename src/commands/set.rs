@@ -410,6 +410,7 @@ fn intersection(ctx: &mut Ctx, keys: &[&[u8]], limit: usize) -> Result<Vec<Vec<u
         return Ok(out);
     };
     let mut dirs: Vec<DirCache> = vec![DirCache::new(); present.len()];
+    let mut missed = None;
     for_each_batch(
         ctx,
         keys[first],
@@ -420,7 +421,13 @@ fn intersection(ctx: &mut Ctx, keys: &[&[u8]], limit: usize) -> Result<Vec<Vec<u
                 if batch.is_empty() {
                     break;
                 }
-                keep_held(ctx, keys[j], present[j], &mut batch, &mut dirs[j], true)?;
+                let probe = keep_held(ctx, keys[j], present[j], &mut batch, &mut dirs[j], true);
+                if let Some(go_on) = probe_missed(probe, limit == 0, &mut missed)? {
+                    return Ok(go_on);
+                }
+            }
+            if missed.is_some() {
+                return Ok(crate::storage::prefetch::readahead_room());
             }
             for m in batch {
                 out.push(m);
@@ -431,7 +438,30 @@ fn intersection(ctx: &mut Ctx, keys: &[&[u8]], limit: usize) -> Result<Vec<Vec<u
             Ok(true)
         },
     )?;
-    Ok(out)
+    match missed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Read-ahead for the probes of a walk that goes to its end (`to_end`): a probe that missed
+/// pages ends its batch (`Some`: go on with the next batch while the round has budget), not
+/// the walk, so the next batches' probes ask for their pages in the same round; only the
+/// sources a batch is sure to be probed in are probed (those before the miss filtered it).
+/// `None`: the probe succeeded. Any other error, or a miss without `to_end`, is returned.
+fn probe_missed(
+    probe: Result<(), String>,
+    to_end: bool,
+    missed: &mut Option<String>,
+) -> Result<Option<bool>, String> {
+    match probe {
+        Ok(()) => Ok(None),
+        Err(e) if to_end && crate::storage::prefetch::run_missed() => {
+            missed.get_or_insert(e);
+            Ok(Some(crate::storage::prefetch::readahead_room()))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// SUNION's result: an empty intset filled with every set's members in turn.
@@ -461,19 +491,29 @@ fn difference(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<SetValue, String> {
     let algo_two_work: usize = (0..sets.len()).map(size).sum();
     if algo_one_work <= algo_two_work {
         let mut dirs: Vec<DirCache> = vec![DirCache::new(); sets.len()];
+        let mut missed = None;
         for_each_batch(ctx, keys[0], first, true, |ctx, mut batch| {
             for &j in &rest {
                 if batch.is_empty() {
                     break;
                 }
                 let s = sets[j].as_ref().expect("present");
-                keep_held(ctx, keys[j], s, &mut batch, &mut dirs[j], false)?;
+                let probe = keep_held(ctx, keys[j], s, &mut batch, &mut dirs[j], false);
+                if let Some(go_on) = probe_missed(probe, true, &mut missed)? {
+                    return Ok(go_on);
+                }
+            }
+            if missed.is_some() {
+                return Ok(crate::storage::prefetch::readahead_room());
             }
             for m in &batch {
                 out.add(m);
             }
             Ok(true)
         })?;
+        if let Some(e) = missed {
+            return Err(e);
+        }
     } else {
         for_each_batch(ctx, keys[0], first, true, |_, batch| {
             for m in &batch {

@@ -425,14 +425,15 @@ impl Ahead {
             self.full = true;
             return Ok(None);
         }
-        if !shard.note_ahead(Address(addr)) {
-            super::prefetch::readahead_charge(len);
-            return Ok(None);
-        }
-        if contents {
-            read_page(shard, db, key, addr).map(Some)
-        } else {
-            Ok(None)
+        match shard.note_ahead(Address(addr)) {
+            super::prefetch::Ahead::InMemory if contents => {
+                read_page(shard, db, key, addr).map(Some)
+            }
+            super::prefetch::Ahead::InMemory | super::prefetch::Ahead::NotNew => Ok(None),
+            super::prefetch::Ahead::Noted => {
+                super::prefetch::readahead_charge(len);
+                Ok(None)
+            }
         }
     }
 

@@ -440,19 +440,38 @@ impl Shard {
     }
 }
 
+/// What `Shard::note_ahead` did with a record.
+pub(crate) enum Ahead {
+    /// In memory: the walk may read it.
+    InMemory,
+    /// Noted as wanted now (it counts against the round's budget).
+    Noted,
+    /// Already wanted by this run, or no file descriptor to read it through (the next run
+    /// reads it as it would have).
+    NotNew,
+}
+
+/// Whether the running restartable run has noted budget left for read-ahead
+/// (`readahead_allows` for a page of 0 bytes): a walk that only notes may stop when not.
+pub fn readahead_room() -> bool {
+    readahead_allows(0)
+}
+
 impl Shard {
-    /// Read-ahead (a walk of a restartable run that already missed): `true` when the record
-    /// at `addr` is in memory (staging, lent records, cache), so the walk may read it;
-    /// otherwise it is noted as wanted, not read, and `false` is returned.
-    pub(crate) fn note_ahead(&self, addr: Address) -> bool {
+    /// Read-ahead (a walk of a restartable run that already missed): checks whether the
+    /// record at `addr` is in memory (staging, lent records, cache), and otherwise notes it
+    /// as wanted, without reading it.
+    pub(crate) fn note_ahead(&self, addr: Address) -> Ahead {
         let addr = self.current_address(addr);
         if self.in_memory(addr, &[], |_, _, _| ()).is_some() {
-            return true;
+            return Ahead::InMemory;
         }
-        // No file descriptor to read through: nothing is noted, and the next run reads it
-        // as it would have.
-        let _ = self.defer_miss(addr);
-        false
+        let before = RESTART.with(|s| s.borrow().wanted.len());
+        if self.defer_miss(addr) && RESTART.with(|s| s.borrow().wanted.len()) > before {
+            Ahead::Noted
+        } else {
+            Ahead::NotNew
+        }
     }
 }
 
