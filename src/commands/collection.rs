@@ -216,9 +216,9 @@ pub fn random_ranks(n: usize, count: i64) -> Vec<usize> {
     }
 }
 
-/// Point reads that need only the root (counts) or one directory page and one leaf of a
-/// paged collection (HGET, HEXISTS, HSTRLEN, HLEN, SISMEMBER, SMISMEMBER, SCARD); a
-/// one-record value is decoded as `load_*` does.
+/// Point reads that need only the root (counts) or, per name, one directory page and one
+/// leaf of a paged collection (HGET, HMGET, HEXISTS, HSTRLEN, HLEN, SISMEMBER, SMISMEMBER,
+/// SCARD; `paged::lookup_many`); a one-record value is decoded as `load_*` does.
 pub enum Point {
     Count,
     Lookup(Vec<Vec<u8>>),
@@ -264,15 +264,16 @@ pub fn point_read(
             let root = paged::Root::decode(&root).map_err(storage_error)?;
             let db = ctx.db;
             let shard = ctx.shards.for_key(key);
-            let mut found = Vec::new();
-            if let Point::Lookup(names) = q {
-                for name in names {
-                    found.push(
-                        paged::lookup(shard, db, key, &root, name, has_values)
-                            .map_err(storage_error)?,
-                    );
+            let found = match q {
+                Point::Count => Vec::new(),
+                // Each name's leaf read once; every page asked for in one round per level.
+                Point::Lookup(names) => {
+                    let names: Vec<&[u8]> = names.iter().map(|n| n.as_slice()).collect();
+                    let mut dirs = std::collections::HashMap::new();
+                    paged::lookup_many(shard, db, key, &root, &names, has_values, &mut dirs)
+                        .map_err(storage_error)?
                 }
-            }
+            };
             Ok(Some((root.count as usize, found)))
         }
     }

@@ -85,11 +85,14 @@ pub fn hget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
+/// HMGET: a point read of the asked fields (of a paged hash only the directory pages and
+/// leaves that can hold them).
 pub fn hmget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
-    let h = load_hash(ctx, a[1])?;
+    let q = Point::Lookup(a[2..].iter().map(|f| f.to_vec()).collect());
+    let found = point_read(ctx, a[1], ValueKind::Hash, &q)?;
     r.array(a.len() - 2);
-    for f in &a[2..] {
-        match h.as_ref().and_then(|h| h.value.get(f)) {
+    for i in 0..a.len() - 2 {
+        match found.as_ref().and_then(|(_, f)| f[i].as_ref()) {
             Some(v) => r.bulk(v),
             None => r.null(),
         }

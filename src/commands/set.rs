@@ -290,11 +290,27 @@ pub fn smove(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
-/// Loads every key as a set (`None` for a missing one); the first WRONGTYPE aborts.
+/// Loads every key as a set (`None` for a missing one); the first WRONGTYPE aborts. A key
+/// whose pages missed (a restartable run, `prefetch::run_missed`) does not stop the others
+/// from being loaded: their pages are asked for in the same round (read-ahead), and the
+/// run fails after the last key.
 fn load_all(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<Vec<Option<SetValue>>, String> {
-    keys.iter()
-        .map(|k| Ok(load_set(ctx, k)?.map(|s| s.value)))
-        .collect()
+    let mut out = Vec::with_capacity(keys.len());
+    let mut missed = None;
+    for k in keys {
+        match load_set(ctx, k) {
+            Ok(s) => out.push(s.map(|s| s.value)),
+            Err(e) if crate::storage::prefetch::run_missed() => {
+                missed.get_or_insert(e);
+                out.push(None);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match missed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Opens every key as a set (`None` for a missing one; no page of a paged set read); the
@@ -310,11 +326,13 @@ type DirCache = std::collections::HashMap<usize, Vec<paged::Entry>>;
 const BATCH: usize = 256;
 
 /// Iterates the members of source `s` (of `key`) in its member order, a batch at a time
-/// (a paged set one leaf at a time), until `f` returns false.
+/// (a paged set one leaf at a time), until `f` returns false. `to_end`: `f` never does, so
+/// a missed leaf asks for the rest of the walk's pages with it (`paged::LeafWalk::to_end`).
 fn for_each_batch(
     ctx: &mut Ctx,
     key: &[u8],
     s: &Opened<SetValue>,
+    to_end: bool,
     mut f: impl FnMut(&mut Ctx, Vec<Vec<u8>>) -> Result<bool, String>,
 ) -> Result<(), String> {
     match s {
@@ -326,7 +344,11 @@ fn for_each_batch(
             }
         }
         Opened::Paged(root) => {
-            let mut walk = paged::LeafWalk::default();
+            let mut walk = if to_end {
+                paged::LeafWalk::to_end()
+            } else {
+                paged::LeafWalk::default()
+            };
             loop {
                 let (db, shard) = (ctx.db, ctx.shards.for_key(key));
                 let Some(leaf) = walk
@@ -388,22 +410,58 @@ fn intersection(ctx: &mut Ctx, keys: &[&[u8]], limit: usize) -> Result<Vec<Vec<u
         return Ok(out);
     };
     let mut dirs: Vec<DirCache> = vec![DirCache::new(); present.len()];
-    for_each_batch(ctx, keys[first], present[first], |ctx, mut batch| {
-        for &j in rest {
-            if batch.is_empty() {
-                break;
+    let mut missed = None;
+    for_each_batch(
+        ctx,
+        keys[first],
+        present[first],
+        limit == 0,
+        |ctx, mut batch| {
+            for &j in rest {
+                if batch.is_empty() {
+                    break;
+                }
+                let probe = keep_held(ctx, keys[j], present[j], &mut batch, &mut dirs[j], true);
+                if let Some(go_on) = probe_missed(probe, limit == 0, &mut missed)? {
+                    return Ok(go_on);
+                }
             }
-            keep_held(ctx, keys[j], present[j], &mut batch, &mut dirs[j], true)?;
-        }
-        for m in batch {
-            out.push(m);
-            if limit != 0 && out.len() >= limit {
-                return Ok(false);
+            if missed.is_some() {
+                return Ok(crate::storage::prefetch::readahead_room());
             }
+            for m in batch {
+                out.push(m);
+                if limit != 0 && out.len() >= limit {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        },
+    )?;
+    match missed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Read-ahead for the probes of a walk that goes to its end (`to_end`): a probe that missed
+/// pages ends its batch (`Some`: go on with the next batch while the round has budget), not
+/// the walk, so the next batches' probes ask for their pages in the same round; only the
+/// sources a batch is sure to be probed in are probed (those before the miss filtered it).
+/// `None`: the probe succeeded. Any other error, or a miss without `to_end`, is returned.
+fn probe_missed(
+    probe: Result<(), String>,
+    to_end: bool,
+    missed: &mut Option<String>,
+) -> Result<Option<bool>, String> {
+    match probe {
+        Ok(()) => Ok(None),
+        Err(e) if to_end && crate::storage::prefetch::run_missed() => {
+            missed.get_or_insert(e);
+            Ok(Some(crate::storage::prefetch::readahead_room()))
         }
-        Ok(true)
-    })?;
-    Ok(out)
+        Err(e) => Err(e),
+    }
 }
 
 /// SUNION's result: an empty intset filled with every set's members in turn.
@@ -433,21 +491,31 @@ fn difference(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<SetValue, String> {
     let algo_two_work: usize = (0..sets.len()).map(size).sum();
     if algo_one_work <= algo_two_work {
         let mut dirs: Vec<DirCache> = vec![DirCache::new(); sets.len()];
-        for_each_batch(ctx, keys[0], first, |ctx, mut batch| {
+        let mut missed = None;
+        for_each_batch(ctx, keys[0], first, true, |ctx, mut batch| {
             for &j in &rest {
                 if batch.is_empty() {
                     break;
                 }
                 let s = sets[j].as_ref().expect("present");
-                keep_held(ctx, keys[j], s, &mut batch, &mut dirs[j], false)?;
+                let probe = keep_held(ctx, keys[j], s, &mut batch, &mut dirs[j], false);
+                if let Some(go_on) = probe_missed(probe, true, &mut missed)? {
+                    return Ok(go_on);
+                }
+            }
+            if missed.is_some() {
+                return Ok(crate::storage::prefetch::readahead_room());
             }
             for m in &batch {
                 out.add(m);
             }
             Ok(true)
         })?;
+        if let Some(e) = missed {
+            return Err(e);
+        }
     } else {
-        for_each_batch(ctx, keys[0], first, |_, batch| {
+        for_each_batch(ctx, keys[0], first, true, |_, batch| {
             for m in &batch {
                 out.add(m);
             }
@@ -455,7 +523,7 @@ fn difference(ctx: &mut Ctx, keys: &[&[u8]]) -> Result<SetValue, String> {
         })?;
         for &j in &rest {
             let s = sets[j].as_ref().expect("present");
-            for_each_batch(ctx, keys[j], s, |_, batch| {
+            for_each_batch(ctx, keys[j], s, false, |_, batch| {
                 for m in &batch {
                     out.remove(m);
                 }

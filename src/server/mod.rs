@@ -171,6 +171,10 @@ pub struct Stats {
     /// Of `parked_reads`: reads a restartable run wanted (records below the declared keys'
     /// own, e.g. a collection's pages; `reads.rs`, "Restarting on a miss").
     pub restart_reads: AtomicU64,
+    /// Restartable runs discarded for a miss (each one round of reads for its command).
+    pub restarts: AtomicU64,
+    /// Commands that reached `reads::RESTARTS_MAX` and read the rest synchronously.
+    pub restart_fallbacks: AtomicU64,
 }
 
 pub struct ClientEntry {

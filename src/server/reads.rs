@@ -35,7 +35,12 @@
 //! the shards refuse writes after a miss, and a miss after a write is read synchronously),
 //! and the command parks for the wanted reads (`Reads::park_restarted`, the same bounds and
 //! order as a first park), keeping what it fetched, and runs again. At most
-//! `RESTARTS_MAX` times; then its last run reads what it misses synchronously.
+//! `RESTARTS_MAX` times; then its last run reads what it misses synchronously. A page walker
+//! does not stop at its first miss (read-ahead, `storage::paged::Ahead`): it notes every page
+//! it will need next that is not in memory, up to `prefetch::READAHEAD_READS_MAX` reads and
+//! `READAHEAD_BYTES_MAX` bytes per run, so a whole-collection read asks for a level of the
+//! tree per round (`docs/collections.md` section 5); what a round fetched is held by the
+//! parked command until it finishes (≤ `RESTARTS_MAX` × `READAHEAD_BYTES_MAX` of pages).
 //!
 //! Ordering is the caller's job (the worker): a connection's commands never overtake an
 //! earlier parked write, and a write never overtakes an earlier parked read.
@@ -93,6 +98,8 @@ const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
 const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
 const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
 const _: () = assert!(READS_INFLIGHT_MAX <= PARKED_MAX);
+// One round of read-ahead fits the ring at once.
+const _: () = assert!(crate::storage::prefetch::READAHEAD_READS_MAX <= READS_INFLIGHT_MAX);
 /// Emptied vectors of finished commands kept for the next ones (each kind).
 const SPARE_VECS_MAX: usize = 64;
 
@@ -890,9 +897,9 @@ pub fn with_lent<R>(
     with_lent_in(shards, &mut fetched, &fetched_shard, run)
 }
 
-/// `with_lent` that leaves the records in `fetched` afterwards (in any order) for the
-/// caller to reuse. Records of one shard — every single-key command — are lent as the
-/// vector itself, with no allocation.
+/// `with_lent` that leaves the records in `fetched` afterwards (in their order, matching
+/// `fetched_shard`) for the caller to reuse. Records of one shard — every single-key
+/// command — are lent as the vector itself, with no allocation.
 pub fn with_lent_in<R>(
     shards: &mut ShardSet,
     fetched: &mut Vec<Fetched>,
@@ -927,7 +934,18 @@ pub fn with_lent_in<R>(
         if let Some(s) = shards.slots[*sh as usize].as_mut() {
             s.take_prefetched(v);
         }
-        fetched.append(v);
+        v.reverse();
+    }
+    // Back in their first order, so `fetched_shard` still names each one's shard (a
+    // restarted command is lent them again).
+    for sh in fetched_shard {
+        if let Some(f) = lent
+            .iter_mut()
+            .find(|(s, _)| s == sh)
+            .and_then(|(_, v)| v.pop())
+        {
+            fetched.push(f);
+        }
     }
     r
 }

@@ -1726,6 +1726,7 @@ impl Worker {
             .stats
             .restart_reads
             .fetch_add(wanted.len() as u64, Ordering::Relaxed);
+        self.shared.stats.restarts.fetch_add(1, Ordering::Relaxed);
         if first {
             self.shared
                 .stats
@@ -1813,6 +1814,10 @@ impl Worker {
             let restart = p.may_restart();
             if !restart && restartable(spec) {
                 self.reads.stats.restart_fallbacks += 1;
+                self.shared
+                    .stats
+                    .restart_fallbacks
+                    .fetch_add(1, Ordering::Relaxed);
             }
             let mut wanted = if restart {
                 self.reads.plan_vec()

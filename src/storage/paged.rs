@@ -377,6 +377,87 @@ pub(crate) fn read_page(
     Ok(rec)
 }
 
+/// Read-ahead of one page walk in a restartable run (`prefetch`, "Read-ahead"): until its
+/// first miss the walk reads pages as usual; from then on every page it reaches is only
+/// noted as wanted unless it is in memory (a directory page in memory is still read, to
+/// name its leaves), until the walk ends or the round's budget is spent (`full`); the walk
+/// then fails with `Deferred` (`finish`). Outside a restartable run nothing is ever missed
+/// and this is a plain `read_page`.
+#[derive(Default)]
+pub(crate) struct Ahead {
+    missed: bool,
+    full: bool,
+}
+
+impl Ahead {
+    /// A walk starting now: in read-ahead mode at once when the run already missed (an
+    /// earlier key of the command), so its pages count against the same budget.
+    pub(crate) fn start() -> Ahead {
+        Ahead {
+            missed: super::prefetch::run_missed(),
+            full: false,
+        }
+    }
+
+    /// The page at `addr` (`len_bytes` of payload) when the walk can use it now; `None`
+    /// when it missed (noted as wanted) or the budget is spent. After a miss a page is
+    /// read only if `contents` (a directory page) and in memory.
+    pub(crate) fn page(
+        &mut self,
+        shard: &mut Shard,
+        db: Db,
+        key: &[u8],
+        addr: u64,
+        len_bytes: u32,
+        contents: bool,
+    ) -> Result<Option<OwnedRecord>, StorageError> {
+        let len = len_bytes as usize;
+        if !self.missed {
+            return match read_page(shard, db, key, addr) {
+                Err(StorageError::Deferred) => {
+                    self.missed = true;
+                    super::prefetch::readahead_charge(len);
+                    Ok(None)
+                }
+                r => r.map(Some),
+            };
+        }
+        if self.full || !super::prefetch::readahead_allows(len) {
+            self.full = true;
+            return Ok(None);
+        }
+        match shard.note_ahead(Address(addr)) {
+            super::prefetch::Ahead::InMemory if contents => {
+                read_page(shard, db, key, addr).map(Some)
+            }
+            super::prefetch::Ahead::InMemory | super::prefetch::Ahead::NotNew => Ok(None),
+            super::prefetch::Ahead::Noted => {
+                super::prefetch::readahead_charge(len);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The walk missed: it now only notes pages.
+    pub(crate) fn missed(&self) -> bool {
+        self.missed
+    }
+
+    /// The round's budget is spent: the walk may stop.
+    pub(crate) fn full(&self) -> bool {
+        self.full
+    }
+
+    /// The walk's result, or `Deferred` when it missed a page.
+    pub(crate) fn finish<T>(&self, v: T) -> Result<T, StorageError> {
+        if self.missed {
+            Err(StorageError::Deferred)
+        } else {
+            Ok(v)
+        }
+    }
+}
+
 /// A paged root's payload (`root`) or a page's, with every page address passed through
 /// `map`; `None` when it names no page or `map` changes none. Addresses are fixed-width, so
 /// the length stays the same. Used when a block seal moved a command scope's staged records
@@ -425,7 +506,8 @@ pub fn is_root(flags: u8) -> bool {
 }
 
 /// Reads every page under `root` (of `db`/`key`): the members in position order and the
-/// tree an update needs.
+/// tree an update needs. In a restartable run a miss does not end the walk: every page not
+/// in memory is noted for one round of reads (`Ahead`), then it fails with `Deferred`.
 pub fn load<E: Elem>(
     shard: &mut Shard,
     db: Db,
@@ -433,31 +515,27 @@ pub fn load<E: Elem>(
     root: &Root,
     has_values: bool,
 ) -> Result<(Vec<E>, Tree), StorageError> {
-    let mut elems = Vec::with_capacity(root.count as usize);
+    let mut ra = Ahead::start();
+    let mut elems = Vec::with_capacity(if ra.missed() { 0 } else { root.count as usize });
     let mut leaves = Vec::with_capacity(root.dirs.len());
-    for (di, d) in root.dirs.iter().enumerate() {
-        let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
-        let rec = read_page(shard, db, key, d.addr)?;
-        let entries = decode_dir(&rec.value)?;
-        if (di > 0 && entries[0].first != d.first)
-            || entries.last().is_some_and(|e| e.first >= dir_end)
-            || entries.iter().map(|e| e.count).sum::<u32>() != d.count
-        {
-            return Err(corrupt("directory page disagrees with the root"));
+    for di in 0..root.dirs.len() {
+        if ra.full() {
+            break;
         }
-        for (li, l) in entries.iter().enumerate() {
-            let end = entries.get(li + 1).map_or(dir_end, |n| n.first);
-            // The collection's first leaf covers from 0 whatever its entry says (the
-            // entry is not rewritten when the leaf before it goes away).
-            let start = if di == 0 && li == 0 { 0 } else { l.first };
-            let rec = read_page(shard, db, key, l.addr)?;
-            let n = decode_leaf(&rec.value, has_values, (start, end), &mut elems)?;
-            if n != l.count as usize {
-                return Err(corrupt("leaf count disagrees with its directory"));
+        let Some(entries) = dir_ahead(&mut ra, shard, db, key, root, di)? else {
+            continue;
+        };
+        for li in 0..entries.len() {
+            if ra.full() {
+                break;
             }
+            leaf_ahead(
+                &mut ra, shard, db, key, root, di, &entries, li, has_values, &mut elems,
+            )?;
         }
         leaves.push(entries);
     }
+    ra.finish(())?;
     Ok((
         elems,
         Tree {
@@ -482,8 +560,10 @@ pub fn load_partial<E: Elem>(
     has_values: bool,
 ) -> Result<(Vec<E>, Tree), StorageError> {
     let nd = root.dirs.len();
+    let mut ra = Ahead::start();
     let mut leaves: Vec<Vec<Entry>> = vec![Vec::new(); nd];
     let mut dir_read = vec![false; nd];
+    let mut dir_tried = vec![false; nd];
     let mut leaf_read: Vec<Vec<bool>> = vec![Vec::new(); nd];
     for name in names {
         let p = position(name);
@@ -491,17 +571,16 @@ pub fn load_partial<E: Elem>(
             .dirs
             .partition_point(|e| e.first <= p)
             .saturating_sub(1);
-        if !dir_read[di] {
-            let rec = read_page(shard, db, key, root.dirs[di].addr)?;
-            let entries = decode_dir(&rec.value)?;
-            if entries.is_empty()
-                || entries.iter().map(|e| e.count).sum::<u32>() != root.dirs[di].count
-            {
-                return Err(corrupt("directory page disagrees with the root"));
+        if !dir_tried[di] {
+            dir_tried[di] = true;
+            if let Some(entries) = dir_ahead(&mut ra, shard, db, key, root, di)? {
+                leaf_read[di] = vec![false; entries.len()];
+                leaves[di] = entries;
+                dir_read[di] = true;
             }
-            leaf_read[di] = vec![false; entries.len()];
-            leaves[di] = entries;
-            dir_read[di] = true;
+        }
+        if !dir_read[di] {
+            continue; // missed: noted, the next run places the name
         }
         let entries = &leaves[di];
         let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
@@ -512,20 +591,24 @@ pub fn load_partial<E: Elem>(
     }
     let mut elems: Vec<E> = Vec::new();
     for di in 0..nd {
-        let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
-        for (li, l) in leaves[di].iter().enumerate() {
-            if !leaf_read[di][li] {
-                continue;
-            }
-            let end = leaves[di].get(li + 1).map_or(dir_end, |n| n.first);
-            let start = if di == 0 && li == 0 { 0 } else { l.first };
-            let rec = read_page(shard, db, key, l.addr)?;
-            let n = decode_leaf(&rec.value, has_values, (start, end), &mut elems)?;
-            if n != l.count as usize {
-                return Err(corrupt("leaf count disagrees with its directory"));
+        for (li, &read) in leaf_read[di].iter().enumerate() {
+            if read && !ra.full() {
+                leaf_ahead(
+                    &mut ra,
+                    shard,
+                    db,
+                    key,
+                    root,
+                    di,
+                    &leaves[di],
+                    li,
+                    has_values,
+                    &mut elems,
+                )?;
             }
         }
     }
+    ra.finish(())?;
     let read_bytes = elems.iter().map(elem_bytes).sum::<usize>() as u64;
     let (Some(rest_count), Some(rest_bytes)) = (
         root.count.checked_sub(elems.len() as u64),
@@ -561,79 +644,53 @@ pub fn load_rest<E: Elem>(
     let Some(part) = &tree.partial else {
         return Ok(Vec::new());
     };
+    // Checked against the tree's own root entries (those the partial load read).
+    let root = Root {
+        encoding: 0,
+        count: 0,
+        bytes: 0,
+        dirs: tree.dirs.clone(),
+    };
+    let mut ra = Ahead::start();
     let mut elems: Vec<E> = Vec::new();
-    for (di, d) in tree.dirs.iter().enumerate() {
-        let dir_end = tree.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+    for di in 0..tree.dirs.len() {
+        if ra.full() {
+            break;
+        }
         let entries = if part.dir_read[di] {
             tree.leaves[di].clone()
         } else {
-            decode_dir(&read_page(shard, db, key, d.addr)?.value)?
+            match dir_ahead(&mut ra, shard, db, key, &root, di)? {
+                Some(e) => e,
+                None => continue,
+            }
         };
-        for (li, l) in entries.iter().enumerate() {
-            if part.dir_read[di] && part.leaf_read[di][li] {
+        for li in 0..entries.len() {
+            if (part.dir_read[di] && part.leaf_read[di][li]) || ra.full() {
                 continue;
             }
-            let end = entries.get(li + 1).map_or(dir_end, |n| n.first);
-            let start = if di == 0 && li == 0 { 0 } else { l.first };
-            let rec = read_page(shard, db, key, l.addr)?;
-            decode_leaf(&rec.value, has_values, (start, end), &mut elems)?;
+            leaf_ahead(
+                &mut ra, shard, db, key, &root, di, &entries, li, has_values, &mut elems,
+            )?;
         }
     }
-    Ok(elems)
-}
-
-/// Reads only the directory page and the leaf that can hold `name`: `Some(value)` (an
-/// empty value for a set member) when it is there.
-pub fn lookup(
-    shard: &mut Shard,
-    db: Db,
-    key: &[u8],
-    root: &Root,
-    name: &[u8],
-    has_values: bool,
-) -> Result<Option<Vec<u8>>, StorageError> {
-    let p = position(name);
-    let di = root
-        .dirs
-        .partition_point(|e| e.first <= p)
-        .saturating_sub(1);
-    let rec = read_page(shard, db, key, root.dirs[di].addr)?;
-    let entries = decode_dir(&rec.value)?;
-    let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
-    let rec = read_page(shard, db, key, entries[li].addr)?;
-    Ok(find_in_leaf(&rec.value, has_values, name)?.map(|v| v.unwrap_or_default().to_vec()))
-}
-
-/// Member `name` of an encoded leaf: `Some(value)` (`Some(None)` for a set member) when
-/// present. A point lookup walks the encoded members without building them, hashing them or
-/// allocating: the whole-leaf decode (`decode_leaf`, which also checks every member's
-/// position and order) is what the write paths use.
-fn find_in_leaf<'a>(
-    b: &'a [u8],
-    has_values: bool,
-    name: &[u8],
-) -> Result<Option<Option<&'a [u8]>>, StorageError> {
-    let mut r = Reader { b, at: 0 };
-    if r.u8()? != PAGE_LEAF {
-        return Err(corrupt("not a leaf page"));
-    }
-    let n = r.varint()?;
-    if n == 0 || n > b.len() {
-        return Err(corrupt("bad leaf count"));
-    }
-    let mut found = None;
-    for _ in 0..n {
-        let m = r.string()?;
-        let value = if has_values { Some(r.string()?) } else { None };
-        if found.is_none() && m == name {
-            found = Some(value);
-        }
-    }
-    r.done()?;
-    Ok(found)
+    ra.finish(elems)
 }
 
 // ---- reading only what a command needs ---------------------------------------------------
+
+/// Checks directory page `di`'s entries against its root entry.
+fn check_dir(root: &Root, di: usize, entries: &[Entry]) -> Result<(), StorageError> {
+    let d = root.dirs[di];
+    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
+    if (di > 0 && entries[0].first != d.first)
+        || entries.last().is_some_and(|e| e.first >= dir_end)
+        || entries.iter().map(|e| u64::from(e.count)).sum::<u64>() != u64::from(d.count)
+    {
+        return Err(corrupt("directory page disagrees with the root"));
+    }
+    Ok(())
+}
 
 /// Directory page `di` of `root`, checked against its root entry.
 fn read_dir_at(
@@ -643,16 +700,27 @@ fn read_dir_at(
     root: &Root,
     di: usize,
 ) -> Result<Vec<Entry>, StorageError> {
-    let d = root.dirs[di];
-    let dir_end = root.dirs.get(di + 1).map_or(u64::MAX, |n| n.first);
-    let entries = decode_dir(&read_page(shard, db, key, d.addr)?.value)?;
-    if (di > 0 && entries[0].first != d.first)
-        || entries.last().is_some_and(|e| e.first >= dir_end)
-        || entries.iter().map(|e| u64::from(e.count)).sum::<u64>() != u64::from(d.count)
-    {
-        return Err(corrupt("directory page disagrees with the root"));
-    }
+    let entries = decode_dir(&read_page(shard, db, key, root.dirs[di].addr)?.value)?;
+    check_dir(root, di, &entries)?;
     Ok(entries)
+}
+
+/// `read_dir_at` through read-ahead: `None` when the walk missed it or is out of budget.
+fn dir_ahead(
+    ra: &mut Ahead,
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    di: usize,
+) -> Result<Option<Vec<Entry>>, StorageError> {
+    let d = root.dirs[di];
+    let Some(rec) = ra.page(shard, db, key, d.addr, d.len, true)? else {
+        return Ok(None);
+    };
+    let entries = decode_dir(&rec.value)?;
+    check_dir(root, di, &entries)?;
+    Ok(Some(entries))
 }
 
 /// The positions `[start, end)` leaf `li` of directory page `di` covers (`end` is
@@ -665,6 +733,29 @@ fn leaf_range(root: &Root, di: usize, entries: &[Entry], li: usize) -> (u64, u64
         entries[li].first
     };
     (start, entries.get(li + 1).map_or(dir_end, |n| n.first))
+}
+
+/// Appends the members of leaf `li` of directory page `di` (whose entries are `entries`)
+/// from its record `rec`.
+fn decode_leaf_at<E: Elem>(
+    rec: &OwnedRecord,
+    root: &Root,
+    di: usize,
+    entries: &[Entry],
+    li: usize,
+    has_values: bool,
+    out: &mut Vec<E>,
+) -> Result<(), StorageError> {
+    let n = decode_leaf(
+        &rec.value,
+        has_values,
+        leaf_range(root, di, entries, li),
+        out,
+    )?;
+    if n != entries[li].count as usize {
+        return Err(corrupt("leaf count disagrees with its directory"));
+    }
+    Ok(())
 }
 
 /// Appends the members of leaf `li` of directory page `di` (whose entries are `entries`).
@@ -681,16 +772,30 @@ fn read_leaf_at<E: Elem>(
     out: &mut Vec<E>,
 ) -> Result<(), StorageError> {
     let rec = read_page(shard, db, key, entries[li].addr)?;
-    let n = decode_leaf(
-        &rec.value,
-        has_values,
-        leaf_range(root, di, entries, li),
-        out,
-    )?;
-    if n != entries[li].count as usize {
-        return Err(corrupt("leaf count disagrees with its directory"));
-    }
-    Ok(())
+    decode_leaf_at(&rec, root, di, entries, li, has_values, out)
+}
+
+/// `read_leaf_at` through read-ahead: `false` (nothing appended) when the walk missed it
+/// or only notes pages now.
+#[allow(clippy::too_many_arguments)]
+fn leaf_ahead<E: Elem>(
+    ra: &mut Ahead,
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    di: usize,
+    entries: &[Entry],
+    li: usize,
+    has_values: bool,
+    out: &mut Vec<E>,
+) -> Result<bool, StorageError> {
+    let l = entries[li];
+    let Some(rec) = ra.page(shard, db, key, l.addr, l.len, false)? else {
+        return Ok(false);
+    };
+    decode_leaf_at(&rec, root, di, entries, li, has_values, out)?;
+    Ok(true)
 }
 
 /// One HSCAN/SSCAN step on a paged collection: the members whose position is at least
@@ -773,34 +878,50 @@ pub fn pick<E: Elem + Clone>(
         dir_starts.push(acc);
         acc += u64::from(d.count);
     }
-    let mut dirs: HashMap<usize, (Vec<Entry>, Vec<u64>)> = HashMap::new();
-    let mut leaves: HashMap<(usize, usize), Vec<E>> = HashMap::new();
+    // Read-ahead (`Ahead`): a missed page is noted and the ranks below it skipped, so the
+    // pages of every rank are asked for in one round per level.
+    let mut ra = Ahead::start();
+    // Per directory page read: its entries and the rank of the first member below each.
+    type DirRanks = Option<(Vec<Entry>, Vec<u64>)>;
+    let mut dirs: HashMap<usize, DirRanks> = HashMap::new();
+    let mut leaves: HashMap<(usize, usize), Option<Vec<E>>> = HashMap::new();
     let mut out = Vec::with_capacity(ranks.len());
     for &rank in ranks {
         if rank >= acc {
             return Err(corrupt("rank past the collection's count"));
         }
+        if ra.full() {
+            break;
+        }
         let di = dir_starts.partition_point(|&s| s <= rank) - 1;
         if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
-            let entries = read_dir_at(shard, db, key, root, di)?;
-            let mut starts = Vec::with_capacity(entries.len());
-            let mut a = dir_starts[di];
-            for e in &entries {
-                starts.push(a);
-                a += u64::from(e.count);
-            }
-            slot.insert((entries, starts));
+            let read = dir_ahead(&mut ra, shard, db, key, root, di)?.map(|entries| {
+                let mut starts = Vec::with_capacity(entries.len());
+                let mut a = dir_starts[di];
+                for e in &entries {
+                    starts.push(a);
+                    a += u64::from(e.count);
+                }
+                (entries, starts)
+            });
+            slot.insert(read);
         }
-        let (entries, starts) = &dirs[&di];
+        let Some((entries, starts)) = &dirs[&di] else {
+            continue;
+        };
         let li = starts.partition_point(|&s| s <= rank) - 1;
         if let std::collections::hash_map::Entry::Vacant(slot) = leaves.entry((di, li)) {
             let mut v = Vec::new();
-            read_leaf_at(shard, db, key, root, di, entries, li, has_values, &mut v)?;
-            slot.insert(v);
+            let read = leaf_ahead(
+                &mut ra, shard, db, key, root, di, entries, li, has_values, &mut v,
+            )?;
+            slot.insert(read.then_some(v));
         }
-        out.push(leaves[&(di, li)][(rank - starts[li]) as usize].clone());
+        if let Some(leaf) = &leaves[&(di, li)] {
+            out.push(leaf[(rank - starts[li]) as usize].clone());
+        }
     }
-    Ok(out)
+    ra.finish(out)
 }
 
 /// A walk over a paged collection's leaves in position order, one leaf per step (the
@@ -810,9 +931,21 @@ pub struct LeafWalk {
     di: usize,
     li: usize,
     entries: Option<Vec<Entry>>,
+    /// The caller will walk to the end: a miss notes every later leaf too (`to_end`).
+    to_end: bool,
 }
 
 impl LeafWalk {
+    /// A walk its caller takes to the last leaf (no early stop): a step that misses a page
+    /// notes, within the round's budget, every page the rest of the walk will read, so the
+    /// whole walk costs about one restart per `prefetch::READAHEAD_READS_MAX` pages.
+    pub fn to_end() -> LeafWalk {
+        LeafWalk {
+            to_end: true,
+            ..LeafWalk::default()
+        }
+    }
+
     /// The next leaf's members, `None` after the last.
     pub fn next<E: Elem>(
         &mut self,
@@ -825,6 +958,23 @@ impl LeafWalk {
         if self.di >= root.dirs.len() {
             return Ok(None);
         }
+        match self.step(shard, db, key, root, has_values) {
+            Err(StorageError::Deferred) if self.to_end => {
+                self.note_rest(shard, db, key, root);
+                Err(StorageError::Deferred)
+            }
+            r => r.map(Some),
+        }
+    }
+
+    fn step<E: Elem>(
+        &mut self,
+        shard: &mut Shard,
+        db: Db,
+        key: &[u8],
+        root: &Root,
+        has_values: bool,
+    ) -> Result<Vec<E>, StorageError> {
         if self.entries.is_none() {
             self.entries = Some(read_dir_at(shard, db, key, root, self.di)?);
         }
@@ -839,13 +989,46 @@ impl LeafWalk {
             self.di += 1;
             self.entries = None;
         }
-        Ok(Some(out))
+        Ok(out)
+    }
+
+    /// After a missed step: notes the pages of every leaf after the missed one (the walk
+    /// stays where it was; its next run repeats the step).
+    fn note_rest(&self, shard: &mut Shard, db: Db, key: &[u8], root: &Root) {
+        let mut ra = Ahead::start();
+        debug_assert!(ra.missed(), "called after a miss");
+        for di in self.di..root.dirs.len() {
+            if ra.full() {
+                return;
+            }
+            let held = if di == self.di {
+                self.entries.clone()
+            } else {
+                None
+            };
+            // A corrupt page is reported by the run that reads it.
+            let entries = match held {
+                Some(e) => e,
+                None => match dir_ahead(&mut ra, shard, db, key, root, di) {
+                    Ok(Some(e)) => e,
+                    _ => continue,
+                },
+            };
+            let from = if di == self.di { self.li + 1 } else { 0 };
+            for li in from..entries.len() {
+                if ra.full() {
+                    return;
+                }
+                let mut none: Vec<Vec<u8>> = Vec::new();
+                let _ = leaf_ahead(
+                    &mut ra, shard, db, key, root, di, &entries, li, false, &mut none,
+                );
+            }
+        }
     }
 }
 
-/// Which of `names` the paged set (or hash) `root` holds: the names are grouped by the leaf
-/// that can hold them, each such leaf read once; `dirs` caches directory pages between
-/// calls of one command.
+/// Which of `names` the paged set (or hash) `root` holds (`lookup_many`).
 pub fn contains_many(
     shard: &mut Shard,
     db: Db,
@@ -855,15 +1038,50 @@ pub fn contains_many(
     has_values: bool,
     dirs: &mut std::collections::HashMap<usize, Vec<Entry>>,
 ) -> Result<Vec<bool>, StorageError> {
+    let found = lookup_many(shard, db, key, root, names, has_values, dirs)?;
+    Ok(found.iter().map(Option::is_some).collect())
+}
+
+/// Per name of `names`, its value when the paged hash (or set: an empty value) `root` holds
+/// it. The names are grouped by the leaf that can hold them and each such leaf is read once;
+/// `dirs` caches directory pages between calls of one command. HMGET of n fields reads at
+/// most n directory pages and n leaves. With read-ahead (`Ahead`), a miss does not end the
+/// probe: the directory pages of every name are noted in one round, then their leaves in
+/// the next.
+pub fn lookup_many(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    root: &Root,
+    names: &[&[u8]],
+    has_values: bool,
+    dirs: &mut std::collections::HashMap<usize, Vec<Entry>>,
+) -> Result<Vec<Option<Vec<u8>>>, StorageError> {
+    let mut ra = Ahead::start();
+    let mut missed_dirs: Vec<usize> = Vec::new();
     let mut at: Vec<(usize, usize, usize)> = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
+        if ra.full() {
+            break;
+        }
         let p = position(name);
         let di = root
             .dirs
             .partition_point(|e| e.first <= p)
             .saturating_sub(1);
         if let std::collections::hash_map::Entry::Vacant(slot) = dirs.entry(di) {
-            slot.insert(read_dir_at(shard, db, key, root, di)?);
+            if missed_dirs.contains(&di) {
+                continue;
+            }
+            match dir_ahead(&mut ra, shard, db, key, root, di)? {
+                Some(entries) => {
+                    slot.insert(entries);
+                }
+                None => {
+                    missed_dirs.push(di);
+                    continue;
+                }
+            }
         }
         let li = dirs[&di]
             .partition_point(|e| e.first <= p)
@@ -871,27 +1089,53 @@ pub fn contains_many(
         at.push((di, li, i));
     }
     at.sort_unstable();
-    let mut out = vec![false; names.len()];
+    let mut out = vec![None; names.len()];
     let mut k = 0;
-    while k < at.len() {
+    while k < at.len() && !ra.full() {
         let (di, li, _) = at[k];
-        let entries = &dirs[&di];
-        let mut held: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
-        if has_values {
-            let mut v: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            read_leaf_at(shard, db, key, root, di, entries, li, true, &mut v)?;
-            held.extend(v.into_iter().map(|(f, _)| f));
-        } else {
-            let mut v: Vec<Vec<u8>> = Vec::new();
-            read_leaf_at(shard, db, key, root, di, entries, li, false, &mut v)?;
-            held.extend(v);
+        let end = k + at[k..].partition_point(|x| (x.0, x.1) == (di, li));
+        let l = dirs[&di][li];
+        if let Some(rec) = ra.page(shard, db, key, l.addr, l.len, false)? {
+            for &(_, _, i) in &at[k..end] {
+                let (count, found) = find_in_leaf(&rec.value, has_values, names[i])?;
+                if count != l.count as usize {
+                    return Err(corrupt("leaf count disagrees with its directory"));
+                }
+                out[i] = found.map(|v| v.unwrap_or_default().to_vec());
+            }
         }
-        while k < at.len() && at[k].0 == di && at[k].1 == li {
-            out[at[k].2] = held.contains(names[at[k].2]);
-            k += 1;
+        k = end;
+    }
+    ra.finish(out)
+}
+
+/// The member count of an encoded leaf and its member `name`: `Some(value)` (`Some(None)`
+/// for a set member) when present. A point lookup walks the encoded members without building them, hashing them or
+/// allocating: the whole-leaf decode (`decode_leaf`, which also checks every member's
+/// position and order) is what the write paths use.
+fn find_in_leaf<'a>(
+    b: &'a [u8],
+    has_values: bool,
+    name: &[u8],
+) -> Result<(usize, Option<Option<&'a [u8]>>), StorageError> {
+    let mut r = Reader { b, at: 0 };
+    if r.u8()? != PAGE_LEAF {
+        return Err(corrupt("not a leaf page"));
+    }
+    let n = r.varint()?;
+    if n == 0 || n > b.len() {
+        return Err(corrupt("bad leaf count"));
+    }
+    let mut found = None;
+    for _ in 0..n {
+        let m = r.string()?;
+        let value = if has_values { Some(r.string()?) } else { None };
+        if found.is_none() && m == name {
+            found = Some(value);
         }
     }
-    Ok(out)
+    r.done()?;
+    Ok((n, found))
 }
 
 /// Addresses and payload lengths of every page under `root` (directory pages read).
@@ -2139,5 +2383,181 @@ pub(crate) mod tests {
         s.shutdown(true).unwrap();
         let mut s = open(&dev);
         check_live(&mut s, &[b"big", b"keep", b"over", b"new"]);
+    }
+
+    /// Performs the reads a restartable run wanted, as the worker's ring would (through the
+    /// data file at `path`), and returns the verified records.
+    fn read_wanted(
+        s: &mut Shard,
+        path: &std::path::Path,
+        wanted: Vec<(u32, crate::storage::prefetch::RecordRead)>,
+    ) -> Vec<crate::storage::prefetch::Fetched> {
+        use crate::storage::prefetch::{ReadDone, RecordPool};
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(path).unwrap();
+        let mut pool = RecordPool::default();
+        let mut out = Vec::new();
+        for (_, mut r) in wanted {
+            loop {
+                let mut buf = vec![0u8; r.len_bytes];
+                file.read_exact_at(&mut buf, r.offset_bytes).unwrap();
+                match s.complete_read(&r, &buf, &mut pool) {
+                    ReadDone::Record(f) => break out.push(f),
+                    ReadDone::More(longer) => r = longer,
+                    ReadDone::Stale => panic!("nothing changed under the read"),
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `f` restartably, round after round, each round's wanted reads performed and
+    /// lent to the next run; returns its result and the reads each round wanted.
+    fn rounds<T>(
+        s: &mut Shard,
+        path: &std::path::Path,
+        mut f: impl FnMut(&mut Shard) -> Result<T, StorageError>,
+    ) -> (T, Vec<usize>) {
+        use crate::storage::prefetch::{restartable_begin, restartable_end};
+        let mut fetched = Vec::new();
+        let mut per_round = Vec::new();
+        loop {
+            s.lend_prefetched(&mut fetched);
+            restartable_begin();
+            let r = f(s);
+            let mut wanted = Vec::new();
+            restartable_end(&mut wanted);
+            s.take_prefetched(&mut fetched);
+            match r {
+                Ok(v) => {
+                    assert!(wanted.is_empty(), "a valid run wants nothing");
+                    return (v, per_round);
+                }
+                Err(StorageError::Deferred) => {
+                    assert!(!wanted.is_empty(), "a deferred run wants reads");
+                    per_round.push(wanted.len());
+                    fetched.extend(read_wanted(s, path, wanted));
+                }
+                Err(e) => panic!("{e}"),
+            }
+            assert!(per_round.len() < 20, "the rounds do not converge");
+        }
+    }
+
+    // Proves read-ahead on a real file with the cache off: a restartable `load` of a hash of
+    // ~500 leaves wants the directory pages in its first round, then up to
+    // READAHEAD_READS_MAX leaves per round, every page exactly once, never a synchronous
+    // read; `lookup_many` of 3 names wants only their directory pages, then their leaves;
+    // `pick` and a list-less `LeafWalk::to_end` walk likewise converge in a few rounds.
+    #[test]
+    fn read_ahead_asks_a_level_per_round() {
+        use crate::storage::prefetch::{READAHEAD_BYTES_MAX, READAHEAD_READS_MAX};
+        let dir = std::env::temp_dir().join(format!("lavik-readahead-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let cfg = StoreConfig {
+            data_files: vec![path.clone()],
+            create_size_bytes: 64 << 20,
+            shard_count: 1,
+            block_size_bytes: 1 << 20,
+            staging_limit_bytes: 1 << 20,
+            fsync: FsyncPolicy::No,
+            direct_io: false,
+            defrag_paused: true,
+            cache_capacity_bytes: 0,
+            ..StoreConfig::default()
+        };
+        let mut s = crate::storage::open(&cfg).unwrap().shards.pop().unwrap();
+        let pad = "v".repeat(190);
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..18_000u32)
+            .map(|i| {
+                (
+                    format!("f{i}").into_bytes(),
+                    format!("{i}{pad}").into_bytes(),
+                )
+            })
+            .collect();
+        let enc = HashEncoding::Hashtable as u8;
+        build(&mut s, 0, b"h", ValueKind::Hash, enc, &pairs, None, 0).unwrap();
+        s.shutdown(true).unwrap();
+        // Reopened: every page on the file, none in a staging buffer.
+        let mut s = crate::storage::open(&cfg).unwrap().shards.pop().unwrap();
+        let Some(Collection::Paged { root, .. }) = s.get_collection(0, b"h", 0).unwrap() else {
+            panic!("not paged");
+        };
+        let root = Root::decode(&root).unwrap();
+        let pages = pages_of(&mut s, 0, b"h", &root).unwrap();
+        let (dirs, leaves) = (root.dirs.len(), pages.len() - root.dirs.len());
+        assert!(
+            dirs >= 2 && leaves > 2 * READAHEAD_READS_MAX,
+            "{dirs} dirs, {leaves} leaves"
+        );
+        let sync0 = s.cache_stats().sync_reads;
+
+        let ((got, _), per_round) = rounds(&mut s, &path, |s| {
+            load::<(Vec<u8>, Vec<u8>)>(s, 0, b"h", &root, true)
+        });
+        assert_eq!(got.len(), pairs.len());
+        assert_eq!(per_round[0], dirs, "round 1: the directory pages");
+        assert_eq!(
+            per_round.iter().sum::<usize>(),
+            pages.len(),
+            "every page once"
+        );
+        assert!(per_round.iter().all(|&n| n <= READAHEAD_READS_MAX));
+        let leaf_bytes: usize = pages[..].iter().map(|p| p.1 as usize).sum();
+        let per_round_min = READAHEAD_READS_MAX.min(READAHEAD_BYTES_MAX * leaves / leaf_bytes);
+        assert!(
+            per_round.len() <= 2 + leaves / (per_round_min - 1),
+            "{per_round:?} for {leaves} leaves"
+        );
+
+        let names: [&[u8]; 3] = [b"f3", b"f7000", b"nope"];
+        let (found, per_round) = rounds(&mut s, &path, |s| {
+            lookup_many(s, 0, b"h", &root, &names, true, &mut Default::default())
+        });
+        assert_eq!(found[0].as_deref(), Some(format!("3{pad}").as_bytes()));
+        assert_eq!(found[1].as_deref(), Some(format!("7000{pad}").as_bytes()));
+        assert_eq!(found[2], None);
+        assert_eq!(
+            per_round.len(),
+            2,
+            "directory pages, then leaves: {per_round:?}"
+        );
+        assert!(per_round.iter().all(|&n| n <= 3), "{per_round:?}");
+
+        let ranks: Vec<u64> = (0..40).map(|i| i * 373).collect();
+        let (picked, per_round) = rounds(&mut s, &path, |s| {
+            pick::<(Vec<u8>, Vec<u8>)>(s, 0, b"h", &root, &ranks, true)
+        });
+        assert_eq!(picked.len(), ranks.len());
+        assert_eq!(per_round.len(), 2, "{per_round:?}");
+
+        let (walked, per_round) = rounds(&mut s, &path, |s| {
+            let mut walk = LeafWalk::to_end();
+            let mut n = 0;
+            while let Some(leaf) = walk.next::<(Vec<u8>, Vec<u8>)>(s, 0, b"h", &root, true)? {
+                n += leaf.len();
+            }
+            Ok(n)
+        });
+        assert_eq!(walked, pairs.len());
+        assert_eq!(
+            per_round.iter().sum::<usize>(),
+            pages.len(),
+            "every page once"
+        );
+        assert!(
+            per_round.len() <= 2 + leaves / (per_round_min - 1),
+            "{per_round:?}"
+        );
+
+        assert_eq!(
+            s.cache_stats().sync_reads,
+            sync0,
+            "nothing read synchronously"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

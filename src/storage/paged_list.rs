@@ -292,7 +292,31 @@ impl PagedList {
             return Ok(());
         }
         let rec = paged::read_page(shard, self.db, &self.key, d.addr)?;
-        let entries = paged::decode_dir(&rec.value)?;
+        self.install_dir(di, &rec.value)
+    }
+
+    /// `load_dir` through read-ahead (`paged::Ahead`): `false` when the walk missed it or
+    /// only notes pages now.
+    fn load_dir_ahead(
+        &mut self,
+        ra: &mut paged::Ahead,
+        shard: &mut Shard,
+        di: usize,
+    ) -> Result<bool, StorageError> {
+        let d = &self.dirs[di];
+        if d.leaves.is_some() {
+            return Ok(true);
+        }
+        match ra.page(shard, self.db, &self.key, d.addr, d.len, true)? {
+            Some(rec) => self.install_dir(di, &rec.value).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Directory page `di` read as `value`: checked against the root's entry and kept.
+    fn install_dir(&mut self, di: usize, value: &[u8]) -> Result<(), StorageError> {
+        let d = &self.dirs[di];
+        let entries = paged::decode_dir(value)?;
         let next_first = self.dirs.get(di + 1).map(Dir::first);
         let last = entries
             .last()
@@ -335,7 +359,32 @@ impl PagedList {
             return Ok(());
         }
         let rec = paged::read_page(shard, self.db, &self.key, leaf.addr)?;
-        let elems = decode_leaf(&rec.value)?;
+        self.install_leaf(di, li, &rec.value)
+    }
+
+    /// `load_leaf` of a leaf of a loaded directory page through read-ahead: `false` when the
+    /// walk missed it or only notes pages now.
+    fn load_leaf_ahead(
+        &mut self,
+        ra: &mut paged::Ahead,
+        shard: &mut Shard,
+        di: usize,
+        li: usize,
+    ) -> Result<bool, StorageError> {
+        let leaf = &self.dirs[di].leaves()[li];
+        if leaf.elems.is_some() {
+            return Ok(true);
+        }
+        match ra.page(shard, self.db, &self.key, leaf.addr, leaf.len, false)? {
+            Some(rec) => self.install_leaf(di, li, &rec.value).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Leaf `li` of directory page `di` read as `value`: checked and kept.
+    fn install_leaf(&mut self, di: usize, li: usize, value: &[u8]) -> Result<(), StorageError> {
+        let leaf = &mut self.dirs[di].leaves_mut()[li];
+        let elems = decode_leaf(value)?;
         if elems.len() != leaf.count as usize {
             return Err(corrupt("leaf count disagrees with its directory"));
         }
@@ -442,29 +491,54 @@ impl PagedList {
     }
 
     /// Elements `from..=to` (in range), reading only the directory pages and leaves they
-    /// lie in.
+    /// lie in. With read-ahead (`paged::Ahead`): a miss does not end the walk, every page of
+    /// the range not in memory is noted first (a directory page not read covers its count
+    /// from the root).
     pub fn range(
         &mut self,
         shard: &mut Shard,
         from: usize,
         to: usize,
     ) -> Result<Vec<Vec<u8>>, StorageError> {
-        let mut out = Vec::with_capacity(to - from + 1);
-        let (mut di, mut li, mut off) = self.locate(shard, from)?;
-        while out.len() < to - from + 1 {
-            self.load_leaf(shard, di, li)?;
-            let leaf = &mut self.dirs[di].leaves_mut()[li];
-            let want = to - from + 1 - out.len();
-            out.extend(leaf.elems().iter().skip(off).take(want).cloned());
-            leaf.unload();
-            off = 0;
-            li += 1;
-            if li == self.dirs[di].leaves().len() {
-                di += 1;
-                li = 0;
-            }
+        let mut ra = paged::Ahead::start();
+        let mut out = Vec::with_capacity(if ra.missed() { 0 } else { to - from + 1 });
+        // The directory page holding `from`, by the counts, and the elements before it there.
+        let (mut di, mut skip) = (0usize, from as u64);
+        while di < self.dirs.len() && skip >= self.dirs[di].count() {
+            skip -= self.dirs[di].count();
+            di += 1;
         }
-        Ok(out)
+        let mut left = (to - from + 1) as u64;
+        while left > 0 && di < self.dirs.len() && !ra.full() {
+            if !self.load_dir_ahead(&mut ra, shard, di)? {
+                left -= left.min(self.dirs[di].count() - skip);
+                (skip, di) = (0, di + 1);
+                continue;
+            }
+            for li in 0..self.dirs[di].leaves().len() {
+                let c = u64::from(self.dirs[di].leaves()[li].count);
+                if skip >= c {
+                    skip -= c;
+                    continue;
+                }
+                if self.load_leaf_ahead(&mut ra, shard, di, li)? && !ra.missed() {
+                    let leaf = &mut self.dirs[di].leaves_mut()[li];
+                    let take = left.min(c - skip) as usize;
+                    out.extend(leaf.elems().iter().skip(skip as usize).take(take).cloned());
+                    leaf.unload();
+                }
+                left -= left.min(c - skip);
+                skip = 0;
+                if left == 0 || ra.full() {
+                    break;
+                }
+            }
+            di += 1;
+        }
+        if left > 0 && !ra.missed() {
+            return Err(corrupt("range past the counts"));
+        }
+        ra.finish(out)
     }
 
     /// Adds `e` at `end` as Redis's quicklist push does: into the end node (leaf) when its
@@ -914,18 +988,25 @@ impl PagedList {
         Ok(found)
     }
 
-    /// Every leaf's elements, head to tail (reads every page).
+    /// Every leaf's elements, head to tail (reads every page; with read-ahead, as `range`).
     pub fn nodes(&mut self, shard: &mut Shard) -> Result<Vec<Vec<Vec<u8>>>, StorageError> {
+        let mut ra = paged::Ahead::start();
         let mut out = Vec::with_capacity(self.leaf_count());
         for di in 0..self.dirs.len() {
-            self.load_dir(shard, di)?;
+            if ra.full() || !self.load_dir_ahead(&mut ra, shard, di)? {
+                continue;
+            }
             for li in 0..self.dirs[di].leaves().len() {
-                self.load_leaf(shard, di, li)?;
-                let elems = self.dirs[di].leaves()[li].elems();
-                out.push(elems.iter().cloned().collect());
+                if ra.full() {
+                    break;
+                }
+                if self.load_leaf_ahead(&mut ra, shard, di, li)? && !ra.missed() {
+                    let elems = self.dirs[di].leaves()[li].elems();
+                    out.push(elems.iter().cloned().collect());
+                }
             }
         }
-        Ok(out)
+        ra.finish(out)
     }
 
     /// The whole list as a one-record value (quicklist with one node per leaf).

@@ -331,7 +331,17 @@ struct RestartState {
     wrote: bool,
     /// Reads wanted by the run, with the shard of each; non-empty = the run missed.
     wanted: Vec<(u32, RecordRead)>,
+    /// Payload bytes of the pages the run's walks noted (`readahead_charge`).
+    ahead_bytes: usize,
 }
+
+/// Read-ahead budget of one restartable run (see "Read-ahead" below): at most this many
+/// wanted reads. One round's reads then fit the worker's ring at once
+/// (`server::reads::READS_INFLIGHT_MAX`, asserted there).
+pub const READAHEAD_READS_MAX: usize = 256;
+/// ... and at most this many payload bytes of noted pages (256 leaves of 8 KiB): what one
+/// round adds to the records a parked command holds until its next run.
+pub const READAHEAD_BYTES_MAX: usize = 2 << 20;
 
 thread_local! {
     static RESTART: std::cell::RefCell<RestartState> = Default::default();
@@ -344,6 +354,7 @@ pub fn restartable_begin() {
         s.active = true;
         s.wrote = false;
         s.wanted.clear();
+        s.ahead_bytes = 0;
     });
 }
 
@@ -355,6 +366,38 @@ pub fn restartable_end(out: &mut Vec<(u32, RecordRead)>) {
         s.wrote = false;
         out.append(&mut s.wanted);
     });
+}
+
+// Read-ahead. A run ends at its first miss, so a walk over many pages (HGETALL's leaves,
+// HMGET's fields, LRANGE 0 -1) would cost one restart per page. Instead a page walker
+// (`paged::Ahead`) that missed keeps walking: the pages it will need that are not in
+// memory are noted as wanted too (`Shard::note_ahead`), in-memory directory pages are still
+// read to name their leaves, and the walk fails with `Deferred` only at its end, or when
+// the round's budget (`READAHEAD_READS_MAX` reads, `READAHEAD_BYTES_MAX` bytes) is
+// spent. Only pages the walk reaches are noted: nothing the command would not read.
+
+/// Whether the running restartable run has missed a record (it will be discarded).
+pub fn run_missed() -> bool {
+    RESTART.with(|s| {
+        let s = s.borrow();
+        s.active && !s.wanted.is_empty()
+    })
+}
+
+/// Whether a walk of a run that missed may note one more page of `len_bytes` payload.
+pub(crate) fn readahead_allows(len_bytes: usize) -> bool {
+    RESTART.with(|s| {
+        let s = s.borrow();
+        s.active
+            && !s.wrote
+            && s.wanted.len() < READAHEAD_READS_MAX
+            && s.ahead_bytes + len_bytes <= READAHEAD_BYTES_MAX
+    })
+}
+
+/// Counts `len_bytes` of a page noted as wanted against the round's budget.
+pub(crate) fn readahead_charge(len_bytes: usize) {
+    RESTART.with(|s| s.borrow_mut().ahead_bytes += len_bytes);
 }
 
 /// Every shard write path calls this first: refuses the write when the running command
@@ -394,6 +437,41 @@ impl Shard {
             }
             true
         })
+    }
+}
+
+/// What `Shard::note_ahead` did with a record.
+pub(crate) enum Ahead {
+    /// In memory: the walk may read it.
+    InMemory,
+    /// Noted as wanted now (it counts against the round's budget).
+    Noted,
+    /// Already wanted by this run, or no file descriptor to read it through (the next run
+    /// reads it as it would have).
+    NotNew,
+}
+
+/// Whether the running restartable run has noted budget left for read-ahead
+/// (`readahead_allows` for a page of 0 bytes): a walk that only notes may stop when not.
+pub fn readahead_room() -> bool {
+    readahead_allows(0)
+}
+
+impl Shard {
+    /// Read-ahead (a walk of a restartable run that already missed): checks whether the
+    /// record at `addr` is in memory (staging, lent records, cache), and otherwise notes it
+    /// as wanted, without reading it.
+    pub(crate) fn note_ahead(&self, addr: Address) -> Ahead {
+        let addr = self.current_address(addr);
+        if self.in_memory(addr, &[], |_, _, _| ()).is_some() {
+            return Ahead::InMemory;
+        }
+        let before = RESTART.with(|s| s.borrow().wanted.len());
+        if self.defer_miss(addr) && RESTART.with(|s| s.borrow().wanted.len()) > before {
+            Ahead::Noted
+        } else {
+            Ahead::NotNew
+        }
     }
 }
 
