@@ -1938,7 +1938,7 @@ fn blind_overwrites_read_nothing() {
 #[test]
 fn blind_overwrites_match_a_model() {
     use std::collections::BTreeMap;
-    let dev = Arc::new(MemDevice::new("t", 24 * MIB));
+    let dev = Arc::new(MemDevice::new("t", 32 * MIB));
     let c = blind_cfg(0xF000_0000_0000_0000);
     let mut s = one_shard(&dev, &c);
     let mut model: BTreeMap<Vec<u8>, (Vec<u8>, Option<u64>)> = BTreeMap::new();
@@ -1950,7 +1950,7 @@ fn blind_overwrites_match_a_model() {
             .filter(|(_, t)| t.is_none_or(|t| t > now))
             .map(|(v, _)| v.clone())
     };
-    for op in 0..2500u32 {
+    for op in 0..2000u32 {
         let r = mix(&mut rng);
         let key = format!("key{}", r % 12).into_bytes();
         now += (r >> 8) % 7;
@@ -1972,15 +1972,15 @@ fn blind_overwrites_match_a_model() {
                 s.flush().unwrap();
                 model.remove(&key);
             }
-            58..=74 => {
+            58..=76 => {
                 assert_eq!(val(&mut s, &key, now), live(&model, &key, now), "op {op}");
             }
-            75..=84 => seal_with_filler(&mut s, op),
-            85..=89 => {
+            77..=84 => seal_with_filler(&mut s, op),
+            85..=91 => {
                 s.background(now, 5_000).unwrap();
                 s.flush().unwrap();
             }
-            90..=93 => {
+            92..=96 => {
                 // DBSIZE: expired keys count until reaped, so read every key first.
                 for i in 0..12 {
                     let k = format!("key{i}").into_bytes();
