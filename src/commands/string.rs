@@ -61,9 +61,10 @@ pub fn write_string_blind(
 pub fn blind_write(name: &str, args: &[&[u8]]) -> bool {
     match name {
         "setex" | "psetex" | "mset" => true,
-        "set" => args.iter().skip(3).all(|o| {
-            !(eq_ic(o, "nx") || eq_ic(o, "xx") || eq_ic(o, "get") || eq_ic(o, "keepttl"))
-        }),
+        "set" => args
+            .iter()
+            .skip(3)
+            .all(|o| !(eq_ic(o, "nx") || eq_ic(o, "xx") || eq_ic(o, "get") || eq_ic(o, "keepttl"))),
         _ => false,
     }
 }

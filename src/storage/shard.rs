@@ -749,8 +749,21 @@ impl Shard {
         let Some(&p) = self.blind.get(&addr.0) else {
             return Ok(());
         };
-        let new = self.read_record(addr)?;
-        let old = self.read_record(p.prev)?;
+        let (new, old) = match (self.read_record(addr), self.read_record(p.prev)) {
+            (Ok(new), Ok(old)) => (new, old),
+            (Err(StorageError::Corrupt(why)), _) | (_, Err(StorageError::Corrupt(why))) => {
+                // Unreadable: whichever key `prev` held cannot be served any more, and it
+                // is left out of the index (its bytes stay counted until defrag).
+                tracing::warn!(
+                    shard = self.id,
+                    why,
+                    "blind write settled over a record that fails its check"
+                );
+                self.blind.remove(&addr.0);
+                return Ok(());
+            }
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+        };
         self.blind.remove(&addr.0);
         let d = p.db as usize;
         if old.header.record_type == RecordType::Put

@@ -1927,7 +1927,10 @@ fn blind_overwrites_read_nothing() {
         let st = s.stats();
         assert_eq!(st.blind_settled_same, if on { 100 } else { 0 });
         for i in 0..100u32 {
-            assert_eq!(val(&mut s, format!("k{i}").as_bytes(), 0), Some(vec![2; 500]));
+            assert_eq!(
+                val(&mut s, format!("k{i}").as_bytes(), 0),
+                Some(vec![2; 500])
+            );
         }
     }
 }
@@ -1986,7 +1989,10 @@ fn blind_overwrites_match_a_model() {
                     let k = format!("key{i}").into_bytes();
                     assert_eq!(val(&mut s, &k, now), live(&model, &k, now), "op {op}");
                 }
-                let n = model.keys().filter(|k| live(&model, k, now).is_some()).count();
+                let n = model
+                    .keys()
+                    .filter(|k| live(&model, k, now).is_some())
+                    .count();
                 assert_eq!(exact_count(&mut s), n as u64, "op {op}: DBSIZE");
             }
             _ => {
@@ -2009,5 +2015,8 @@ fn blind_overwrites_match_a_model() {
     blinds += st.blind_writes;
     same += st.blind_settled_same;
     new += st.blind_settled_new;
-    assert!(blinds > 50 && same > 10 && new > 10, "{blinds} {same} {new}");
+    assert!(
+        blinds > 50 && same > 10 && new > 10,
+        "{blinds} {same} {new}"
+    );
 }
