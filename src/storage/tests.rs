@@ -1960,7 +1960,9 @@ fn blind_overwrites_match_a_model() {
         let v = format!("{op}").into_bytes();
         match (r >> 16) % 100 {
             0..=39 => {
-                let ttl = ((r >> 24) % 5 == 0).then(|| now + 1 + (r >> 32) % 150);
+                let ttl = (r >> 24)
+                    .is_multiple_of(5)
+                    .then(|| now + 1 + (r >> 32) % 150);
                 blind(&mut s, &key, &v, ttl, now);
                 model.insert(key, (v, ttl));
             }
