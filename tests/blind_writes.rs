@@ -40,7 +40,7 @@ fn blind_writes_match_redis_under_collisions() {
     );
     let mut rng = Rng::new(12);
     let key = |rng: &mut Rng| format!("k{}", rng.below(24));
-    for step in 0..700u64 {
+    for step in 0..540u64 {
         if step % 90 == 0 {
             fill(&mut p, step);
         }

@@ -1464,7 +1464,13 @@ impl Shard {
             keys: keys_per_db.iter().sum(),
             keys_per_db,
             cache: self.cache_stats(),
-            index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
+            // Unsettled blind writes are index state too (map slot: key, value, control).
+            index_bytes: self
+                .indexes
+                .iter()
+                .map(|ix| ix.memory_bytes() as u64)
+                .sum::<u64>()
+                + (self.blind.capacity() * (8 + std::mem::size_of::<BlindPending>() + 1)) as u64,
             staging_bytes: (self.staging.len()
                 + self.read_buf.len()
                 + self.defrag_job.as_ref().map_or(0, |j| j.image.len()))
