@@ -464,7 +464,7 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(policy: FsyncPolicy, device_count: usize) -> Harness {
+    fn new(policy: FsyncPolicy, device_count: usize, hash_mask: u64) -> Harness {
         let devs: Vec<Arc<MemDevice>> = (0..device_count)
             .map(|i| {
                 Arc::new(MemDevice::new(
@@ -478,6 +478,9 @@ impl Harness {
             fsync: policy,
             block_size_bytes: 64 * 1024,
             staging_limit_bytes: 64 * 1024,
+            // Half of the puts are blind (`Shard::put_blind`, docs/index.md).
+            blind_writes: true,
+            debug_hash_mask: hash_mask,
             ..StoreConfig::default()
         };
         let shards = storage::open_on(Self::dyn_devs(&devs), &cfg)
@@ -529,9 +532,13 @@ impl Harness {
             } => {
                 let v = record_value(k, len, fill);
                 let exp = ttl.map(|t| now + t);
-                self.shard(k)
-                    .put(db, &key_bytes(k), kind_of(k), &v, exp, now)
-                    .unwrap();
+                let s = self.shard(k);
+                if fill % 2 == 0 {
+                    s.put_blind(db, &key_bytes(k), kind_of(k), &v, exp, now)
+                } else {
+                    s.put(db, &key_bytes(k), kind_of(k), &v, exp, now)
+                }
+                .unwrap();
                 let model = [&[kind_tag(kind_of(k))][..], &canonical(kind_of(k), &v)].concat();
                 self.cur.insert((db, k), (model, exp));
                 self.note((db, k));
@@ -819,6 +826,9 @@ impl Harness {
             let live = (0..KEYS)
                 .filter(|&k| visible(self.cur.get(&(db, k)), now).is_some())
                 .count() as u64;
+            for s in self.shards.iter_mut() {
+                s.settle_blind_all().unwrap();
+            }
             let total: u64 = self.shards.iter().map(|s| s.key_count(db)).sum();
             prop_assert_eq!(total, live, "DBSIZE of db {}", db);
         }
@@ -844,7 +854,13 @@ impl Harness {
                 .map(|s| s.tomb_raider_status().tombstones_dropped)
                 .sum();
             let zedits = PAGED_ZSET_EDITS.load(std::sync::atomic::Ordering::Relaxed);
-            eprintln!("model stats: freed {freed} blocks, relocated {moved} records, dropped {dropped} tombstones, {zedits} paged zset edits so far");
+            let blind: Vec<(u64, u64, u64)> = self
+                .shards
+                .iter()
+                .map(|s| s.stats())
+                .map(|s| (s.blind_writes, s.blind_settled_same, s.blind_settled_new))
+                .collect();
+            eprintln!("model stats: freed {freed} blocks, relocated {moved} records, dropped {dropped} tombstones, {zedits} paged zset edits so far, blind (writes, same, new) since the last open {blind:?}");
         }
         for db in 0..DBS {
             for k in 0..KEYS {
@@ -866,7 +882,16 @@ impl Harness {
 }
 
 fn run(policy: FsyncPolicy, device_count: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(policy, device_count);
+    run_masked(policy, device_count, u64::MAX, ops)
+}
+
+fn run_masked(
+    policy: FsyncPolicy,
+    device_count: usize,
+    hash_mask: u64,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(policy, device_count, hash_mask);
     for op in ops {
         h.apply(op)?;
     }
@@ -906,5 +931,12 @@ proptest! {
     #[test]
     fn model_two_devices(ops in proptest::collection::vec(op_strategy(500..12_000, 8), 1..120)) {
         run(FsyncPolicy::Always, 2, &ops)?;
+    }
+
+    // Proves the contract with blind writes over forced index collisions (4 index positions
+    // per db and shard): a blind put lands on another key's entry as often as on its own.
+    #[test]
+    fn model_blind_collisions(ops in proptest::collection::vec(op_strategy(2000..20_000, 8), 1..120)) {
+        run_masked(FsyncPolicy::EverySec, 1, 0xC000_0000_0000_0000, &ops)?;
     }
 }

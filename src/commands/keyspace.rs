@@ -574,6 +574,10 @@ pub fn scan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 pub fn randomkey(ctx: &mut Ctx, _a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (db, now) = (ctx.db, ctx.now_ms);
     let ids = held_ids(ctx);
+    // Exact key counts: unsettled blind writes first.
+    for s in ctx.shards.held() {
+        s.settle_blind_all().map_err(storage_error)?;
+    }
     let total: u64 = ids
         .iter()
         .map(|&i| ctx.shards.slots[i].as_ref().map_or(0, |s| s.key_count(db)))
@@ -612,6 +616,10 @@ pub fn randomkey(ctx: &mut Ctx, _a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn dbsize(ctx: &mut Ctx, _a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let db = ctx.db;
+    // Exact: unsettled blind writes first (each costs its two records' reads).
+    for s in ctx.shards.held() {
+        s.settle_blind_all().map_err(storage_error)?;
+    }
     let n: u64 = ctx.shards.held().map(|s| s.key_count(db)).sum();
     r.int(n as i64);
     Ok(())

@@ -40,6 +40,35 @@ pub fn write_string(
         .map_err(storage_error)
 }
 
+/// `write_string` for writes whose reply does not depend on the old value: the shard may
+/// overwrite without reading the old record (`Shard::put_blind`).
+pub fn write_string_blind(
+    ctx: &mut Ctx,
+    key: &[u8],
+    bytes: &[u8],
+    expire_at_ms: Option<u64>,
+) -> CmdResult {
+    let (db, now) = (ctx.db, ctx.now_ms);
+    ctx.shards
+        .for_key(key)
+        .put_blind(db, key, ValueKind::String, bytes, expire_at_ms, now)
+        .map_err(storage_error)
+}
+
+/// The command (lower-case name) writes its keys without needing their old records: a
+/// plain SET (no NX, XX, GET, KEEPTTL), SETEX, PSETEX, MSET. The asynchronous path plans
+/// no reads for them when the shard takes blind writes.
+pub fn blind_write(name: &str, args: &[&[u8]]) -> bool {
+    match name {
+        "setex" | "psetex" | "mset" => true,
+        "set" => args
+            .iter()
+            .skip(3)
+            .all(|o| !(eq_ic(o, "nx") || eq_ic(o, "xx") || eq_ic(o, "get") || eq_ic(o, "keepttl"))),
+        _ => false,
+    }
+}
+
 pub fn get(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     // The value is copied once, from where it lies (staging, a prefetched record, the
     // cache) into the reply; `read_string` is the general path.
@@ -164,8 +193,10 @@ pub fn set(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             .for_key(key)
             .delete(db, key, now)
             .map_err(storage_error)?;
-    } else {
+    } else if needs_old {
         write_string(ctx, key, a[2], ttl)?;
+    } else {
+        write_string_blind(ctx, key, a[2], ttl)?;
     }
     ctx.notify(STRING, "set", key);
     if expire.is_some() {
@@ -201,7 +232,7 @@ pub fn setnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 fn setex_common(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf, unit: i64, cmd: &str) -> CmdResult {
     let at = expire_at(a[2], unit, false, ctx.now_ms, cmd)?;
-    write_string(ctx, a[1], a[3], Some(at))?;
+    write_string_blind(ctx, a[1], a[3], Some(at))?;
     ctx.notify(STRING, "set", a[1]);
     ctx.notify(GENERIC, "expire", a[1]);
     r.ok();
@@ -327,7 +358,7 @@ pub fn mset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         return Err(wrong_args("mset"));
     }
     for pair in a[1..].chunks(2) {
-        write_string(ctx, pair[0], pair[1], None)?;
+        write_string_blind(ctx, pair[0], pair[1], None)?;
         ctx.notify(STRING, "set", pair[0]);
     }
     r.ok();

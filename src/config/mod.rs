@@ -130,6 +130,10 @@ pub struct Cli {
     /// Test hook: the index hash is ANDed with this (fewer bits = distinct keys collide).
     #[arg(long, default_value_t = u64::MAX, hide = true)]
     pub debug_hash_mask: u64,
+    /// Plain SET/SETEX/PSETEX/MSET overwrite without reading the old record first
+    /// (`docs/index.md`, "Blind overwrites"); off by default while it is new.
+    #[arg(long, default_value_t = false, hide = true)]
+    pub blind_writes: bool,
     /// Test hook: each group-commit `fdatasync` counts as done this long after it
     /// completes (to see that replies wait for it).
     #[arg(long, default_value_t = 0, hide = true)]

@@ -1207,6 +1207,10 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let mut stats = Vec::new();
         let mut growth = None;
         for s in w.shards.held() {
+            // Exact keyspace counts; a failed settle leaves the count short (logged).
+            if let Err(e) = s.settle_blind_all() {
+                tracing::warn!(shard = s.id(), error = %e, "INFO: blind writes not settled");
+            }
             for (db, k) in keys.iter_mut().enumerate() {
                 *k += s.key_count(db as u8);
                 expires[db] += s.volatile_count_db(db as u8);
@@ -1439,6 +1443,18 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
                 .iter()
                 .map(|(_, s)| s.paged_release_dirs_pending)
                 .sum::<u64>()
+        ));
+        // Blind overwrites (`docs/index.md`, "Blind overwrites").
+        let sum = |f: fn(&crate::storage::ShardStats) -> u64| {
+            shard_stats.iter().map(|(_, s)| f(s)).sum::<u64>()
+        };
+        out.push_str(&format!(
+            "lavik_overwrite_reads:{}\r\nlavik_blind_writes:{}\r\nlavik_blind_settled_same:{}\r\nlavik_blind_settled_new:{}\r\nlavik_blind_pending:{}\r\n",
+            sum(|s| s.overwrite_reads),
+            sum(|s| s.blind_writes),
+            sum(|s| s.blind_settled_same),
+            sum(|s| s.blind_settled_new),
+            sum(|s| s.blind_pending),
         ));
         for (id, s) in &shard_stats {
             out.push_str(&format!("shard{id}:{}\r\n", stats_line(s)));

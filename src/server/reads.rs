@@ -353,6 +353,7 @@ fn plan_with(
     reads: &mut Vec<RecordRead>,
 ) {
     reads.clear();
+    let blind = crate::commands::string::blind_write(spec.name, args);
     for pos in key_positions(spec, args) {
         let id = shards.shard_id(args[pos]);
         if !own(id) {
@@ -361,6 +362,9 @@ fn plan_with(
         let Some(shard) = shards.slots[id as usize].as_mut() else {
             continue;
         };
+        if blind && shard.blind_writes {
+            continue; // `Shard::put_blind` reads nothing it does not have
+        }
         shard.plan_key_reads(db, args[pos], have, reads);
         for r in reads.drain(..) {
             if !out.iter().any(|(_, o)| o.same_record(&r)) {

@@ -162,6 +162,10 @@ pub struct StoreConfig {
     /// Test hook: the index hash is ANDed with this (0 forces every key to collide).
     #[doc(hidden)]
     pub debug_hash_mask: u64,
+    /// Blind overwrites (`docs/index.md`, "Blind overwrites"): a plain SET of a key whose
+    /// index position holds one record not in memory replaces it without reading it first;
+    /// whether it was the same key is settled later. Off by default for now.
+    pub blind_writes: bool,
 }
 
 impl Default for StoreConfig {
@@ -185,6 +189,7 @@ impl Default for StoreConfig {
             cache_capacity_bytes: 0,
             recovery_progress: None,
             debug_hash_mask: u64::MAX,
+            blind_writes: false,
         }
     }
 }

@@ -148,7 +148,16 @@ impl Shard {
                     }
                     return;
                 }
-                Some((false, _)) => continue,
+                Some((false, _)) => {
+                    // Another key's unsettled blind write: the lookup settles it, which
+                    // reads the record it replaced.
+                    if let Some(p) = self.blind.get(&addr.0) {
+                        let prev = p.prev;
+                        if self.in_memory(prev, have, |_, _, _| ()).is_none() {
+                            self.push_read(prev, out);
+                        }
+                    }
+                }
                 None => self.push_read(addr, out),
             }
         }
@@ -156,7 +165,7 @@ impl Shard {
 
     /// Runs `f` on the record at `addr` if it is in memory (staging, `have`, the lent
     /// records or the cache), without a device read.
-    fn in_memory<R>(
+    pub(crate) fn in_memory<R>(
         &self,
         addr: Address,
         have: &[Fetched],

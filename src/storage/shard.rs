@@ -128,7 +128,30 @@ pub(crate) struct Counters {
     pub defrag_freed_blocks: u64,
     pub torn_chunks: u64,
     pub corrupt_chunks: u64,
+    /// Blind-capable writes (plain SET, SETEX, PSETEX, MSET) that had to see the old
+    /// record first because it was not in RAM (read synchronously, or fetched for them by
+    /// the asynchronous path before they ran): `lavik_overwrite_reads`.
+    pub overwrite_reads: u64,
+    /// Writes that replaced an index entry without reading its record (`put_blind`).
+    pub blind_writes: u64,
+    /// Blind writes settled as overwrites of the same key / as new keys.
+    pub blind_settled_same: u64,
+    pub blind_settled_new: u64,
 }
+
+/// A blind write not yet settled: the record at the key of `Shard::blind` replaced the
+/// index entry `prev` (same index position) without reading it, so `prev` is either the
+/// same key's superseded record or another key's current one (`docs/index.md`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BlindPending {
+    pub db: Db,
+    pub h: u64,
+    pub prev: Address,
+}
+
+/// Unsettled blind writes per shard before a blind-capable write reads instead (RAM bound:
+/// ~40 bytes each; each settles within one `background` call anyway).
+pub(crate) const BLIND_PENDING_MAX: usize = 4096;
 
 /// What `DEFRAG STATUS` reports for one shard.
 #[derive(Clone, Debug)]
@@ -184,6 +207,14 @@ pub struct ShardStats {
     /// not yet read (the background page release).
     pub paged_releases_pending: u64,
     pub paged_release_dirs_pending: u64,
+    /// See `Counters::overwrite_reads` and the blind-write counters below it.
+    pub overwrite_reads: u64,
+    pub blind_writes: u64,
+    pub blind_settled_same: u64,
+    pub blind_settled_new: u64,
+    /// Blind writes not settled yet (`keys` may be short by up to this many until they are:
+    /// `settle_blind_all` makes it exact).
+    pub blind_pending: u64,
 }
 
 /// One slice of the keyspace (slot % shard_count == shard id), with its own index, append
@@ -293,6 +324,11 @@ pub struct Shard {
     /// bytes (a page replaced within the same scope was already unaccounted). Empty outside
     /// a scope.
     scope_pages: HashMap<u64, u32>,
+    /// `StoreConfig::blind_writes`.
+    pub(crate) blind_writes: bool,
+    /// Unsettled blind writes, by the new record's address (see `BlindPending`). Every
+    /// entry's record is in the index and is the only entry at its index position.
+    pub(crate) blind: HashMap<u64, BlindPending>,
 }
 
 /// The multi-record command in progress on a shard (`Shard::command_begin`).
@@ -435,6 +471,8 @@ impl Shard {
             scope: None,
             moved: Vec::new(),
             scope_pages: HashMap::new(),
+            blind_writes: cfg.blind_writes,
+            blind: HashMap::new(),
             shared,
         }
     }
@@ -559,6 +597,9 @@ impl Shard {
                 }
             };
             if rec.header.db != db || rec.key != key {
+                if self.blind.contains_key(&addr.0) {
+                    return None; // the key may be below another key's blind write
+                }
                 continue;
             }
             if is_expired(&rec.header, now_ms) || rec.header.flags & (FLAG_LARGE | FLAG_PAGED) != 0
@@ -600,6 +641,170 @@ impl Shard {
         expire_at_ms: Option<u64>,
         now_ms: u64,
     ) -> Result<(), StorageError> {
+        self.check_put(db, key, bytes, now_ms)?;
+        let expire = expire_at_ms.unwrap_or(0);
+        let h = self.hash(db, key);
+        let old = self.find(db, key, h)?;
+        self.put_found(db, key, kind, bytes, expire, h, old)
+    }
+
+    /// `put` for writes whose reply does not depend on the old value (plain SET, SETEX,
+    /// PSETEX, MSET): with `StoreConfig::blind_writes`, when the key's index position holds
+    /// exactly one entry, not an unsettled blind write itself, whose record is not in
+    /// memory, the new record replaces that entry without reading it (a *blind write*,
+    /// `docs/index.md` "Blind overwrites"); whether it was the same key is settled later
+    /// (`settle_blind`). Otherwise exactly `put`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_blind(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        kind: ValueKind,
+        bytes: &[u8],
+        expire_at_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        self.check_put(db, key, bytes, now_ms)?;
+        let expire = expire_at_ms.unwrap_or(0);
+        let h = self.hash(db, key);
+        let mut cands = self.candidate_addresses(db, h);
+        let (first, second) = (cands.next(), cands.next());
+        drop(cands);
+        let blind = match (first, second) {
+            (Some(c), None) => (self.blind_writes
+                // Keyspace event `new` needs to know whether the key existed.
+                && crate::runtime::events::flags() & crate::runtime::events::NEW == 0
+                && self.blind.len() < BLIND_PENDING_MAX
+                && !self.blind.contains_key(&c.0)
+                && self.in_memory(c, &[], |_, _, _| ()).is_none())
+            .then_some(c),
+            _ => None,
+        };
+        let Some(prev) = blind else {
+            if [first, second]
+                .into_iter()
+                .flatten()
+                .any(|c| !self.in_ram(c))
+            {
+                self.counters.overwrite_reads += 1;
+            }
+            let old = self.find(db, key, h)?;
+            return self.put_found(db, key, kind, bytes, expire, h, old);
+        };
+        let (addr, len) = if self.appended_len(key.len(), bytes.len()) <= self.inline_record_max() {
+            let (addr, _) = self.append(
+                RecordType::Put,
+                0,
+                kind.to_u8(),
+                db,
+                key,
+                bytes,
+                expire,
+                None,
+                false,
+            )?;
+            (addr, self.appended_len(key.len(), bytes.len()))
+        } else {
+            self.put_large(db, key, kind, bytes, expire)?
+        };
+        let d = db as usize;
+        let replaced = self.indexes[d].replace(h, prev, addr);
+        assert!(replaced, "index lost an entry it just returned");
+        let (block, _) = self.shared.layout.split(addr);
+        if let Some(info) = self.blocks.get_mut(&block) {
+            info.live_bytes[d] += len as u32;
+        }
+        self.expiry_add(db, expire, addr);
+        self.blind.insert(addr.0, BlindPending { db, h, prev });
+        self.counters.blind_writes += 1;
+        if !self.watches.is_empty() {
+            self.watches.touch(db, key, false);
+        }
+        crate::runtime::tracking::modified(key);
+        Ok(())
+    }
+
+    /// The record at `addr` is in the staging buffer or the record cache (not counting
+    /// records fetched for the running command).
+    fn in_ram(&self, addr: Address) -> bool {
+        let (block, off) = self.shared.layout.split(addr);
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|ob| ob.block == block && off < ob.write_pos)
+        {
+            return true;
+        }
+        self.blocks
+            .get(&block)
+            .is_some_and(|i| self.cache.peek(addr, i.block_seq).is_some())
+    }
+
+    /// Settles the blind write whose record is at `addr`, if it is one: reads it and the
+    /// record it replaced in the index. The same key: the old record is superseded (its
+    /// live bytes, expiry entry, extents or pages go, as an overwrite's would). Another
+    /// key: the old record is that key's current one and goes back into the index. Reads
+    /// both records before changing anything (a deferred read leaves it unsettled).
+    pub(crate) fn settle_blind(&mut self, addr: Address) -> Result<(), StorageError> {
+        let Some(&p) = self.blind.get(&addr.0) else {
+            return Ok(());
+        };
+        let (new, old) = match (self.read_record(addr), self.read_record(p.prev)) {
+            (Ok(new), Ok(old)) => (new, old),
+            (Err(StorageError::Corrupt(why)), _) | (_, Err(StorageError::Corrupt(why))) => {
+                // Unreadable: whichever key `prev` held cannot be served any more, and it
+                // is left out of the index (its bytes stay counted until defrag).
+                tracing::warn!(
+                    shard = self.id,
+                    why,
+                    "blind write settled over a record that fails its check"
+                );
+                self.blind.remove(&addr.0);
+                return Ok(());
+            }
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+        };
+        self.blind.remove(&addr.0);
+        let d = p.db as usize;
+        if old.header.record_type == RecordType::Put
+            && old.header.db == p.db
+            && new.header.db == p.db
+            && old.key == new.key
+        {
+            self.expiry_remove(p.db, old.header.expire_at_ms, p.prev);
+            self.unaccount(p.db, p.prev, old.header.record_len());
+            if old.header.flags & FLAG_LARGE != 0 {
+                self.retire_extents_of(&old);
+            }
+            if old.header.flags & FLAG_PAGED != 0 {
+                super::paged::release(self, p.db, &old);
+            }
+            self.counters.blind_settled_same += 1;
+        } else {
+            self.indexes[d].insert(p.h, p.prev);
+            self.counters.blind_settled_new += 1;
+        }
+        Ok(())
+    }
+
+    /// Settles every blind write of this shard (DBSIZE, INFO keyspace, RANDOMKEY, SCAN,
+    /// background work, the checkpoint: whatever needs the index exact). After it
+    /// `key_count` is exact.
+    pub fn settle_blind_all(&mut self) -> Result<(), StorageError> {
+        while let Some(&a) = self.blind.keys().next() {
+            self.settle_blind(Address(a))?;
+        }
+        Ok(())
+    }
+
+    /// Size checks shared by `put` and `put_blind`.
+    fn check_put(
+        &mut self,
+        db: Db,
+        key: &[u8],
+        bytes: &[u8],
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
         check_db(db)?;
         self.last_now_ms = now_ms;
         if key.len() > self.key_len_max() {
@@ -615,10 +820,7 @@ impl Shard {
                 max_bytes: max,
             });
         }
-        let expire = expire_at_ms.unwrap_or(0);
-        let h = self.hash(db, key);
-        let old = self.find(db, key, h)?;
-        self.put_found(db, key, kind, bytes, expire, h, old)
+        Ok(())
     }
 
     /// The second half of `put`: `old` is what `find` returned for (db, key) — the caller
@@ -1009,7 +1211,9 @@ impl Shard {
         self.watches.len()
     }
 
-    /// Exact (may include expired keys not yet reaped, as Redis DBSIZE does).
+    /// Exact (may include expired keys not yet reaped, as Redis DBSIZE does) once no blind
+    /// write is unsettled: callers that need it exact run `settle_blind_all` first (until
+    /// then it may be short by up to `blind.len()`).
     pub fn key_count(&self, db: Db) -> u64 {
         self.indexes
             .get(db as usize)
@@ -1028,6 +1232,8 @@ impl Shard {
         self.watermarks_dirty = true;
         self.mark_unflushed();
         self.indexes[d] = Index::new();
+        // Every record of the db is dead now, whatever its blind writes replaced.
+        self.blind.retain(|_, p| p.db != db);
         self.expiry[d].clear();
         // The db's live bytes go to zero below, its released pages' with them.
         self.releases.drop_db(db);
@@ -1054,6 +1260,7 @@ impl Shard {
         now_ms: u64,
     ) -> Result<(u64, Vec<Vec<u8>>), StorageError> {
         let d = check_db(db)?;
+        self.settle_blind_all()?;
         let mut addrs = Vec::new();
         let next = self.indexes[d].scan(cursor, count.max(1), |_, a| addrs.push(a));
         let mut keys = Vec::with_capacity(addrs.len());
@@ -1068,6 +1275,7 @@ impl Shard {
 
     pub fn random_key(&mut self, db: Db, now_ms: u64) -> Result<Option<Vec<u8>>, StorageError> {
         let d = check_db(db)?;
+        self.settle_blind_all()?;
         for _ in 0..16 {
             let seed = self.next_random();
             let Some(a) = self.indexes[d].random_entry(seed) else {
@@ -1169,6 +1377,8 @@ impl Shard {
     pub fn background(&mut self, now_ms: u64, budget_us: u64) -> Result<(), StorageError> {
         self.last_now_ms = now_ms;
         let mut work = (budget_us / BACKGROUND_UNIT_US).max(1);
+        // Expiry, the tomb raider and defrag judge records by the index: it must be exact.
+        self.settle_blind_all()?;
         self.active_expiry(now_ms, &mut work)?;
         // Pages of deleted/overwritten paged roots stop counting here, not in the command
         // (`docs/collections.md` 7a). Defrag waits while any is pending: it would take
@@ -1254,7 +1464,13 @@ impl Shard {
             keys: keys_per_db.iter().sum(),
             keys_per_db,
             cache: self.cache_stats(),
-            index_bytes: self.indexes.iter().map(|ix| ix.memory_bytes() as u64).sum(),
+            // Unsettled blind writes are index state too (map slot: key, value, control).
+            index_bytes: self
+                .indexes
+                .iter()
+                .map(|ix| ix.memory_bytes() as u64)
+                .sum::<u64>()
+                + (self.blind.capacity() * (8 + std::mem::size_of::<BlindPending>() + 1)) as u64,
             staging_bytes: (self.staging.len()
                 + self.read_buf.len()
                 + self.defrag_job.as_ref().map_or(0, |j| j.image.len()))
@@ -1284,14 +1500,24 @@ impl Shard {
             defrag_paused: self.defrag_paused,
             paged_releases_pending: self.releases.roots(),
             paged_release_dirs_pending: self.releases.dirs(),
+            overwrite_reads: c.overwrite_reads,
+            blind_writes: c.blind_writes,
+            blind_settled_same: c.blind_settled_same,
+            blind_settled_new: c.blind_settled_new,
+            blind_pending: self.blind.len() as u64,
         }
     }
 
     /// Flushes and syncs everything; with `write_checkpoint`, also writes this shard's index
     /// checkpoint (a failure to write it is logged and only means the next start scans).
     /// The last shard to shut down marks the store clean.
-    pub fn shutdown(mut self, write_checkpoint: bool) -> Result<(), StorageError> {
-        // The checkpoint records per-block live bytes: pending page releases first.
+    pub fn shutdown(mut self, mut write_checkpoint: bool) -> Result<(), StorageError> {
+        // The checkpoint holds the index and per-block live bytes: blind writes settled
+        // (they may release pages), then pending page releases.
+        if let Err(e) = self.settle_blind_all() {
+            tracing::warn!(shard = self.id, error = %e, "blind writes not settled: no checkpoint");
+            write_checkpoint = false;
+        }
         super::paged::release_all(&mut self);
         self.flush()?;
         self.sync_dirty()?;
@@ -1357,13 +1583,21 @@ impl Shard {
         key: &[u8],
         h: u64,
     ) -> Result<Option<Found>, StorageError> {
-        for addr in self.candidate_addresses(db, h) {
-            let rec = self.read_record(addr)?;
-            if rec.header.db == db && rec.key == key {
-                return Ok(Some(Found { addr, rec }));
+        'again: loop {
+            for addr in self.candidate_addresses(db, h) {
+                let rec = self.read_record(addr)?;
+                if rec.header.db == db && rec.key == key {
+                    return Ok(Some(Found { addr, rec }));
+                }
+                if self.blind.contains_key(&addr.0) {
+                    // Another key's blind write: (db, key) may be the record it replaced
+                    // in the index. Settling puts that back if so; then look again.
+                    self.settle_blind(addr)?;
+                    continue 'again;
+                }
             }
+            return Ok(None);
         }
-        Ok(None)
     }
 
     /// Reads and verifies the record at `addr`: from the staging buffer if it is in the open
@@ -1522,6 +1756,10 @@ impl Shard {
                 let fa = self.current_address(f.addr);
                 let replaced = self.indexes[d].replace(h, fa, addr);
                 assert!(replaced, "index lost an entry it just returned");
+                // The new record of the same key heads an unsettled blind write now.
+                if let Some(p) = self.blind.remove(&fa.0) {
+                    self.blind.insert(addr.0, p);
+                }
                 self.expiry_remove(db, f.rec.header.expire_at_ms, fa);
                 self.unaccount(db, fa, f.rec.header.record_len());
                 if retire_old_extents && f.rec.header.flags & FLAG_LARGE != 0 {
@@ -1606,6 +1844,12 @@ impl Shard {
         h: u64,
         found: Found,
     ) -> Result<(), StorageError> {
+        // Deleting a blind write's record would drop the entry it replaced: settle first
+        // (that never moves or removes `found`'s own entry).
+        let fa = self.current_address(found.addr);
+        if self.blind.contains_key(&fa.0) {
+            self.settle_blind(fa)?;
+        }
         let (taddr, _) = self.append(
             RecordType::Tombstone,
             0,
@@ -2040,6 +2284,9 @@ impl Shard {
             }
         } else if self.indexes[h.db as usize].replace(hash, old, new) {
             // Any indexed record (a put, or another kind the index points at).
+            if let Some(p) = self.blind.remove(&old.0) {
+                self.blind.insert(new.0, p);
+            }
             self.unaccount(h.db, old, len);
             if let Some(i) = self.blocks.get_mut(&new_block) {
                 i.live_bytes[h.db as usize] += len as u32;
@@ -2859,6 +3106,9 @@ impl Shard {
                 )?;
                 let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
                 assert!(replaced, "index lost an entry it just returned");
+                if let Some(p) = self.blind.remove(&addr.0) {
+                    self.blind.insert(new.0, p);
+                }
                 let len = hdr.record_len() as u32;
                 // The copy is plain: no group id.
                 let copy_len = len - hdr.group_id_len() as u32;
