@@ -189,6 +189,10 @@ pub struct Parked {
     /// lookups planned instead of `spec`'s key positions. Such a unit runs no handler
     /// when its reads are done; its records go back to the connection's EXEC.
     pub keyset: Option<Vec<(u8, Vec<u8>)>>,
+    /// A cross-worker command's reads (a `keyset` unit; see "Transactions" in the module
+    /// essay): when done its records go to the requesting connection, on this worker or
+    /// another (`ReadDest::Remote`), not to an EXEC parked here.
+    pub cross: bool,
 }
 
 impl Parked {
@@ -216,6 +220,7 @@ impl Parked {
             unsubmitted: Vec::new(),
             caller: crate::runtime::tracking::current(),
             keyset: None,
+            cross: false,
         }
     }
 
@@ -792,33 +797,66 @@ impl Reads {
 /// no completion of the worker's own ring.
 pub struct BatchReads {
     ring: IoUring,
+    /// `--debug-read-delay-ms`: each wait also lasts this long (a slow device, for tests).
+    delay: Duration,
+    /// Waits for the device so far (taken by the caller for INFO `lavik_batch_read_waits`).
+    pub waits: u64,
 }
 
 /// Entries of the batch ring: reads submitted per wait.
 const BATCH_RING_ENTRIES: u32 = 64;
 
 impl BatchReads {
-    pub fn new() -> std::io::Result<BatchReads> {
+    pub fn new(delay_ms: u64) -> std::io::Result<BatchReads> {
         Ok(BatchReads {
             ring: IoUring::new(BATCH_RING_ENTRIES)?,
+            delay: Duration::from_millis(delay_ms),
+            waits: 0,
         })
     }
 
     /// Fetches what `spec` with `args` needs from every held shard, waiting for the reads
-    /// (all in flight together); returns the records with their shards.
+    /// (all in flight together), beyond what `fetched` (with `fetched_shard`) already
+    /// holds; the records join those two vectors.
     pub fn fetch(
         &mut self,
         shards: &mut ShardSet,
         spec: &CommandSpec,
         args: &[&[u8]],
         db: u8,
-    ) -> (Vec<Fetched>, Vec<u32>) {
-        let (mut fetched, mut fetched_shard) = (Vec::new(), Vec::new());
+        fetched: &mut Vec<Fetched>,
+        fetched_shard: &mut Vec<u32>,
+    ) {
+        self.fetch_planned(shards, fetched, fetched_shard, |shards, have, todo| {
+            plan(shards, |_| true, spec, args, db, have, todo)
+        });
+    }
+
+    /// `fetch` for the lookups of `keys` ((db, key) pairs, a transaction's).
+    pub fn fetch_keys(
+        &mut self,
+        shards: &mut ShardSet,
+        keys: &[(u8, Vec<u8>)],
+        fetched: &mut Vec<Fetched>,
+        fetched_shard: &mut Vec<u32>,
+    ) {
+        self.fetch_planned(shards, fetched, fetched_shard, |shards, have, todo| {
+            plan_keys(shards, |_| true, keys, have, todo)
+        });
+    }
+
+    fn fetch_planned(
+        &mut self,
+        shards: &mut ShardSet,
+        fetched: &mut Vec<Fetched>,
+        fetched_shard: &mut Vec<u32>,
+        mut planner: impl FnMut(&mut ShardSet, &[Fetched], &mut Vec<(u32, RecordRead)>),
+    ) {
         let mut todo = Vec::new();
         let mut pool = RecordPool::default();
         for _ in 0..PLAN_ROUNDS_MAX {
             if todo.is_empty() {
-                plan(shards, |_| true, spec, args, db, &fetched, &mut todo);
+                planner(shards, fetched, &mut todo);
             }
             if todo.is_empty() {
                 break;
@@ -841,6 +879,7 @@ impl BatchReads {
                 .user_data(i as u64);
                 push_sqe(&mut self.ring, &sqe);
             }
+            self.waits += 1;
             let mut results = vec![None; batch.len()];
             let mut done = 0;
             while done < batch.len() {
@@ -856,6 +895,9 @@ impl BatchReads {
                     }
                     results[i] = Some(cqe.result());
                 }
+            }
+            if !self.delay.is_zero() {
+                std::thread::sleep(self.delay);
             }
             // Every read has completed: `bufs` are ours again.
             for (((id, r), buf), res) in batch.into_iter().zip(&bufs).zip(results) {
@@ -876,23 +918,13 @@ impl BatchReads {
                 }
             }
         }
-        (fetched, fetched_shard)
     }
 }
 
-/// Lends fetched records to their shards for the time `run` takes, then takes them back.
-pub fn with_lent<R>(
-    shards: &mut ShardSet,
-    mut fetched: Vec<Fetched>,
-    fetched_shard: Vec<u32>,
-    run: impl FnOnce(&mut ShardSet) -> R,
-) -> R {
-    with_lent_in(shards, &mut fetched, &fetched_shard, run)
-}
-
-/// `with_lent` that leaves the records in `fetched` afterwards (in any order) for the
-/// caller to reuse. Records of one shard — every single-key command — are lent as the
-/// vector itself, with no allocation.
+/// Lends fetched records to their shards for the time `run` takes, then takes them back,
+/// leaving them in `fetched` afterwards (in any order) for the caller to reuse. Records of
+/// one shard — every single-key command — are lent as the vector itself, with no
+/// allocation.
 pub fn with_lent_in<R>(
     shards: &mut ShardSet,
     fetched: &mut Vec<Fetched>,
