@@ -431,7 +431,11 @@ fn cross_worker_exec_waits_outside_the_pass() {
     expect_text(&mut slow, &["SET", &a[3], "lost"], "+QUEUED\r\n");
     expect_text(&mut slow, &["STRLEN", &b[3]], "+QUEUED\r\n");
     expect_text(&mut slow, &["EXEC"], "*-1\r\n");
-    expect_text(&mut other, &["STRLEN", &a[3]], &format!(":{VALUE_BYTES}\r\n"));
+    expect_text(
+        &mut other,
+        &["STRLEN", &a[3]],
+        &format!(":{VALUE_BYTES}\r\n"),
+    );
 
     // A script over both workers' device keys.
     let script = "return redis.call('STRLEN', KEYS[1]) + #redis.call('GET', KEYS[2])";

@@ -61,13 +61,23 @@ pub struct Watched {
     pub mark: WatchMark,
 }
 
+/// A queued command: its table entry (looked up once, when queued) and its arguments.
+pub struct Queued(pub &'static CommandSpec, pub Vec<Vec<u8>>);
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Queued({}, {} args)", self.0.name, self.1.len())
+    }
+}
+
 /// A connection's transaction state.
 #[derive(Debug, Default)]
 pub struct TxnState {
     pub in_multi: bool,
     /// An error at queue time: EXEC will answer EXECABORT.
     pub aborted: bool,
-    pub queued: Vec<Vec<Vec<u8>>>,
+    /// The queued commands, each with its table entry (looked up once, when queued).
+    pub queued: Vec<Queued>,
     /// Commands of the queue taken out by a running EXEC (CLIENT INFO inside EXEC still
     /// reports them, as Redis does).
     pub executing: usize,
@@ -158,13 +168,13 @@ impl Worker {
     }
 
     /// Inside MULTI, queues `args` and replies `+QUEUED`; `true` when it did.
-    pub(super) fn txn_queue(conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]]) -> bool {
+    pub(super) fn txn_queue(conn: &mut Conn, spec: &'static CommandSpec, args: &[&[u8]]) -> bool {
         if !conn.txn.in_multi || runs_inside_multi(spec.name) {
             return false;
         }
         conn.txn
             .queued
-            .push(args.iter().map(|a| a.to_vec()).collect());
+            .push(Queued(spec, args.iter().map(|a| a.to_vec()).collect()));
         conn.reply(|r| r.simple("QUEUED"));
         true
     }
@@ -363,11 +373,10 @@ impl Worker {
     /// The shards EXEC must hold: watched keys and queued commands' keys; `None` = all.
     fn txn_key_set(&self, conn: &Conn) -> Option<Vec<u32>> {
         let mut ids: Vec<u32> = conn.txn.watched.iter().map(|w| w.shard).collect();
-        for cmd in &conn.txn.queued {
-            let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
-            let spec = lookup(refs[0]).expect("only known commands are queued");
+        for Queued(spec, cmd) in &conn.txn.queued {
             match spec.kind {
                 Kind::Keyed => {
+                    let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
                     for p in key_positions(spec, &refs) {
                         ids.push(self.shards.shard_id(refs[p]));
                     }
@@ -441,9 +450,7 @@ impl Worker {
         conn.txn.executing = queued.len();
         // Crash atomicity: the whole EXEC is one write scope over its shards (a group when
         // they are several, `storage::WriteGroups`); queued commands nest inside it.
-        let writes = queued
-            .iter()
-            .any(|cmd| lookup(&cmd[0]).is_some_and(|s| s.may_write()));
+        let writes = queued.iter().any(|Queued(spec, _)| spec.may_write());
         let scope_ids: Option<Vec<u32>> = writes.then(|| {
             let held = |id: &u32| self.shards.slots[*id as usize].is_some();
             match &need {
@@ -459,9 +466,9 @@ impl Worker {
         ReplyBuf::new(&mut out, conn.proto).array(queued.len());
         // Clients blocked on keys the transaction writes are served after all of it.
         super::super::blocking::defer_begin();
-        for cmd in &queued {
+        for Queued(spec, cmd) in &queued {
+            let spec: &'static CommandSpec = spec;
             let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
-            let spec = lookup(refs[0]).expect("only known commands are queued");
             if let Some(reason) = super::super::acl_cmd::recheck(self, conn, spec, &refs) {
                 let msg = format!("{ERR_ACL_CHANGED}{reason}");
                 ReplyBuf::new(&mut out, conn.proto).error(&msg);
@@ -591,11 +598,8 @@ impl Worker {
             .map(|w| (w.db, w.key.clone()))
             .collect();
         let mut db = conn.db;
-        for cmd in &conn.txn.queued {
+        for Queued(spec, cmd) in &conn.txn.queued {
             let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
-            let Some(spec) = lookup(refs[0]) else {
-                continue;
-            };
             match spec.kind {
                 Kind::Keyed => {
                     for p in key_positions(spec, &refs) {
@@ -749,7 +753,13 @@ impl Worker {
             if w == me {
                 let own = move |s: u32| s as usize % n == me;
                 let mut todo = self.reads.plan_vec();
-                plan_keys(&mut self.shards, own, &part, &conn.txn.prefetched, &mut todo);
+                plan_keys(
+                    &mut self.shards,
+                    own,
+                    &part,
+                    &conn.txn.prefetched,
+                    &mut todo,
+                );
                 if todo.is_empty() {
                     self.reads.give_plan_vec(todo);
                     continue;

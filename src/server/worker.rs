@@ -2,8 +2,7 @@
 
 use super::conn::{Conn, Slot, Transport};
 use super::reads::{
-    plan, restartable, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo,
-    Reads,
+    plan, restartable, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo, Reads,
 };
 use super::{now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
@@ -1372,7 +1371,10 @@ impl Worker {
 
     /// Adds the batch ring's waits since the last call to INFO `lavik_batch_read_waits`.
     fn count_batch_waits(&mut self) {
-        let waits = self.batch.as_mut().map_or(0, |b| std::mem::take(&mut b.waits));
+        let waits = self
+            .batch
+            .as_mut()
+            .map_or(0, |b| std::mem::take(&mut b.waits));
         if waits > 0 {
             self.shared
                 .stats
