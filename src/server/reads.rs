@@ -53,8 +53,14 @@
 //! the WATCH check and the whole queue at once with the records lent (`lend`), no other
 //! command in between. A queued command that writes a key stages a new record and points
 //! the index at it, so a later queued read of that key finds the staged record, never the
-//! lent old one. An EXEC or script on borrowed shards (the coordinated cross-worker pass)
-//! cannot park: its reads go on the `BatchReads` ring, and the pass waits for them.
+//! lent old one. An EXEC, WATCH, script or other command on borrowed shards (the
+//! coordinated cross-worker pass) cannot park there: the pass plans its lookups and, when
+//! records are missing, the command leaves the pass unrun while each owning worker fetches
+//! its part as a `keyset` unit marked `cross` (a `Msg::Prefetch` from the coordinator; the
+//! coordinator parks its own part), and the records go back to the connection
+//! (`Msg::Prefetched`) for a later pass (`txn.rs`, `cross_prefetch`). Only after
+//! `CROSS_PREFETCH_ROUNDS_MAX` rounds does the pass read what is still missing on the
+//! `BatchReads` ring, and wait.
 
 use super::ConnToken;
 use crate::commands::table::key_positions;
@@ -789,12 +795,13 @@ impl Reads {
     }
 }
 
-/// Reads for a command that runs on borrowed shards (a coordinated multi-worker pass):
-/// the coordinator holds every lender's shards and the lenders wait for it, so the command
-/// cannot be parked; instead all its reads go on a small ring of their own at once and the
-/// coordinator waits for them together — one device latency for MSET/MGET/RENAME/COPY
-/// across workers instead of one per key. A separate ring, so that waiting on it consumes
-/// no completion of the worker's own ring.
+/// Reads for a command that runs on borrowed shards (a coordinated multi-worker pass) and
+/// still misses records after its prefetch rounds (see the module essay): the coordinator
+/// holds every lender's shards and the lenders wait for it, so the command cannot be
+/// parked; instead all its reads go on a small ring of their own at once and the
+/// coordinator waits for them together — one device latency for the command (a whole
+/// transaction) instead of one per key. A separate ring, so that waiting on it consumes no
+/// completion of the worker's own ring.
 pub struct BatchReads {
     ring: IoUring,
     /// `--debug-read-delay-ms`: each wait also lasts this long (a slow device, for tests).

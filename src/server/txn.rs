@@ -21,8 +21,15 @@
 //!   others, and when the reads are done EXEC plans again and runs with the records lent,
 //!   so handlers read from memory. A transaction is never parked half-way: it parks before
 //!   the WATCH check, and runs whole once it starts. On borrowed shards (the coordinated
-//!   pass) it cannot park: each queued command's reads go out on the batch ring there and
-//!   the pass waits for them (one wait per queued command, a command's reads together).
+//!   pass) it cannot park, and the pass must not wait for the device either (every worker
+//!   is stopped while it runs): there `cross_prefetch` plans the same lookups with every
+//!   shard held and, when records are missing, leaves EXEC unrun — before the WATCH check,
+//!   nothing applied — while the owning workers fetch them (`Msg::Prefetch`, parked on
+//!   their rings; this worker parks its own part) and send them back (`Msg::Prefetched`).
+//!   With all parts back EXEC goes to the next pass and checks again with the records in
+//!   hand; after `CROSS_PREFETCH_ROUNDS_MAX` rounds it reads what is still missing on the
+//!   batch ring, once for the whole transaction. WATCH over several workers, scripts and
+//!   other multi-worker keyed commands (`Worker::run_borrowed`) do the same.
 //! - **WATCH** registers each key on the shard that owns it (`storage::watch`): every write
 //!   of the key on that shard, from any connection, script or expiry, counts as a touch.
 //!   WATCH runs where its keys' shards are held (the same rule as EXEC); releasing a watch
