@@ -320,3 +320,141 @@ fn parked_exec_reply_waits_for_durability() {
     s.restart_after_kill();
     expect_text(&mut s.raw(), &["GET", "k5"], &bulk("durable"));
 }
+
+/// The test-only read delay of the cross-worker test.
+const CROSS_DELAY_MS: u64 = 1000;
+
+/// Redis Cluster's key slot: CRC16/XMODEM of the key mod 16384 (no hash tags here).
+fn key_slot(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in key.as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// The worker owning `key` with `--threads 2` (eight shards: shard = slot % 8, worker =
+/// shard % 2).
+fn worker_of(key: &str) -> usize {
+    usize::from(key_slot(key) % 8 % 2)
+}
+
+/// `n` names `{prefix}{i}` owned by worker `w`, lowest `i` first.
+fn names_on(w: usize, prefix: &str, n: usize) -> Vec<String> {
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .filter(|k| worker_of(k) == w)
+        .take(n)
+        .collect()
+}
+
+// With two workers, the cache off and a slow device, cross-worker WATCH, MULTI/EXEC and
+// EVAL over device-resident keys have their records fetched by the owning workers before
+// the coordinated pass: while the EXEC waits, PING and GETs of keys of both workers are
+// answered; no pass waits for the device (lavik_batch_read_waits stays 0, no synchronous
+// read), lavik_cross_prefetches counts the prefetches, and the replies and WATCH outcomes
+// are Redis's.
+#[test]
+fn cross_worker_exec_waits_outside_the_pass() {
+    assert_eq!(key_slot("foo"), 12182, "Redis's documented slot of 'foo'");
+    let delay = CROSS_DELAY_MS.to_string();
+    let s = Server::start(
+        "txn-async-cross",
+        &[
+            "--threads",
+            "2",
+            "--cache-size",
+            "0",
+            "--debug-read-delay-ms",
+            &delay,
+        ],
+    );
+    fill(&s);
+    let (a, b) = (names_on(0, "k", 5), names_on(1, "k", 5));
+    let (hot_a, hot_b) = (&names_on(0, "hot", 1)[0], &names_on(1, "hot", 1)[0]);
+    let old = old_value();
+    let mut other = s.raw();
+    expect_text(&mut other, &["SET", hot_a, "a"], "+OK\r\n");
+    expect_text(&mut other, &["SET", hot_b, "b"], "+OK\r\n");
+    let waits = info_field(&s, "lavik_batch_read_waits");
+    let sync = info_field(&s, "lavik_sync_reads");
+    let prefetches = info_field(&s, "lavik_cross_prefetches");
+
+    // WATCH of keys on both workers, then a transaction over both workers' device keys.
+    let mut slow = s.raw();
+    expect_text(&mut slow, &["WATCH", &a[0], &b[0]], "+OK\r\n");
+    expect_text(&mut slow, &["MULTI"], "+OK\r\n");
+    expect_text(&mut slow, &["GET", &a[1]], "+QUEUED\r\n");
+    expect_text(&mut slow, &["STRLEN", &b[1]], "+QUEUED\r\n");
+    expect_text(&mut slow, &["SET", &b[0], "new"], "+QUEUED\r\n");
+    expect_text(&mut slow, &["GET", &b[0]], "+QUEUED\r\n");
+    let prefetches_before_exec = info_field(&s, "lavik_cross_prefetches");
+    let sent = Instant::now();
+    slow.cmd(&[b"EXEC"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while info_field(&s, "lavik_cross_prefetches") == prefetches_before_exec {
+        assert!(Instant::now() < deadline, "EXEC never prefetched");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    expect_text(&mut other, &["PING"], "+PONG\r\n");
+    expect_text(&mut other, &["GET", hot_a], &bulk("a"));
+    expect_text(&mut other, &["GET", hot_b], &bulk("b"));
+    // The EXEC's reads are held back CROSS_DELAY_MS after `sent`: answered sooner than
+    // that, the other connection's commands cannot have waited for the EXEC's reads.
+    if sent.elapsed() < Duration::from_millis(CROSS_DELAY_MS) {
+        slow.s.set_nonblocking(true).unwrap();
+        let mut tmp = [0u8; 16];
+        assert!(
+            matches!(slow.s.read(&mut tmp), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the EXEC answered before the other connection's commands"
+        );
+        slow.s.set_nonblocking(false).unwrap();
+    }
+    let want = format!("*4\r\n{old}:{VALUE_BYTES}\r\n+OK\r\n{}", bulk("new"));
+    assert_eq!(String::from_utf8_lossy(&slow.read_exact(want.len())), want);
+
+    // A watched key of the other worker touched before EXEC: a null array, nothing applied.
+    expect_text(&mut slow, &["WATCH", &a[2], &b[2]], "+OK\r\n");
+    expect_text(
+        &mut other,
+        &["APPEND", &b[2], "!"],
+        &format!(":{}\r\n", VALUE_BYTES + 1),
+    );
+    expect_text(&mut slow, &["MULTI"], "+OK\r\n");
+    expect_text(&mut slow, &["SET", &a[3], "lost"], "+QUEUED\r\n");
+    expect_text(&mut slow, &["STRLEN", &b[3]], "+QUEUED\r\n");
+    expect_text(&mut slow, &["EXEC"], "*-1\r\n");
+    expect_text(
+        &mut other,
+        &["STRLEN", &a[3]],
+        &format!(":{VALUE_BYTES}\r\n"),
+    );
+
+    // A script over both workers' device keys.
+    let script = "return redis.call('STRLEN', KEYS[1]) + #redis.call('GET', KEYS[2])";
+    expect_text(
+        &mut slow,
+        &["EVAL", script, "2", &a[4], &b[4]],
+        &format!(":{}\r\n", 2 * VALUE_BYTES),
+    );
+
+    assert_eq!(
+        info_field(&s, "lavik_batch_read_waits"),
+        waits,
+        "a coordinated pass waited for the device"
+    );
+    assert_eq!(
+        info_field(&s, "lavik_sync_reads"),
+        sync,
+        "a cross-worker command read synchronously"
+    );
+    // Two WATCHes, two EXECs and the EVAL each had records fetched first.
+    assert!(info_field(&s, "lavik_cross_prefetches") >= prefetches + 5);
+}

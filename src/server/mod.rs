@@ -110,6 +110,21 @@ pub enum Msg {
     Monitor { token: ConnToken, line: Vec<u8> },
     /// A connection elsewhere stopped watching `key` of our shard `shard` (see `txn.rs`).
     Unwatch { db: u8, shard: u32, key: Vec<u8> },
+    /// Fetch the records lookups of `keys` need on our shards into memory and send them
+    /// back (`Prefetched`): a cross-worker command's reads, made before the coordinated
+    /// pass that runs it (`txn.rs`, "Device reads").
+    Prefetch {
+        from: usize,
+        token: ConnToken,
+        keys: Vec<(u8, Vec<u8>)>,
+    },
+    /// The records a `Prefetch` fetched (`failed`: a read failed).
+    Prefetched {
+        token: ConnToken,
+        fetched: Vec<crate::storage::prefetch::Fetched>,
+        fetched_shard: Vec<u32>,
+        failed: bool,
+    },
     /// A client-side-caching message for a connection on this worker (`tracking.rs`).
     Tracking {
         token: ConnToken,
@@ -175,6 +190,18 @@ pub struct Stats {
     pub restarts: AtomicU64,
     /// Commands that reached `reads::RESTARTS_MAX` and read the rest synchronously.
     pub restart_fallbacks: AtomicU64,
+    /// Waits of a coordinated pass for reads on the batch ring (`reads::BatchReads`): the
+    /// whole server waits for the device during each.
+    pub batch_read_waits: AtomicU64,
+    /// Rounds in which a cross-worker command (EXEC, WATCH, a script, any multi-worker
+    /// keyed command) left the coordinated pass to have its records fetched by their
+    /// owning workers first (`txn.rs`, "Device reads"), and of those, rounds after the
+    /// first for the same command (a record changed meanwhile).
+    pub cross_prefetches: AtomicU64,
+    pub cross_prefetch_retries: AtomicU64,
+    /// Cross-worker commands that still missed records after `CROSS_PREFETCH_ROUNDS_MAX`
+    /// rounds (or a failed read) and fetched them on the batch ring inside the pass.
+    pub cross_prefetch_fallbacks: AtomicU64,
 }
 
 pub struct ClientEntry {

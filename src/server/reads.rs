@@ -58,8 +58,14 @@
 //! the WATCH check and the whole queue at once with the records lent (`lend`), no other
 //! command in between. A queued command that writes a key stages a new record and points
 //! the index at it, so a later queued read of that key finds the staged record, never the
-//! lent old one. An EXEC or script on borrowed shards (the coordinated cross-worker pass)
-//! cannot park: its reads go on the `BatchReads` ring, and the pass waits for them.
+//! lent old one. An EXEC, WATCH, script or other command on borrowed shards (the
+//! coordinated cross-worker pass) cannot park there: the pass plans its lookups and, when
+//! records are missing, the command leaves the pass unrun while each owning worker fetches
+//! its part as a `keyset` unit marked `cross` (a `Msg::Prefetch` from the coordinator; the
+//! coordinator parks its own part), and the records go back to the connection
+//! (`Msg::Prefetched`) for a later pass (`txn.rs`, `cross_prefetch`). Only after
+//! `CROSS_PREFETCH_ROUNDS_MAX` rounds does the pass read what is still missing on the
+//! `BatchReads` ring, and wait.
 
 use super::ConnToken;
 use crate::commands::table::key_positions;
@@ -196,6 +202,10 @@ pub struct Parked {
     /// lookups planned instead of `spec`'s key positions. Such a unit runs no handler
     /// when its reads are done; its records go back to the connection's EXEC.
     pub keyset: Option<Vec<(u8, Vec<u8>)>>,
+    /// A cross-worker command's reads (a `keyset` unit; see "Transactions" in the module
+    /// essay): when done its records go to the requesting connection, on this worker or
+    /// another (`ReadDest::Remote`), not to an EXEC parked here.
+    pub cross: bool,
 }
 
 impl Parked {
@@ -223,6 +233,7 @@ impl Parked {
             unsubmitted: Vec::new(),
             caller: crate::runtime::tracking::current(),
             keyset: None,
+            cross: false,
         }
     }
 
@@ -795,41 +806,75 @@ impl Reads {
     }
 }
 
-/// Reads for a command that runs on borrowed shards (a coordinated multi-worker pass):
-/// the coordinator holds every lender's shards and the lenders wait for it, so the command
-/// cannot be parked; instead all its reads go on a small ring of their own at once and the
-/// coordinator waits for them together — one device latency for MSET/MGET/RENAME/COPY
-/// across workers instead of one per key. A separate ring, so that waiting on it consumes
-/// no completion of the worker's own ring.
+/// Reads for a command that runs on borrowed shards (a coordinated multi-worker pass) and
+/// still misses records after its prefetch rounds (see the module essay): the coordinator
+/// holds every lender's shards and the lenders wait for it, so the command cannot be
+/// parked; instead all its reads go on a small ring of their own at once and the
+/// coordinator waits for them together — one device latency for the command (a whole
+/// transaction) instead of one per key. A separate ring, so that waiting on it consumes no
+/// completion of the worker's own ring.
 pub struct BatchReads {
     ring: IoUring,
+    /// `--debug-read-delay-ms`: each wait also lasts this long (a slow device, for tests).
+    delay: Duration,
+    /// Waits for the device so far (taken by the caller for INFO `lavik_batch_read_waits`).
+    pub waits: u64,
 }
 
 /// Entries of the batch ring: reads submitted per wait.
 const BATCH_RING_ENTRIES: u32 = 64;
 
 impl BatchReads {
-    pub fn new() -> std::io::Result<BatchReads> {
+    pub fn new(delay_ms: u64) -> std::io::Result<BatchReads> {
         Ok(BatchReads {
             ring: IoUring::new(BATCH_RING_ENTRIES)?,
+            delay: Duration::from_millis(delay_ms),
+            waits: 0,
         })
     }
 
     /// Fetches what `spec` with `args` needs from every held shard, waiting for the reads
-    /// (all in flight together); returns the records with their shards.
+    /// (all in flight together), beyond what `fetched` (with `fetched_shard`) already
+    /// holds; the records join those two vectors.
     pub fn fetch(
         &mut self,
         shards: &mut ShardSet,
         spec: &CommandSpec,
         args: &[&[u8]],
         db: u8,
-    ) -> (Vec<Fetched>, Vec<u32>) {
-        let (mut fetched, mut fetched_shard) = (Vec::new(), Vec::new());
+        fetched: &mut Vec<Fetched>,
+        fetched_shard: &mut Vec<u32>,
+    ) {
+        self.fetch_planned(shards, fetched, fetched_shard, |shards, have, todo| {
+            plan(shards, |_| true, spec, args, db, have, todo)
+        });
+    }
+
+    /// `fetch` for the lookups of `keys` ((db, key) pairs, a transaction's).
+    pub fn fetch_keys(
+        &mut self,
+        shards: &mut ShardSet,
+        keys: &[(u8, Vec<u8>)],
+        fetched: &mut Vec<Fetched>,
+        fetched_shard: &mut Vec<u32>,
+    ) {
+        self.fetch_planned(shards, fetched, fetched_shard, |shards, have, todo| {
+            plan_keys(shards, |_| true, keys, have, todo)
+        });
+    }
+
+    fn fetch_planned(
+        &mut self,
+        shards: &mut ShardSet,
+        fetched: &mut Vec<Fetched>,
+        fetched_shard: &mut Vec<u32>,
+        mut planner: impl FnMut(&mut ShardSet, &[Fetched], &mut Vec<(u32, RecordRead)>),
+    ) {
         let mut todo = Vec::new();
         let mut pool = RecordPool::default();
         for _ in 0..PLAN_ROUNDS_MAX {
             if todo.is_empty() {
-                plan(shards, |_| true, spec, args, db, &fetched, &mut todo);
+                planner(shards, fetched, &mut todo);
             }
             if todo.is_empty() {
                 break;
@@ -852,6 +897,7 @@ impl BatchReads {
                 .user_data(i as u64);
                 push_sqe(&mut self.ring, &sqe);
             }
+            self.waits += 1;
             let mut results = vec![None; batch.len()];
             let mut done = 0;
             while done < batch.len() {
@@ -867,6 +913,9 @@ impl BatchReads {
                     }
                     results[i] = Some(cqe.result());
                 }
+            }
+            if !self.delay.is_zero() {
+                std::thread::sleep(self.delay);
             }
             // Every read has completed: `bufs` are ours again.
             for (((id, r), buf), res) in batch.into_iter().zip(&bufs).zip(results) {
@@ -887,22 +936,12 @@ impl BatchReads {
                 }
             }
         }
-        (fetched, fetched_shard)
     }
 }
 
-/// Lends fetched records to their shards for the time `run` takes, then takes them back.
-pub fn with_lent<R>(
-    shards: &mut ShardSet,
-    mut fetched: Vec<Fetched>,
-    fetched_shard: Vec<u32>,
-    run: impl FnOnce(&mut ShardSet) -> R,
-) -> R {
-    with_lent_in(shards, &mut fetched, &fetched_shard, run)
-}
-
-/// `with_lent` that leaves the records in `fetched` afterwards (in their order, matching
-/// `fetched_shard`) for the caller to reuse. Records of one shard — every single-key
+/// Lends fetched records to their shards for the time `run` takes, then takes them back,
+/// leaving them in `fetched` afterwards (in their order, matching `fetched_shard`) for the
+/// caller to reuse. Records of one shard — every single-key
 /// command — are lent as the vector itself, with no allocation.
 pub fn with_lent_in<R>(
     shards: &mut ShardSet,

@@ -21,8 +21,15 @@
 //!   others, and when the reads are done EXEC plans again and runs with the records lent,
 //!   so handlers read from memory. A transaction is never parked half-way: it parks before
 //!   the WATCH check, and runs whole once it starts. On borrowed shards (the coordinated
-//!   pass) it cannot park: each queued command's reads go out on the batch ring there and
-//!   the pass waits for them (one wait per queued command, a command's reads together).
+//!   pass) it cannot park, and the pass must not wait for the device either (every worker
+//!   is stopped while it runs): there `cross_prefetch` plans the same lookups with every
+//!   shard held and, when records are missing, leaves EXEC unrun — before the WATCH check,
+//!   nothing applied — while the owning workers fetch them (`Msg::Prefetch`, parked on
+//!   their rings; this worker parks its own part) and send them back (`Msg::Prefetched`).
+//!   With all parts back EXEC goes to the next pass and checks again with the records in
+//!   hand; after `CROSS_PREFETCH_ROUNDS_MAX` rounds it reads what is still missing on the
+//!   batch ring, once for the whole transaction. WATCH over several workers, scripts and
+//!   other multi-worker keyed commands (`Worker::run_borrowed`) do the same.
 //! - **WATCH** registers each key on the shard that owns it (`storage::watch`): every write
 //!   of the key on that shard, from any connection, script or expiry, counts as a touch.
 //!   WATCH runs where its keys' shards are held (the same rule as EXEC); releasing a watch
@@ -44,7 +51,7 @@
 use super::super::conn::Conn;
 use super::super::reads::{self, plan_keys, ArgList, Parked, ReadDest, PLAN_ROUNDS_MAX};
 use super::super::ConnToken;
-use super::{exec_on, BatchReads, Outcome, Worker};
+use super::{Msg, Outcome, Worker};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Kind};
 use crate::resp::ReplyBuf;
@@ -61,13 +68,23 @@ pub struct Watched {
     pub mark: WatchMark,
 }
 
+/// A queued command: its table entry (looked up once, when queued) and its arguments.
+pub struct Queued(pub &'static CommandSpec, pub Vec<Vec<u8>>);
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Queued({}, {} args)", self.0.name, self.1.len())
+    }
+}
+
 /// A connection's transaction state.
 #[derive(Debug, Default)]
 pub struct TxnState {
     pub in_multi: bool,
     /// An error at queue time: EXEC will answer EXECABORT.
     pub aborted: bool,
-    pub queued: Vec<Vec<Vec<u8>>>,
+    /// The queued commands, each with its table entry (looked up once, when queued).
+    pub queued: Vec<Queued>,
     /// Commands of the queue taken out by a running EXEC (CLIENT INFO inside EXEC still
     /// reports them, as Redis does).
     pub executing: usize,
@@ -81,7 +98,32 @@ pub struct TxnState {
     /// reads were done: unchanged when EXEC runs, planning again would find nothing new.
     pub prefetch_shards: Vec<u32>,
     pub prefetch_signature: Option<u64>,
+    /// Cross-worker prefetch units (`Worker::cross_prefetch`) not back yet; the connection
+    /// waits at its command until they are.
+    pub xwaiting: u32,
+    /// Cross-worker prefetch rounds of the command at hand (`CROSS_PREFETCH_ROUNDS_MAX`).
+    /// `prefetched` also carries such a command's records when it is not an EXEC or WATCH
+    /// (a script or another multi-worker keyed command): it waits at that command, so no
+    /// other use of them can come in between.
+    pub xrounds: u32,
 }
+
+/// What `Worker::cross_prefetch` decided for a command about to run in the coordinated
+/// pass.
+pub(super) enum Cross {
+    /// Every record its lookups need is in memory (or fetched): run it.
+    Ready,
+    /// Its owners (and this worker, for its own shards) are fetching records: the command
+    /// waits outside the pass and runs in a later one.
+    Parked,
+    /// Still missing records after `CROSS_PREFETCH_ROUNDS_MAX` rounds or a failed read:
+    /// the pass reads them on the batch ring.
+    Fallback,
+}
+
+/// Prefetch rounds per cross-worker command before the pass reads what it still misses
+/// itself (a key rewritten between every prefetch and pass).
+pub const CROSS_PREFETCH_ROUNDS_MAX: u32 = 3;
 
 impl TxnState {
     /// CLIENT LIST's `multi=`: queued commands while in MULTI, -1 otherwise.
@@ -103,6 +145,7 @@ impl TxnState {
         self.prefetch_rounds = 0;
         self.prefetch_shards = Vec::new();
         self.prefetch_signature = None;
+        self.xrounds = 0;
     }
 }
 
@@ -132,13 +175,13 @@ impl Worker {
     }
 
     /// Inside MULTI, queues `args` and replies `+QUEUED`; `true` when it did.
-    pub(super) fn txn_queue(conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]]) -> bool {
+    pub(super) fn txn_queue(conn: &mut Conn, spec: &'static CommandSpec, args: &[&[u8]]) -> bool {
         if !conn.txn.in_multi || runs_inside_multi(spec.name) {
             return false;
         }
         conn.txn
             .queued
-            .push(args.iter().map(|a| a.to_vec()).collect());
+            .push(Queued(spec, args.iter().map(|a| a.to_vec()).collect()));
         conn.reply(|r| r.simple("QUEUED"));
         true
     }
@@ -273,7 +316,14 @@ impl Worker {
         // WATCH reads each key's record (an expired key is watched as absent): on the
         // device, the connection waits at WATCH for them without blocking the worker.
         let keys: Vec<(u8, Vec<u8>)> = args[1..].iter().map(|k| (db, k.to_vec())).collect();
-        if self.txn_park_for(conn, slot, &ids, keys) {
+        if !self.txn_all_own(Some(&ids)) {
+            // In the coordinated pass: the owners fetch the records first.
+            match self.cross_prefetch(conn, slot, &keys) {
+                Cross::Parked => return Outcome::Blocked,
+                Cross::Fallback => self.txn_batch_fetch(conn, &keys),
+                Cross::Ready => {}
+            }
+        } else if self.txn_park_for(conn, slot, &ids, keys) {
             return Outcome::Blocked;
         }
         let lent = (!conn.txn.prefetched.is_empty()).then(|| {
@@ -283,6 +333,7 @@ impl Worker {
         });
         conn.txn.prefetch_rounds = 0;
         conn.txn.prefetch_signature = None;
+        conn.txn.xrounds = 0;
         let outcome = self.txn_watch_keys(conn, args, &ids, now);
         self.txn_give_back(lent);
         outcome
@@ -329,11 +380,10 @@ impl Worker {
     /// The shards EXEC must hold: watched keys and queued commands' keys; `None` = all.
     fn txn_key_set(&self, conn: &Conn) -> Option<Vec<u32>> {
         let mut ids: Vec<u32> = conn.txn.watched.iter().map(|w| w.shard).collect();
-        for cmd in &conn.txn.queued {
-            let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
-            let spec = lookup(refs[0]).expect("only known commands are queued");
+        for Queued(spec, cmd) in &conn.txn.queued {
             match spec.kind {
                 Kind::Keyed => {
+                    let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
                     for p in key_positions(spec, &refs) {
                         ids.push(self.shards.shard_id(refs[p]));
                     }
@@ -364,8 +414,17 @@ impl Worker {
         if !self.txn_holds(need.as_deref()) {
             return Self::txn_elsewhere(conn);
         }
-        // Records still on the device: wait for them without blocking the worker.
-        if self.txn_park_reads(conn, slot, need.as_deref()) {
+        // Records still on the device: wait for them without blocking the worker. On
+        // borrowed shards (the coordinated pass) their owners fetch them first, and the
+        // EXEC runs in a later pass.
+        if !self.txn_all_own(need.as_deref()) {
+            let keys = Self::txn_read_keys(conn);
+            match self.cross_prefetch(conn, slot, &keys) {
+                Cross::Parked => return Outcome::Blocked,
+                Cross::Fallback => self.txn_batch_fetch(conn, &keys),
+                Cross::Ready => {}
+            }
+        } else if self.txn_park_reads(conn, slot, need.as_deref()) {
             return Outcome::Blocked;
         }
         // Every shard of the transaction is held: from here to the reply nothing else runs
@@ -394,14 +453,11 @@ impl Worker {
             conn.reply(|r| r.null_array());
             return Outcome::Done;
         }
-        let records_lent = lent.is_some();
         let queued = std::mem::take(&mut conn.txn.queued);
         conn.txn.executing = queued.len();
         // Crash atomicity: the whole EXEC is one write scope over its shards (a group when
         // they are several, `storage::WriteGroups`); queued commands nest inside it.
-        let writes = queued
-            .iter()
-            .any(|cmd| lookup(&cmd[0]).is_some_and(|s| s.may_write()));
+        let writes = queued.iter().any(|Queued(spec, _)| spec.may_write());
         let scope_ids: Option<Vec<u32>> = writes.then(|| {
             let held = |id: &u32| self.shards.slots[*id as usize].is_some();
             match &need {
@@ -417,9 +473,9 @@ impl Worker {
         ReplyBuf::new(&mut out, conn.proto).array(queued.len());
         // Clients blocked on keys the transaction writes are served after all of it.
         super::super::blocking::defer_begin();
-        for cmd in &queued {
+        for Queued(spec, cmd) in &queued {
+            let spec: &'static CommandSpec = spec;
             let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
-            let spec = lookup(refs[0]).expect("only known commands are queued");
             if let Some(reason) = super::super::acl_cmd::recheck(self, conn, spec, &refs) {
                 let msg = format!("{ERR_ACL_CHANGED}{reason}");
                 ReplyBuf::new(&mut out, conn.proto).error(&msg);
@@ -428,13 +484,10 @@ impl Worker {
             if spec.may_write() {
                 self.round_writes = true;
             }
+            // Every record the declared keys' lookups need is in memory or lent (parked
+            // for, prefetched or batch-read above): handlers run from memory.
             match spec.kind {
-                Kind::Keyed if records_lent => {
-                    let (db, proto) = (conn.db, conn.proto);
-                    self.exec_handler(spec, &refs, db, proto, now, &mut out);
-                }
-                Kind::Keyed => self.txn_run_keyed(spec, &refs, conn, now, &mut out),
-                Kind::AllShards => {
+                Kind::Keyed | Kind::AllShards => {
                     let (db, proto) = (conn.db, conn.proto);
                     self.exec_handler(spec, &refs, db, proto, now, &mut out);
                 }
@@ -552,11 +605,8 @@ impl Worker {
             .map(|w| (w.db, w.key.clone()))
             .collect();
         let mut db = conn.db;
-        for cmd in &conn.txn.queued {
+        for Queued(spec, cmd) in &conn.txn.queued {
             let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
-            let Some(spec) = lookup(refs[0]) else {
-                continue;
-            };
             match spec.kind {
                 Kind::Keyed => {
                     for p in key_positions(spec, &refs) {
@@ -586,6 +636,21 @@ impl Worker {
     pub(super) fn txn_reads_done(&mut self, mut p: Parked) {
         let fetched = std::mem::take(&mut p.fetched);
         let fetched_shard = std::mem::take(&mut p.fetched_shard);
+        if p.cross {
+            let failed = p.error.is_some();
+            match p.dest {
+                ReadDest::Remote { from, token, .. } => self.outbox[from].push(Msg::Prefetched {
+                    token,
+                    fetched,
+                    fetched_shard,
+                    failed,
+                }),
+                ReadDest::Local { token, .. } => {
+                    self.txn_prefetched(token, fetched, fetched_shard, failed)
+                }
+            }
+            return;
+        }
         let token = match p.dest {
             ReadDest::Local { token, .. } => token,
             ReadDest::Remote { token, .. } => token,
@@ -626,29 +691,213 @@ impl Worker {
         }
     }
 
-    /// A queued keyed command: its reads go out together on the batch ring, then it runs.
-    fn txn_run_keyed(
+    /// Whether every shard in `ids` (`None`: every shard) is this worker's own, so that
+    /// reads of them may park here; otherwise the command runs in the coordinated pass.
+    fn txn_all_own(&self, ids: Option<&[u32]>) -> bool {
+        let (n, me) = (self.shared.workers.len(), self.id);
+        match ids {
+            None => n == 1,
+            Some(ids) => ids.iter().all(|&id| id as usize % n == me),
+        }
+    }
+
+    /// Before a command runs in the coordinated pass (a cross-worker EXEC, WATCH, script
+    /// or other multi-worker keyed command; every shard is held): plans the lookups of
+    /// `keys` against memory and the records `conn` already holds. When reads are needed
+    /// it asks each owning worker to fetch its part (`Msg::Prefetch`; this worker parks
+    /// its own part on its ring) and answers `Parked`: the command is not run, nothing was
+    /// written, the connection waits at it outside the pass, and once every part is back
+    /// (`txn_prefetched`) it goes to the next pass with the records, where this check runs
+    /// again. So the pass itself never waits for the device, unless a command still misses
+    /// records after `CROSS_PREFETCH_ROUNDS_MAX` rounds (`Fallback`).
+    pub(super) fn cross_prefetch(
         &mut self,
-        spec: &CommandSpec,
-        args: &[&[u8]],
-        conn: &Conn,
-        now: u64,
-        out: &mut Vec<u8>,
-    ) {
-        let (db, proto, max_bulk) = (conn.db, conn.proto, self.max_bulk);
-        if self.batch.is_none() {
-            match BatchReads::new() {
-                Ok(b) => self.batch = Some(b),
-                Err(e) => tracing::warn!("no batch-read ring ({e}): reading one by one"),
+        conn: &mut Conn,
+        slot: u32,
+        keys: &[(u8, Vec<u8>)],
+    ) -> Cross {
+        if conn.txn.xwaiting > 0 {
+            return Cross::Parked;
+        }
+        let (n, me) = (self.shared.workers.len(), self.id);
+        let mut by_worker: Vec<Vec<(u8, Vec<u8>)>> = vec![Vec::new(); n];
+        let mut reads = Vec::new();
+        for (db, key) in keys {
+            let id = self.shards.shard_id(key);
+            let Some(shard) = self.shards.slots[id as usize].as_mut() else {
+                continue;
+            };
+            reads.clear();
+            shard.plan_key_reads(*db, key, &conn.txn.prefetched, &mut reads);
+            let w = id as usize % n;
+            if !reads.is_empty() && !by_worker[w].iter().any(|(d, k)| d == db && k == key) {
+                by_worker[w].push((*db, key.clone()));
             }
         }
-        let Some(batch) = self.batch.as_mut() else {
-            return self.exec_handler(spec, args, db, proto, now, out);
+        if by_worker.iter().all(Vec::is_empty) {
+            return Cross::Ready;
+        }
+        let stats = &self.shared.stats;
+        if conn.txn.xrounds >= CROSS_PREFETCH_ROUNDS_MAX {
+            stats
+                .cross_prefetch_fallbacks
+                .fetch_add(1, Ordering::Relaxed);
+            return Cross::Fallback;
+        }
+        stats.cross_prefetches.fetch_add(1, Ordering::Relaxed);
+        if conn.txn.xrounds > 0 {
+            stats.cross_prefetch_retries.fetch_add(1, Ordering::Relaxed);
+        }
+        conn.txn.xrounds += 1;
+        let token = ConnToken {
+            slot,
+            gen: conn.gen,
         };
-        let (fetched, fetched_shard) = batch.fetch(&mut self.shards, spec, args, db);
-        super::with_lent(&mut self.shards, fetched, fetched_shard, |shards| {
-            exec_on(shards, spec, args, db, proto, now, max_bulk, out)
-        });
+        for (w, part) in by_worker.into_iter().enumerate() {
+            if part.is_empty() {
+                continue;
+            }
+            if w == me {
+                let own = move |s: u32| s as usize % n == me;
+                let mut todo = self.reads.plan_vec();
+                plan_keys(
+                    &mut self.shards,
+                    own,
+                    &part,
+                    &conn.txn.prefetched,
+                    &mut todo,
+                );
+                if todo.is_empty() {
+                    self.reads.give_plan_vec(todo);
+                    continue;
+                }
+                let dest = ReadDest::Local {
+                    token,
+                    seq: conn.next_seq,
+                };
+                self.cross_park(dest, part, todo);
+            } else {
+                self.outbox[w].push(Msg::Prefetch {
+                    from: me,
+                    token,
+                    keys: part,
+                });
+            }
+            conn.parked += 1;
+            conn.txn.xwaiting += 1;
+        }
+        if conn.txn.xwaiting == 0 {
+            Cross::Ready
+        } else {
+            Cross::Parked
+        }
+    }
+
+    /// Parks a cross-worker prefetch unit for `keys` with its planned reads `todo`.
+    fn cross_park(
+        &mut self,
+        dest: ReadDest,
+        keys: Vec<(u8, Vec<u8>)>,
+        todo: Vec<(u32, crate::storage::prefetch::RecordRead)>,
+    ) {
+        let exec = lookup(b"exec").expect("EXEC is in the command table");
+        let no_args: &[&[u8]] = &[];
+        let mut p = Parked::new(
+            dest,
+            exec,
+            ArgList::new(no_args),
+            0,
+            crate::resp::Proto::Resp2,
+        );
+        p.keyset = Some(keys);
+        p.cross = true;
+        p.note_plan(&self.shards, &todo);
+        self.shared
+            .stats
+            .parked_reads
+            .fetch_add(todo.len() as u64, Ordering::Relaxed);
+        self.shared
+            .stats
+            .parked_commands
+            .fetch_add(1, Ordering::Relaxed);
+        self.reads.park(p, todo, &mut self.ring, &self.fixed_files);
+    }
+
+    /// `Msg::Prefetch`: another worker's connection needs these records of our shards in
+    /// memory before its coordinated pass. Nothing is applied; the reads park here like
+    /// any command's and the records go back with `Msg::Prefetched`.
+    pub(super) fn txn_on_prefetch(
+        &mut self,
+        from: usize,
+        token: ConnToken,
+        keys: Vec<(u8, Vec<u8>)>,
+    ) {
+        let (n, me) = (self.shared.workers.len(), self.id);
+        let own = move |s: u32| s as usize % n == me;
+        let mut todo = self.reads.plan_vec();
+        plan_keys(&mut self.shards, own, &keys, &[], &mut todo);
+        if todo.is_empty() {
+            self.reads.give_plan_vec(todo);
+            self.outbox[from].push(Msg::Prefetched {
+                token,
+                fetched: Vec::new(),
+                fetched_shard: Vec::new(),
+                failed: false,
+            });
+            return;
+        }
+        let dest = ReadDest::Remote {
+            from,
+            token,
+            seq: 0,
+        };
+        self.cross_park(dest, keys, todo);
+    }
+
+    /// One part of a cross-worker prefetch is back (from another worker, or parked here):
+    /// its records join the connection's, and with the last part the command is
+    /// dispatched again (to the next coordinated pass).
+    pub(super) fn txn_prefetched(
+        &mut self,
+        token: ConnToken,
+        fetched: Vec<Fetched>,
+        fetched_shard: Vec<u32>,
+        failed: bool,
+    ) {
+        let conn = self
+            .conns
+            .get_mut(token.slot as usize)
+            .and_then(|c| c.as_deref_mut())
+            .filter(|c| c.gen == token.gen);
+        let Some(conn) = conn else {
+            self.reads.recycle_fetched(fetched, fetched_shard);
+            return;
+        };
+        conn.parked -= 1;
+        conn.txn.xwaiting -= 1;
+        if failed {
+            // The command's own reads report the error: no more rounds.
+            conn.txn.xrounds = CROSS_PREFETCH_ROUNDS_MAX;
+        }
+        conn.txn.prefetched.extend(fetched);
+        conn.txn.prefetched_shard.extend(fetched_shard);
+        if conn.txn.xwaiting == 0 {
+            self.mark_ready(token.slot);
+        }
+    }
+
+    /// The fallback of `cross_prefetch`: what `keys`' lookups still miss is read on the
+    /// batch ring, inside the pass (the whole server waits, once for the transaction).
+    fn txn_batch_fetch(&mut self, conn: &mut Conn, keys: &[(u8, Vec<u8>)]) {
+        let mut fetched = std::mem::take(&mut conn.txn.prefetched);
+        let mut fetched_shard = std::mem::take(&mut conn.txn.prefetched_shard);
+        self.ensure_batch_reads();
+        if let Some(batch) = self.batch.as_mut() {
+            batch.fetch_keys(&mut self.shards, keys, &mut fetched, &mut fetched_shard);
+        }
+        self.count_batch_waits();
+        conn.txn.prefetched = fetched;
+        conn.txn.prefetched_shard = fetched_shard;
     }
 
     /// A queued connection or server command: its reply is captured into `out`.

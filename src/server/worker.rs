@@ -2,8 +2,7 @@
 
 use super::conn::{Conn, Slot, Transport};
 use super::reads::{
-    plan, restartable, with_lent, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo,
-    Reads,
+    plan, restartable, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo, Reads,
 };
 use super::{now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
@@ -807,6 +806,13 @@ impl Worker {
                 }
                 Msg::BlockRetry(r) => super::blocking::retry_later(*r),
                 Msg::Unwatch { db, shard, key } => self.txn_on_unwatch(db, shard, &key),
+                Msg::Prefetch { from, token, keys } => self.txn_on_prefetch(from, token, keys),
+                Msg::Prefetched {
+                    token,
+                    fetched,
+                    fetched_shard,
+                    failed,
+                } => self.txn_prefetched(token, fetched, fetched_shard, failed),
                 Msg::Publish(p) => self.deliver(*p),
                 Msg::Tracking {
                     token,
@@ -1315,33 +1321,65 @@ impl Worker {
         }
     }
 
-    /// Runs a keyed command on shards some of which are borrowed: its reads go out
-    /// together on the batch ring first (see `BatchReads`).
+    /// Runs a keyed command on shards some of which are borrowed, with the records its
+    /// owners prefetched lent (`txn::cross_prefetch`); what is still missing (after the
+    /// prefetch rounds) goes out together on the batch ring first (see `BatchReads`).
     fn run_borrowed(&mut self, conn: &mut Conn, spec: &CommandSpec, args: &[&[u8]], now: u64) {
-        if self.batch.is_none() {
-            match BatchReads::new() {
-                Ok(b) => self.batch = Some(b),
-                Err(e) => tracing::warn!("no batch-read ring ({e}): reading one by one"),
-            }
+        let mut fetched = std::mem::take(&mut conn.txn.prefetched);
+        let mut fetched_shard = std::mem::take(&mut conn.txn.prefetched_shard);
+        conn.txn.xrounds = 0;
+        self.ensure_batch_reads();
+        if let Some(batch) = self.batch.as_mut() {
+            batch.fetch(
+                &mut self.shards,
+                spec,
+                args,
+                conn.db,
+                &mut fetched,
+                &mut fetched_shard,
+            );
         }
-        let Some(batch) = self.batch.as_mut() else {
-            return self.run_local(conn, spec, args, now);
-        };
-        let (fetched, fetched_shard) = batch.fetch(&mut self.shards, spec, args, conn.db);
+        self.count_batch_waits();
         let (db, proto, max_bulk) = (conn.db, conn.proto, self.max_bulk);
         let mut out = if conn.pending.is_empty() {
             std::mem::take(&mut conn.out)
         } else {
             Vec::new()
         };
-        with_lent(&mut self.shards, fetched, fetched_shard, |shards| {
+        with_lent_in(&mut self.shards, &mut fetched, &fetched_shard, |shards| {
             exec_on(shards, spec, args, db, proto, now, max_bulk, &mut out)
         });
+        self.reads.recycle_fetched(fetched, fetched_shard);
         tracking::append_own(&mut out, proto);
         if conn.pending.is_empty() {
             conn.out = out;
         } else {
             conn.push_ready(out);
+        }
+    }
+
+    /// Makes the coordinator's batch-read ring on first use (when none can be made,
+    /// handlers read what they miss one by one).
+    fn ensure_batch_reads(&mut self) {
+        if self.batch.is_none() {
+            match BatchReads::new(self.shared.settings.cli.debug_read_delay_ms) {
+                Ok(b) => self.batch = Some(b),
+                Err(e) => tracing::warn!("no batch-read ring ({e}): reading one by one"),
+            }
+        }
+    }
+
+    /// Adds the batch ring's waits since the last call to INFO `lavik_batch_read_waits`.
+    fn count_batch_waits(&mut self) {
+        let waits = self
+            .batch
+            .as_mut()
+            .map_or(0, |b| std::mem::take(&mut b.waits));
+        if waits > 0 {
+            self.shared
+                .stats
+                .batch_read_waits
+                .fetch_add(waits, Ordering::Relaxed);
         }
     }
 
@@ -1403,7 +1441,17 @@ impl Worker {
                     }
                 }
                 Start::RunNow => self.run_local(conn, spec, args, now),
-                Start::Borrowed => self.run_borrowed(conn, spec, args, now),
+                Start::Borrowed => {
+                    // Records not in memory are fetched by their owners first, outside the
+                    // pass (`txn.rs`, "Device reads"): the command runs in a later pass.
+                    let keys: Vec<(u8, Vec<u8>)> = key_positions(spec, args)
+                        .map(|p| (db, args[p].to_vec()))
+                        .collect();
+                    if matches!(self.cross_prefetch(conn, slot, &keys), txn::Cross::Parked) {
+                        return Outcome::Blocked;
+                    }
+                    self.run_borrowed(conn, spec, args, now)
+                }
                 Start::Parked { writes } => {
                     let seq = conn.reserve();
                     debug_assert!(matches!(dest, ReadDest::Local { seq: s, .. } if s == seq));
