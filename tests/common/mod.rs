@@ -32,7 +32,37 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Creates the fixed-size data file a server in `dir` started with `args` is about to
+/// create (the harness's `dir/lavik.data`, or lavik's default `./lavik.data` under a test's
+/// own `--data-file-size`), sparse at its full size, unless the test names its own
+/// `--data-file` or the file exists (a restart). lavik formats an existing empty-content
+/// file as a new store, skipping the one-off zero-fill it gives a file it creates (~1 s a
+/// GiB on this machine's disk, paid by every server of the suite: 1 GiB each in
+/// `diff_bitmap`, 6 GiB in `tools`). Replies and stored bytes are the same; the fill only
+/// makes later writes cheaper, and `tests/storage_file.rs` checks it on the library.
+fn make_sparse_data_file(dir: &std::path::Path, args: &[String]) {
+    let path = dir.join("lavik.data");
+    // The last size flag wins, as in lavik's own parsing.
+    let mut size = None;
+    for (i, a) in args.iter().enumerate() {
+        match a.as_str() {
+            "--data-file-size" => size = args.get(i + 1),
+            "--data-file" if args.get(i + 1).map(PathBuf::from) != Some(path.clone()) => return,
+            _ => {}
+        }
+    }
+    let Some(bytes) = size.and_then(|v| lavik::config::parse_memory(v)) else {
+        return;
+    };
+    if !path.exists() {
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_len(bytes))
+            .unwrap();
+    }
+}
+
 impl Server {
+    /// Starts lavik with `extra` flagsimpl Server {
     /// Starts lavik with `extra` flags (port and data file are chosen here).
     pub fn start(tag: &str, extra: &[&str]) -> Server {
         let dir = temp_dir(tag);
@@ -72,6 +102,9 @@ impl Server {
             args.push("2".into());
         }
         args.extend(extra.iter().map(|s| s.to_string()));
+        if fixed_size {
+            make_sparse_data_file(&dir, &args);
+        }
         let mut s = Server {
             port,
             dir,
