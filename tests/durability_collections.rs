@@ -224,11 +224,7 @@ fn read_list(con: &mut redis::Connection, key: &str) -> VecDeque<String> {
 /// `got` (the contents of `key` after the restart) is the acknowledged state, or that state
 /// with the command in flight applied.
 fn assert_acked<T: PartialEq + Debug>(key: &str, got: &T, acked: &T, with_pending: &T) {
-    let short = |x: &T| {
-        let mut d = format!("{x:?}");
-        d.truncate(300);
-        d
-    };
+    let short = |x: &T| format!("{x:?}").chars().take(300).collect::<String>();
     assert!(
         got == acked || got == with_pending,
         "{key}: got {}, acknowledged {}",

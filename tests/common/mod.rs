@@ -35,11 +35,12 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 /// Creates the fixed-size data file a server in `dir` started with `args` is about to
 /// create (the harness's `dir/lavik.data`, or lavik's default `./lavik.data` under a test's
 /// own `--data-file-size`), sparse at its full size, unless the test names its own
-/// `--data-file` or the file exists (a restart). lavik formats an existing empty-content
-/// file as a new store, skipping the one-off zero-fill it gives a file it creates (~1 s a
-/// GiB on this machine's disk, paid by every server of the suite: 1 GiB each in
-/// `diff_bitmap`, 6 GiB in `tools`). Replies and stored bytes are the same; the fill only
-/// makes later writes cheaper, and `tests/storage_file.rs` checks it on the library.
+/// `--data-file` or the file exists (a restart). lavik formats an existing file that reads
+/// as zeros as a new store, skipping the one-off zero-fill it gives a file it creates (~1 s
+/// a GiB on an idle disk here, ~10 s under load; paid by every server of the suite: 256 MiB
+/// by default, 1 GiB each in `diff_bitmap`, 6 GiB in `tools`, whose start-up then overran
+/// its 60 s deadline on a loaded machine). Replies and stored bytes are the same; the fill
+/// only makes later writes cheaper, and `tests/storage_file.rs` checks it on the library.
 fn make_sparse_data_file(dir: &std::path::Path, args: &[String]) {
     let path = dir.join("lavik.data");
     // The last size flag wins, as in lavik's own parsing.
@@ -62,7 +63,6 @@ fn make_sparse_data_file(dir: &std::path::Path, args: &[String]) {
 }
 
 impl Server {
-    /// Starts lavik with `extra` flagsimpl Server {
     /// Starts lavik with `extra` flags (port and data file are chosen here).
     pub fn start(tag: &str, extra: &[&str]) -> Server {
         let dir = temp_dir(tag);
