@@ -18,43 +18,11 @@ fn fill(s: &Server) {
 
 /// `fill` pipelining `per_batch` SETs at a time.
 fn fill_batched(s: &Server, per_batch: usize) {
-    let mut c = s.raw();
-    let value = vec![b'v'; VALUE_BYTES];
-    let mut batch = Vec::new();
-    for i in 0..FILL_KEYS {
-        let key = format!("k{i}");
-        batch.extend_from_slice(
-            format!(
-                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
-                key.len(),
-                VALUE_BYTES
-            )
-            .as_bytes(),
-        );
-        batch.extend_from_slice(&value);
-        batch.extend_from_slice(b"\r\n");
-        if i % per_batch == per_batch - 1 || i == FILL_KEYS - 1 {
-            c.send(&batch);
-            let n = if i % per_batch == per_batch - 1 {
-                per_batch
-            } else {
-                (i % per_batch) + 1
-            };
-            let got = c.read_exact(5 * n);
-            assert!(got.chunks(5).all(|r| r == b"+OK\r\n"));
-            batch.clear();
-        }
-    }
+    common::fill_strings(s, FILL_KEYS, VALUE_BYTES, per_batch);
 }
 
 fn info_field(s: &Server, field: &str) -> u64 {
-    let text = s.raw().bulk(&[b"INFO", b"stats"]);
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO"))
-        .trim()
-        .parse()
-        .unwrap()
+    s.info_u64("stats", field)
 }
 
 /// RESP2 bulk string of the fill value.

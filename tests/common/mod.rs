@@ -32,6 +32,36 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Creates the fixed-size data file a server in `dir` started with `args` is about to
+/// create (the harness's `dir/lavik.data`, or lavik's default `./lavik.data` under a test's
+/// own `--data-file-size`), sparse at its full size, unless the test names its own
+/// `--data-file` or the file exists (a restart). lavik formats an existing file that reads
+/// as zeros as a new store, skipping the one-off zero-fill it gives a file it creates (~1 s
+/// a GiB on an idle disk here, ~10 s under load; paid by every server of the suite: 256 MiB
+/// by default, 1 GiB each in `diff_bitmap`, 6 GiB in `tools`, whose start-up then overran
+/// its 60 s deadline on a loaded machine). Replies and stored bytes are the same; the fill
+/// only makes later writes cheaper, and `tests/storage_file.rs` checks it on the library.
+fn make_sparse_data_file(dir: &std::path::Path, args: &[String]) {
+    let path = dir.join("lavik.data");
+    // The last size flag wins, as in lavik's own parsing.
+    let mut size = None;
+    for (i, a) in args.iter().enumerate() {
+        match a.as_str() {
+            "--data-file-size" => size = args.get(i + 1),
+            "--data-file" if args.get(i + 1).map(PathBuf::from) != Some(path.clone()) => return,
+            _ => {}
+        }
+    }
+    let Some(bytes) = size.and_then(|v| lavik::config::parse_memory(v)) else {
+        return;
+    };
+    if !path.exists() {
+        std::fs::File::create(&path)
+            .and_then(|f| f.set_len(bytes))
+            .unwrap();
+    }
+}
+
 impl Server {
     /// Starts lavik with `extra` flags (port and data file are chosen here).
     pub fn start(tag: &str, extra: &[&str]) -> Server {
@@ -72,6 +102,9 @@ impl Server {
             args.push("2".into());
         }
         args.extend(extra.iter().map(|s| s.to_string()));
+        if fixed_size {
+            make_sparse_data_file(&dir, &args);
+        }
         let mut s = Server {
             port,
             dir,
@@ -207,6 +240,17 @@ impl Server {
         Raw::connect(self.port)
     }
 
+    /// The integer `field` of `INFO section` (panics when INFO lacks it).
+    pub fn info_u64(&self, section: &str, field: &str) -> u64 {
+        let text = self.raw().bulk(&[b"INFO", section.as_bytes()]);
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
     pub fn client(&self) -> redis::Connection {
         let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
         c.get_connection().unwrap()
@@ -263,6 +307,45 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The RESP multibulk encoding of `args`.
+pub fn resp(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend(format!("${}\r\n{a}\r\n", a.len()).bytes());
+    }
+    out
+}
+
+/// SETs `k0` .. `k{keys - 1}` to `value_bytes` bytes of `v` each, pipelining `per_batch`
+/// SETs at a time and checking every reply is +OK. Keys written first are the first whose
+/// blocks are sealed on the device.
+pub fn fill_strings(s: &Server, keys: usize, value_bytes: usize, per_batch: usize) {
+    let mut c = s.raw();
+    let value = vec![b'v'; value_bytes];
+    let mut batch = Vec::new();
+    let mut in_batch = 0;
+    for i in 0..keys {
+        let key = format!("k{i}");
+        batch.extend_from_slice(
+            format!(
+                "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${value_bytes}\r\n",
+                key.len()
+            )
+            .as_bytes(),
+        );
+        batch.extend_from_slice(&value);
+        batch.extend_from_slice(b"\r\n");
+        in_batch += 1;
+        if in_batch == per_batch || i == keys - 1 {
+            c.send(&batch);
+            let got = c.read_exact(5 * in_batch);
+            assert!(got.chunks(5).all(|r| r == b"+OK\r\n"), "fill failed");
+            batch.clear();
+            in_batch = 0;
+        }
     }
 }
 
@@ -356,6 +439,19 @@ impl Raw {
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect::<Vec<_>>()
         );
+    }
+
+    /// True while no byte of a reply has arrived (a non-blocking peek: nothing is
+    /// consumed, the reply can still be read in full).
+    pub fn nothing_arrived(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        self.s.set_nonblocking(true).unwrap();
+        let mut tmp = [0u8; 1];
+        let r = self.s.peek(&mut tmp);
+        self.s.set_nonblocking(false).unwrap();
+        matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
 
     /// True when the server closed the connection (after any pending bytes).
