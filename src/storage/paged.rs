@@ -1109,6 +1109,9 @@ pub fn lookup_many(
     ra.finish(out)
 }
 
+/// A member found in a leaf: its value, `None` for a set member.
+type LeafHit<'a> = Option<&'a [u8]>;
+
 /// The member count of an encoded leaf and its member `name`: `Some(value)` (`Some(None)`
 /// for a set member) when present. A point lookup walks the encoded members without building them, hashing them or
 /// allocating: the whole-leaf decode (`decode_leaf`, which also checks every member's
@@ -1117,7 +1120,7 @@ fn find_in_leaf<'a>(
     b: &'a [u8],
     has_values: bool,
     name: &[u8],
-) -> Result<(usize, Option<Option<&'a [u8]>>), StorageError> {
+) -> Result<(usize, Option<LeafHit<'a>>), StorageError> {
     let mut r = Reader { b, at: 0 };
     if r.u8()? != PAGE_LEAF {
         return Err(corrupt("not a leaf page"));
