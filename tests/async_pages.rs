@@ -2,7 +2,7 @@
 //! a page not in memory is discarded, parked for the read, and run again (never a blocking
 //! read of its worker), is applied exactly once, and answers what redis-server answers.
 mod common;
-use common::diff::{frame_len, sorted_elements, Pair, Rng};
+use common::diff::{sorted_elements, sorted_pairs, Pair, Rng};
 use common::{resp, Server};
 use std::time::{Duration, Instant};
 
@@ -15,23 +15,6 @@ fn field(i: u64) -> String {
 
 fn member(i: u64) -> String {
     format!("member:{i}")
-}
-
-/// A map reply (`%n`, or a flat RESP2 array of field, value) with its pairs sorted.
-fn sorted_pairs(reply: &[u8]) -> Vec<u8> {
-    let head = reply.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-    let mut frames = Vec::new();
-    let mut pos = head;
-    while pos < reply.len() {
-        let n = frame_len(&reply[pos..]).unwrap();
-        frames.push(&reply[pos..pos + n]);
-        pos += n;
-    }
-    let mut pairs: Vec<Vec<u8>> = frames.chunks(2).map(|c| c.concat()).collect();
-    pairs.sort();
-    let mut out = reply[..head].to_vec();
-    out.extend(pairs.concat());
-    out
 }
 
 /// The HSET (field `field(i)`, value `i`), SADD (`member(i)`) and RPUSH (`item:i`) of the

@@ -7,7 +7,7 @@
 //! SET, as 7.0 does for its hashtable sets; the member order of such payloads, and of
 //! hashtable hashes, is each server's own, so those are compared by content only.
 mod common;
-use common::diff::{device_write_bytes, sorted_elements, Pair, Rng};
+use common::diff::{device_write_bytes, sorted_elements, sorted_pairs, Pair, Rng};
 use lavik::rdb::crc64::crc64;
 
 /// The payload of a bulk string reply.
@@ -116,21 +116,6 @@ fn read_back(p: &mut Pair, key: &str) {
         }
         other => panic!("unexpected type {:?}", String::from_utf8_lossy(other)),
     }
-}
-
-/// HGETALL's reply with its field/value pairs sorted.
-fn sorted_pairs(reply: &[u8]) -> Vec<u8> {
-    let head_end = reply.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-    let mut items = Vec::new();
-    let mut pos = head_end;
-    while pos < reply.len() {
-        let n = common::diff::frame_len(&reply[pos..]).unwrap();
-        items.push(reply[pos..pos + n].to_vec());
-        pos += n;
-    }
-    let mut pairs: Vec<Vec<u8>> = items.chunks(2).map(|c| c.concat()).collect();
-    pairs.sort();
-    [reply[..head_end].to_vec(), pairs.concat()].concat()
 }
 
 // Random strings, hashes and sets: DUMP bytes match where encodings match, each server's

@@ -9,7 +9,7 @@
 //! Random replies (SPOP, SRANDMEMBER, HRANDFIELD) are checked by their properties, and
 //! SPOP's removals are replayed on Redis with SREM so both keep the same contents.
 mod common;
-use common::diff::{frame_len, sorted_elements, Pair, Rng};
+use common::diff::{frame_len, sorted_elements, sorted_pairs, Pair, Rng};
 use std::collections::{BTreeMap, BTreeSet};
 
 const HKEYS: &[&str] = &["h1", "h2", "{t}h"];
@@ -55,28 +55,6 @@ fn elements(reply: &[u8]) -> Vec<Vec<u8>> {
         }
     }
     walk(reply, &mut out);
-    out
-}
-
-/// Sorts the (field, value) pairs of a map-like reply: `%n` or a flat RESP2 array.
-fn sorted_pairs(reply: &[u8]) -> Vec<u8> {
-    if !matches!(reply.first(), Some(b'*') | Some(b'%')) {
-        return reply.to_vec();
-    }
-    let e = elements(reply);
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
-        e.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
-    pairs.sort();
-    let head_end = reply.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-    let mut out = reply[..head_end].to_vec();
-    for (f, v) in pairs {
-        out.extend(format!("${}\r\n", f.len()).bytes());
-        out.extend(f);
-        out.extend(b"\r\n");
-        out.extend(format!("${}\r\n", v.len()).bytes());
-        out.extend(v);
-        out.extend(b"\r\n");
-    }
     out
 }
 

@@ -6,7 +6,7 @@
 //! Also measures, through INFO's `lavik_device_write_bytes`, the device bytes one HSET or
 //! SADD writes on a paged collection (the budget of `docs/collections.md` section 5).
 mod common;
-use common::diff::{frame_len, settled_write_bytes, sorted_elements, Pair, Rng};
+use common::diff::{frame_len, settled_write_bytes, sorted_elements, sorted_pairs, Pair, Rng};
 use std::collections::BTreeSet;
 
 /// The payloads of a flat aggregate reply, or of a map / array of 2-arrays, flattened.
@@ -35,24 +35,6 @@ fn elements(reply: &[u8]) -> Vec<Vec<u8>> {
     }
     let mut out = Vec::new();
     walk(reply, &mut out);
-    out
-}
-
-/// A map-like reply (`%n` or a flat RESP2 array of field, value) with its pairs sorted.
-fn sorted_pairs(reply: &[u8]) -> Vec<u8> {
-    if !matches!(reply.first(), Some(b'*') | Some(b'%')) {
-        return reply.to_vec();
-    }
-    let e = elements(reply);
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
-        e.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect();
-    pairs.sort();
-    let head_end = reply.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-    let mut out = reply[..head_end].to_vec();
-    for (f, v) in pairs {
-        out.extend(format!("${}\r\n{}\r\n", f.len(), String::from_utf8_lossy(&f)).bytes());
-        out.extend(format!("${}\r\n{}\r\n", v.len(), String::from_utf8_lossy(&v)).bytes());
-    }
     out
 }
 

@@ -4,7 +4,7 @@
 //! blocking read; HMGET and SMISMEMBER read only the leaves of the names asked for, in two
 //! rounds. Replies are compared with redis-server's.
 mod common;
-use common::diff::{frame_len, sorted_elements, Pair, RespConn};
+use common::diff::{sorted_elements, sorted_pairs, Pair, RespConn};
 use common::Server;
 
 /// Bytes of each value, member and element: leaves of 4-8 KiB hold 20-40 of them.
@@ -54,23 +54,6 @@ fn measure(p: &mut Pair, f: impl FnOnce(&mut Pair)) -> Counters {
         restarts: b.restarts - a.restarts,
         fallbacks: b.fallbacks - a.fallbacks,
     }
-}
-
-/// A map reply (`%n`, or a flat RESP2 array of field, value) with its pairs sorted.
-fn sorted_pairs(reply: &[u8]) -> Vec<u8> {
-    let head = reply.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
-    let mut frames = Vec::new();
-    let mut pos = head;
-    while pos < reply.len() {
-        let n = frame_len(&reply[pos..]).unwrap();
-        frames.push(&reply[pos..pos + n]);
-        pos += n;
-    }
-    let mut pairs: Vec<Vec<u8>> = frames.chunks(2).map(|c| c.concat()).collect();
-    pairs.sort();
-    let mut out = reply[..head].to_vec();
-    out.extend(pairs.concat());
-    out
 }
 
 fn padded(prefix: &str, i: usize) -> String {

@@ -351,6 +351,26 @@ fn ttl_clock_skew(args: &[&[u8]], l: &[u8], r: &[u8]) -> bool {
         && matches!((secs(l), secs(r)), (Some(a), Some(b)) if a > 0 && b > 0 && (a - b).abs() == 1)
 }
 
+/// A map-like reply (`%n`, or a flat RESP2 array of field, value) with its (field, value)
+/// pairs sorted, so replies whose pair order Redis leaves unspecified compare equal. Other
+/// replies pass as is.
+pub fn sorted_pairs(reply: &[u8]) -> Vec<u8> {
+    if !matches!(reply.first(), Some(b'*') | Some(b'%')) {
+        return reply.to_vec();
+    }
+    let head_end = reply.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+    let mut frames = Vec::new();
+    let mut pos = head_end;
+    while pos < reply.len() {
+        let n = frame_len(&reply[pos..]).unwrap();
+        frames.push(&reply[pos..pos + n]);
+        pos += n;
+    }
+    let mut pairs: Vec<Vec<u8>> = frames.chunks(2).map(|c| c.concat()).collect();
+    pairs.sort();
+    [reply[..head_end].to_vec(), pairs.concat()].concat()
+}
+
 /// Sorts the elements of a flat aggregate reply (array or set of scalars) so replies
 /// whose element order Redis leaves unspecified compare equal. Other replies pass as is.
 pub fn sorted_elements(reply: &[u8]) -> Vec<u8> {
