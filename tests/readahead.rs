@@ -204,3 +204,77 @@ fn whole_collection_reads_ahead() {
         "SMISMEMBER of 4 members reads at most their pages: {smis:?}"
     );
 }
+
+// Scripts over a paged hash on the device (EVAL, EVALSHA, FCALL; a read-modify-write, a
+// `redis.pcall` that would have caught the miss, a `pcall` loop, a whole-hash read) park for
+// the pages below their declared keys and run again, with no blocking read, and answer as
+// redis-server.
+#[test]
+fn scripts_on_paged_collections_park() {
+    let mut p = Pair::start(
+        "readahead-scripts",
+        &["--threads", "1", "--cache-size", "0", "--defrag-paused"],
+    );
+    const FIELDS: usize = 3_000;
+    let mut pairs = Vec::with_capacity(2 * FIELDS);
+    for i in 0..FIELDS {
+        pairs.push(format!("f{i}"));
+        pairs.push(padded("v", i));
+    }
+    build(&mut p, "HSET", "h", &pairs);
+    p.lavik.restart();
+    p.l = RespConn::connect(p.lavik.port);
+
+    let get = "return redis.call('HGET', KEYS[1], ARGV[1])";
+    let rmw = "local v = redis.call('HGET', KEYS[1], ARGV[1]) \
+               redis.call('HSET', KEYS[1], ARGV[1], v .. '!') \
+               return redis.call('HSTRLEN', KEYS[1], ARGV[1])";
+    let caught = "local r = redis.pcall('HGET', KEYS[1], ARGV[1]) \
+                  if type(r) == 'table' then return 'caught' end return r";
+    let looped = "for i = 1, 3 do pcall(redis.call, 'HGET', KEYS[1], ARGV[i]) end \
+                  return redis.call('HMGET', KEYS[1], ARGV[1], ARGV[2], ARGV[3])";
+    // Without the stop at the first miss this would spin: every retry would miss again.
+    let retry = "local r repeat r = redis.pcall('HGET', KEYS[1], ARGV[1]) \
+                 until type(r) ~= 'table' return r";
+    let whole = "return #redis.call('HGETALL', KEYS[1])";
+    let sha = p.check(&["SCRIPT", "LOAD", get]);
+    let sha = String::from_utf8_lossy(&sha)
+        .lines()
+        .nth(1)
+        .expect("SCRIPT LOAD replies a bulk string")
+        .to_string();
+    let lib = "#!lua name=t\nredis.register_function('hget', \
+               function(keys, args) return redis.call('HGET', keys[1], args[1]) end)";
+    p.check(&["FUNCTION", "LOAD", lib]);
+    let cases: [(&str, Vec<&str>); 8] = [
+        ("EVAL HGET", vec!["EVAL", get, "1", "h", "f10"]),
+        ("EVALSHA HGET", vec!["EVALSHA", &sha, "1", "h", "f700"]),
+        ("FCALL", vec!["FCALL", "hget", "1", "h", "f1400"]),
+        ("EVAL_RO", vec!["EVAL_RO", get, "1", "h", "f2100"]),
+        ("read-modify-write", vec!["EVAL", rmw, "1", "h", "f2800"]),
+        ("redis.pcall", vec!["EVAL", caught, "1", "h", "f350"]),
+        ("pcall retry loop", vec!["EVAL", retry, "1", "h", "f2950"]),
+        (
+            "pcall loop",
+            vec!["EVAL", looped, "1", "h", "f1050", "f1750", "f2450"],
+        ),
+    ];
+    for (what, args) in cases {
+        let c = measure(&mut p, |p| {
+            p.check(&args);
+        });
+        assert_eq!(c.sync_reads, 0, "{what}: blocking reads ({c:?})");
+        assert_eq!(c.fallbacks, 0, "{what}: ran out of restarts ({c:?})");
+        assert!(c.restarts >= 1, "{what}: the pages were in memory ({c:?})");
+    }
+    let c = measure(&mut p, |p| {
+        p.check(&["EVAL", whole, "1", "h"]);
+    });
+    assert_eq!(c.sync_reads, 0, "EVAL HGETALL: blocking reads ({c:?})");
+    assert_eq!(c.fallbacks, 0, "EVAL HGETALL: ran out of restarts ({c:?})");
+    assert!(
+        c.restart_reads >= 50 && c.restarts <= 4,
+        "EVAL HGETALL reads ahead, a level per round ({c:?})"
+    );
+    p.check(&["HGET", "h", "f2800"]);
+}

@@ -157,9 +157,16 @@ struct RunState {
     wrote: Cell<bool>,
     /// SCRIPT KILL stopped this script: every hook and every `pcall` raises again.
     killed: Cell<bool>,
+    /// A call of this run met a record that is not in memory in a restartable run
+    /// (`storage::prefetch::run_missed`): the run will be discarded and run again after the
+    /// read, so it is stopped as a killed one is — every later `redis.call`, `pcall` and
+    /// hook raises — and nothing it returns reaches the client.
+    missed: Cell<bool>,
 }
 
 const ERR_KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+/// What a discarded run (`RunState::missed`) raises; the worker drops the run's reply.
+const ERR_MISSED: &str = "ERR script stopped: a record is being read (it runs again)";
 /// The chunk name Redis gives library code (errors read `user_function:LINE:`).
 const FUNCTION_CHUNK_NAME: &str = "@user_function";
 /// How long a library's load may run (Redis's `LOAD_TIMEOUT_MS`).
@@ -337,6 +344,9 @@ impl Engine {
             if run_unwrap.killed.get() {
                 return raise_table(ERR_KILLED);
             }
+            if run_unwrap.missed.get() {
+                return raise_table(ERR_MISSED);
+            }
             Ok(match &v {
                 Value::Error(e) => match e.downcast_ref::<Raised>() {
                     Some(Raised::Table(t)) => Value::String(lua.create_string(t)?),
@@ -408,6 +418,9 @@ impl Engine {
                 {
                     hook_run.killed.set(true);
                     return raise_table(ERR_KILLED);
+                }
+                if hook_run.missed.get() {
+                    return raise_table(ERR_MISSED);
                 }
                 Ok(mlua::VmState::Continue)
             },
@@ -557,6 +570,7 @@ impl Engine {
         self.run.resp3.set(false);
         self.run.wrote.set(false);
         self.run.killed.set(false);
+        self.run.missed.set(false);
         self.run
             .run_id
             .set(self.catalog.script_started(function, command));
@@ -819,6 +833,9 @@ fn inner_call(
             Ok(Value::Table(tbl))
         }
     };
+    if run.missed.get() {
+        return raise_table(ERR_MISSED);
+    }
     if args.is_empty() {
         return fail("Please specify at least one argument for this redis lib call");
     }
@@ -899,6 +916,14 @@ fn inner_call(
     let (db, now_ms, max_bulk) = (ctx.db, ctx.now_ms, ctx.max_bulk);
     crate::server::blocking::after_handler(waiter, ctx.shards, spec, &refs, db, now_ms, max_bulk);
     drop(ctx);
+    if crate::storage::prefetch::run_missed() {
+        // Restartable run (`server::reads::restartable`): the call met a record that is not
+        // in memory. Nothing was written after the miss (the shards refuse it), and the
+        // worker discards the run; stop the script here rather than let it go on with an
+        // error reply it would never have seen.
+        run.missed.set(true);
+        return raise_table(ERR_MISSED);
+    }
     if raise && out.first() == Some(&b'-') {
         let end = out.len().saturating_sub(2);
         return raise_table(error_table_text(&out[..end]));

@@ -255,16 +255,17 @@ impl Parked {
 }
 
 /// Whether a keyed command on the worker's own shards may run restartably: discarded at
-/// its first record not in memory and run again after the read. Not scripts (a script's
-/// effects — its log lines, its replies to `redis.call`, its time budget — are not all
-/// on the shards) and not blocking commands (their run registers or serves waiting
-/// clients). Transactions and the coordinated pass never run restartably either (see
-/// the module essay).
+/// its first record not in memory and run again after the read. Not blocking commands
+/// (their run registers or serves waiting clients). Transactions and the coordinated pass
+/// never run restartably either (see the module essay). Scripts do (EVAL, EVALSHA, FCALL
+/// and their `_RO` forms): a `redis.call` that misses stops the script (every later call,
+/// `pcall` and instruction hook raises, `scripting::engine`, `RunState::missed`) and the run
+/// is discarded like any other; what a discarded script run leaves outside the shards is
+/// its `redis.log` lines (written again by the run that is kept) and nothing else a client
+/// can see. A script that wrote before its first miss reads synchronously from then on,
+/// as every restartable run does.
 pub fn restartable(spec: &CommandSpec) -> bool {
-    !matches!(
-        spec.name,
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
-    ) && !crate::commands::blocking::is_blocking(spec.name)
+    !crate::commands::blocking::is_blocking(spec.name)
 }
 
 /// A read buffer: one of the pooled buffers (registered with the ring when `fixed` names
