@@ -156,6 +156,26 @@ fn publish_reaches_every_kind_of_subscriber() {
             s.drain(&format!("SPUBLISH {ch} (subscriber {i})"));
         }
     }
+    // PUBLISH and SPUBLISH from scripts: the same counts and messages (delivered after the
+    // script), PUBLISH refused in a read-only script, a wrong arity as Redis words it.
+    for args in [
+        &[
+            "EVAL",
+            "return {redis.call('PUBLISH', ARGV[1], ARGV[2]), redis.call('SPUBLISH', 'news', 'sh')}",
+            "0",
+            "news",
+            "from-lua",
+        ][..],
+        &["EVAL", "return redis.call('PUBLISH', 'nobody', 'x')", "0"],
+        &["EVAL", "return redis.pcall('PUBLISH', 'news')", "0"],
+        &["EVAL_RO", "return redis.pcall('PUBLISH', 'news', 'ro')", "0"],
+        &["EVAL", "#!lua flags=no-writes\nreturn redis.pcall('PUBLISH', 'news', 'nw')", "0"],
+    ] {
+        p.check(args);
+        for (i, s) in subs.iter_mut().enumerate() {
+            s.drain(&format!("{} (subscriber {i})", args[1]));
+        }
+    }
     // A RESP3 subscriber publishing to its own channel gets the push before the reply.
     subs[1].cmd(&["PUBLISH", "news", "self"], 2);
     for s in subs.iter_mut() {

@@ -118,10 +118,25 @@ pub fn render(flags: u32) -> String {
     s
 }
 
-/// One message to publish: channel and payload.
+/// One message to publish: channel and payload (`shard`: to shard-channel subscribers, as
+/// SPUBLISH).
 pub struct Event {
     pub channel: Vec<u8>,
     pub message: Vec<u8>,
+    pub shard: bool,
+}
+
+/// Queues a PUBLISH (`shard`: SPUBLISH) a script made: delivered with the thread's keyspace
+/// events, in order with them, and dropped with them when the run is discarded
+/// (`truncate`).
+pub fn publish(shard: bool, channel: &[u8], message: &[u8]) {
+    QUEUE.with(|q| {
+        q.borrow_mut().push(Event {
+            channel: channel.to_vec(),
+            message: message.to_vec(),
+            shard,
+        })
+    });
 }
 
 thread_local! {
@@ -160,7 +175,14 @@ fn queue_at(
         let mut channel = format!("__keyspace@{db}__:").into_bytes();
         channel.extend_from_slice(key);
         let message = event.as_bytes().to_vec();
-        q.insert(at, Event { channel, message });
+        q.insert(
+            at,
+            Event {
+                channel,
+                message,
+                shard: false,
+            },
+        );
         at += 1;
     }
     if flags & KEYEVENT != 0 {
@@ -170,6 +192,7 @@ fn queue_at(
             Event {
                 channel,
                 message: key.to_vec(),
+                shard: false,
             },
         );
         at += 1;

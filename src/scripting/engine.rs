@@ -860,6 +860,14 @@ fn inner_call(
     if spec.flags.contains(&"noscript") {
         return fail("This Redis command is not allowed from script");
     }
+    if matches!(spec.name, "publish" | "spublish") {
+        // Redis counts may-replicate commands as writes in read-only scripts.
+        if mode == EvalMode::ReadOnly {
+            return fail("Write commands are not allowed from read-only scripts.");
+        }
+        let n = crate::server::script_publish(spec.name == "spublish", refs[1], refs[2]);
+        return Ok(Value::Integer(n as i64));
+    }
     if let Some(reply) = keyless_reply(spec.name, &refs) {
         if raise && reply.first() == Some(&b'-') {
             return raise_table(error_table_text(&reply[..reply.len() - 2]));

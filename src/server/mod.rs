@@ -43,6 +43,9 @@ mod reads;
 pub mod tls;
 mod worker;
 
+/// PUBLISH / SPUBLISH from a script (`scripting::engine`).
+pub use worker::pubsub::script_publish;
+
 use crate::commands::ShardSet;
 use crate::config::Settings;
 use crate::resp::Proto;

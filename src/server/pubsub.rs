@@ -35,6 +35,41 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+thread_local! {
+    /// The server's state, for PUBLISH from a script on this worker thread (`install`).
+    static SHARED: std::cell::RefCell<Option<Arc<crate::server::Shared>>> = const {
+        std::cell::RefCell::new(None)
+    };
+}
+
+/// Lets scripts on this thread publish (`script_publish`); called once per worker thread.
+pub fn install(shared: Arc<crate::server::Shared>) {
+    SHARED.with(|s| *s.borrow_mut() = Some(shared));
+}
+
+/// PUBLISH / SPUBLISH (`shard`) from a script: the number of receivers now, and the message
+/// queued for delivery after the command with the thread's keyspace events
+/// (`runtime::events::publish`), so a discarded (restarted) run publishes nothing. A RESP3
+/// caller subscribed to the channel gets the push after the script's reply (Redis: before).
+pub fn script_publish(shard: bool, channel: &[u8], message: &[u8]) -> usize {
+    SHARED.with(|s| {
+        let s = s.borrow();
+        let Some(shared) = s.as_ref() else { return 0 };
+        if shared.pubsub_subscriptions.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let count = shared
+            .pubsub
+            .read()
+            .expect("pubsub lock")
+            .receivers(shard, channel, |_, _| ());
+        if count > 0 {
+            crate::runtime::events::publish(shard, channel, message);
+        }
+        count
+    })
+}
+
 /// The three kinds of subscription Redis has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SubKind {
@@ -100,6 +135,36 @@ impl Registry {
                 table.remove(name);
             }
         }
+    }
+
+    /// Calls `take` for every subscriber a message on `channel` reaches (`shard`: a
+    /// SPUBLISH), with the pattern it matched through; returns how many there are.
+    fn receivers(
+        &self,
+        shard: bool,
+        channel: &[u8],
+        mut take: impl FnMut(&Subscriber, Option<Arc<[u8]>>),
+    ) -> usize {
+        let mut count = 0;
+        let direct = if shard { &self.shard } else { &self.channels };
+        if let Some(list) = direct.get(channel) {
+            for s in list {
+                count += 1;
+                take(s, None);
+            }
+        }
+        if !shard {
+            for (pat, list) in &self.patterns {
+                if glob_match(pat, channel) {
+                    let p: Arc<[u8]> = Arc::from(pat.as_slice());
+                    for s in list {
+                        count += 1;
+                        take(s, Some(p.clone()));
+                    }
+                }
+            }
+        }
+        count
     }
 
     /// Subscribers among `of` holding a subscription that `allowed(name, is_pattern)`
@@ -267,11 +332,9 @@ impl Worker {
         let workers = self.shared.workers.len();
         let mut local: Vec<Target> = Vec::new();
         let mut remote: Vec<Vec<Target>> = Vec::new();
-        let mut count = 0;
-        {
+        let count = {
             let reg = self.shared.pubsub.read().expect("pubsub lock");
-            let mut take = |s: &Subscriber, pat: Option<Arc<[u8]>>| {
-                count += 1;
+            reg.receivers(shard, channel, |s, pat| {
                 if s.worker == self.id {
                     local.push((s.token, pat));
                 } else {
@@ -280,24 +343,8 @@ impl Worker {
                     }
                     remote[s.worker].push((s.token, pat));
                 }
-            };
-            let direct = if shard { &reg.shard } else { &reg.channels };
-            if let Some(list) = direct.get(channel) {
-                for s in list {
-                    take(s, None);
-                }
-            }
-            if !shard {
-                for (pat, list) in &reg.patterns {
-                    if glob_match(pat, channel) {
-                        let p: Arc<[u8]> = Arc::from(pat.as_slice());
-                        for s in list {
-                            take(s, Some(p.clone()));
-                        }
-                    }
-                }
-            }
-        }
+            })
+        };
         for (token, pat) in local {
             match me.as_mut() {
                 Some((conn, slot)) if *slot == token.slot && conn.gen == token.gen => {
@@ -342,7 +389,7 @@ impl Worker {
     pub(super) fn publish_keyspace_events(&mut self) {
         let events = crate::commands::events::take();
         for e in events {
-            self.publish(None, false, &e.channel, &e.message);
+            self.publish(None, e.shard, &e.channel, &e.message);
         }
     }
 

@@ -310,6 +310,7 @@ impl Worker {
 
     pub fn run(mut self) {
         crate::scripting::install_catalog(self.shared.scripts.clone());
+        pubsub::install(self.shared.clone());
         super::cmdstats::install(self.shared.cmdstats.clone(), self.id);
         for i in 0..self.listeners.len() {
             self.arm_accept(i);
