@@ -14,6 +14,9 @@
 //!   are compared, the 7.2 ones checked on lavik alone.
 //! - ACL CAT: lavik has a subset of Redis's commands, so Redis's list is filtered to the
 //!   commands lavik has; CLIENT SETINFO and CLIENT NO-TOUCH are 7.2 subcommands 7.0 lacks.
+//! - Denials inside scripts: 7.2 says "ACL failure in script: " and the NOPERM text (7.0:
+//!   "The user executing the script can't run this command or subcommand" and "... can't
+//!   access at least one of the keys mentioned in the command arguments"); rewritten likewise.
 mod common;
 use common::diff::{sorted_elements, Pair, RespConn, Rng};
 use redis::Value;
@@ -606,4 +609,161 @@ fn deluser_closes_connections() {
     for c in [&mut k1.l, &mut k1.r, &mut k2.l, &mut k2.r] {
         assert!(c.closed(), "CLIENT KILL USER closed it");
     }
+}
+
+/// Redis 7.0's wording of a denial inside a script rewritten to 7.2's (`scriptVerifyACL`:
+/// "ACL failure in script: " and the NOPERM text without its code).
+fn script_to_72(reply: &[u8], user: &str, command: &str) -> String {
+    lavik_text(reply)
+        .replace(
+            "The user executing the script can't run this command or subcommand",
+            &format!("ACL failure in script: User {user} has no permissions to run the '{command}' command"),
+        )
+        .replace(
+            "The user executing the script can't access at least one of the keys mentioned in the command arguments",
+            "ACL failure in script: No permissions to access a key",
+        )
+        .replace(
+            "The user executing the script can't publish to the channel mentioned in the command",
+            "ACL failure in script: No permissions to access a channel",
+        )
+}
+
+// A script runs its commands with its caller's permissions: redis.call and redis.pcall of a
+// denied command, key or channel fail as Redis fails them, redis.acl_check_cmd answers as
+// Redis does, and each denial is logged with context `lua`.
+#[test]
+fn scripts_run_with_the_callers_permissions() {
+    let mut p = Pair::start("diff-acl-scripts", &[]);
+    p.check(&[
+        "ACL", "SETUSER", "scr", "on", ">pw", "+eval", "+evalsha", "+eval_ro", "+fcall", "+get",
+        "+publish", "~a*", "&ch*",
+    ]);
+    p.check(&[
+        "FUNCTION",
+        "LOAD",
+        "#!lua name=acllib\nredis.register_function('setit', function(keys, args) return redis.call('set', keys[1], 'v') end)",
+    ]);
+    let set_sha = p.check(&["SCRIPT", "LOAD", "return redis.call('set', KEYS[1], 'v')"]);
+    let set_sha = String::from_utf8_lossy(&set_sha[5..45]).into_owned();
+    let mut u = login(&p, "scr");
+    let cases: &[(&[&str], &str)] = &[
+        // A command the user may not run, through call (raises) and pcall (returns it).
+        (
+            &["EVAL", "return redis.call('set', KEYS[1], 'v')", "1", "a1"],
+            "set",
+        ),
+        (
+            &["EVAL", "return redis.pcall('set', KEYS[1], 'v')", "1", "a1"],
+            "set",
+        ),
+        (&["EVALSHA", &set_sha, "1", "a1"], "set"),
+        // Keys owned by each worker (the script runs where its keys live).
+        (&["EVALSHA", &set_sha, "1", "a2"], "set"),
+        (&["EVALSHA", &set_sha, "1", "a3"], "set"),
+        (&["EVALSHA", &set_sha, "1", "a4"], "set"),
+        (&["EVALSHA", &set_sha, "1", "a5"], "set"),
+        (&["FCALL", "setit", "1", "a1"], "set"),
+        (
+            &[
+                "EVAL",
+                "local ok, e = pcall(redis.call, 'set', KEYS[1], 'v') return e",
+                "1",
+                "a1",
+            ],
+            "set",
+        ),
+        // A permitted command on a key outside the user's patterns (the script names it
+        // itself), and on one inside them.
+        (&["EVAL", "return redis.call('get', 'b1')", "0"], "get"),
+        (&["EVAL", "return redis.pcall('get', 'b1')", "0"], "get"),
+        (
+            &["EVAL", "return redis.call('get', KEYS[1])", "1", "a1"],
+            "get",
+        ),
+        // Channels.
+        (
+            &["EVAL", "return redis.call('publish', 'other', 'm')", "0"],
+            "publish",
+        ),
+        (
+            &["EVAL", "return redis.call('publish', 'ch1', 'm')", "0"],
+            "publish",
+        ),
+        // redis.acl_check_cmd: commands, keys, subcommands, unknown commands, bad arguments.
+        (
+            &["EVAL", "return redis.acl_check_cmd('set', 'a1', 'v')", "0"],
+            "set",
+        ),
+        (
+            &["EVAL", "return redis.acl_check_cmd('get', 'a1')", "0"],
+            "get",
+        ),
+        (
+            &["EVAL", "return redis.acl_check_cmd('get', 'b1')", "0"],
+            "get",
+        ),
+        (
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('publish', 'ch2', 'x')",
+                "0",
+            ],
+            "publish",
+        ),
+        (
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('publish', 'zz', 'x')",
+                "0",
+            ],
+            "publish",
+        ),
+        (
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('config', 'get', 'x')",
+                "0",
+            ],
+            "config",
+        ),
+        (
+            &["EVAL", "return redis.acl_check_cmd('nosuchcommand')", "0"],
+            "nosuchcommand",
+        ),
+        (
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('config', 'nosuch')",
+                "0",
+            ],
+            "config",
+        ),
+        (&["EVAL", "return redis.acl_check_cmd()", "0"], ""),
+        (&["EVAL", "return redis.acl_check_cmd({})", "0"], ""),
+        (
+            &[
+                "EVAL",
+                "return redis.acl_check_cmd('get', 'a1', 'extra')",
+                "0",
+            ],
+            "get",
+        ),
+    ];
+    for (args, command) in cases {
+        let (l, r) = (call(&mut u.l, args), call(&mut u.r, args));
+        assert_eq!(
+            lavik_text(&l),
+            script_to_72(&r, u.name, command),
+            "as scr sending {args:?}"
+        );
+    }
+    // The default user's scripts are not restricted.
+    p.check(&["EVAL", "return redis.acl_check_cmd('set', 'b1', 'v')", "0"]);
+    p.check(&["EVAL", "return redis.call('set', KEYS[1], 'v')", "1", "b1"]);
+    let (l, r) = p.both(&[b"ACL", b"LOG"]);
+    assert_eq!(log_fields(&l), log_fields(&r));
+    assert!(log_fields(&l)
+        .iter()
+        .any(|e| e.contains(&("context".to_string(), "lua".to_string()))));
 }

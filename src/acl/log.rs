@@ -35,7 +35,7 @@ impl Reason {
 pub struct Entry {
     pub count: u64,
     pub reason: Reason,
-    /// `toplevel` (lavik has no MULTI or scripts yet, so always that).
+    /// `toplevel`, or `lua` for a command a script called.
     pub context: &'static str,
     pub object: Vec<u8>,
     pub username: Vec<u8>,
@@ -63,7 +63,19 @@ impl AclLog {
         client_info: String,
         now_ms: u64,
     ) {
-        let context = "toplevel";
+        self.add_in("toplevel", reason, object, username, client_info, now_ms)
+    }
+
+    /// As `add`, for a denial in `context` (`toplevel` or `lua`).
+    pub fn add_in(
+        &mut self,
+        context: &'static str,
+        reason: Reason,
+        object: &[u8],
+        username: &[u8],
+        client_info: String,
+        now_ms: u64,
+    ) {
         self.denied[reason as usize] += 1;
         let found = self
             .entries

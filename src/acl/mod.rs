@@ -11,9 +11,11 @@
 //! key arguments with the access each needs (read/write, from Redis's key
 //! specs). Channels are checked the same way once lavik has pub/sub.
 //!
-//! Deliberately missing: MULTI/EXEC and script contexts in the log (lavik
-//! has neither yet), `acllog-max-len` as a setting (fixed at Redis's
-//! default), module-based authentication.
+//! Scripts check the commands they call against the caller's user
+//! (`ScriptCaller`, set by the worker around a script command; logged with
+//! context `lua`). Deliberately missing: the `multi` context in the log
+//! (EXEC re-checks its queued commands without logging), `acllog-max-len` as a
+//! setting (fixed at Redis's default), module-based authentication.
 
 pub mod catalog;
 pub mod log;
@@ -23,8 +25,55 @@ pub use catalog::{catalog, category_bit, key_access, CATEGORIES, KEY_READ, KEY_W
 pub use log::{AclLog, Reason};
 pub use user::{hash_password, merge_selector_args, Denied, KeyRef, RuleError, User};
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Who runs the script on this thread, when that user is restricted: the commands the
+/// script calls are checked against `user` (Redis's `scriptVerifyACL`), and a denial is
+/// logged with the caller's `client_info`. `None` (the default user, or any user with
+/// every permission): nothing to check.
+#[derive(Debug)]
+pub struct ScriptCaller {
+    pub user: Arc<User>,
+    pub client_info: String,
+}
+
+thread_local! {
+    static SCRIPT_CALLER: RefCell<Option<Arc<ScriptCaller>>> = const { RefCell::new(None) };
+}
+
+/// Sets the restricted user whose script runs on this thread; returns the previous one
+/// (to restore).
+pub fn set_script_caller(caller: Option<Arc<ScriptCaller>>) -> Option<Arc<ScriptCaller>> {
+    SCRIPT_CALLER.with(|c| c.replace(caller))
+}
+
+/// Sets the script caller for a scope and puts the previous one back when dropped. Setting
+/// `None` over `None` (every unrestricted caller) touches nothing.
+pub struct ScriptCallerScope(Option<Option<Arc<ScriptCaller>>>);
+
+impl ScriptCallerScope {
+    pub fn set(caller: Option<Arc<ScriptCaller>>) -> ScriptCallerScope {
+        if caller.is_none() && SCRIPT_CALLER.with(|c| c.borrow().is_none()) {
+            return ScriptCallerScope(None);
+        }
+        ScriptCallerScope(Some(set_script_caller(caller)))
+    }
+}
+
+impl Drop for ScriptCallerScope {
+    fn drop(&mut self) {
+        if let Some(prev) = self.0.take() {
+            set_script_caller(prev);
+        }
+    }
+}
+
+/// The restricted user whose script runs on this thread, if any.
+pub fn script_caller() -> Option<Arc<ScriptCaller>> {
+    SCRIPT_CALLER.with(|c| c.borrow().clone())
+}
 
 /// Every user (by name, in byte order as Redis's radix tree lists them) and the log.
 #[derive(Debug)]

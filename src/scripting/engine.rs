@@ -836,18 +836,10 @@ fn inner_call(
     if run.missed.get() {
         return raise_table(ERR_MISSED);
     }
-    if args.is_empty() {
-        return fail("Please specify at least one argument for this redis lib call");
-    }
-    let mut argv: Vec<Vec<u8>> = Vec::with_capacity(args.len());
-    for a in args.iter() {
-        match a {
-            Value::String(s) => argv.push(s.as_bytes().to_vec()),
-            Value::Number(n) => argv.push(fmt_g17(*n).into_bytes()),
-            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
-            _ => return fail("Lua redis lib command arguments must be strings or integers"),
-        }
-    }
+    let argv = match command_argv(&args) {
+        Ok(argv) => argv,
+        Err(e) => return fail(e),
+    };
     let refs: Vec<&[u8]> = argv.iter().map(|a| a.as_slice()).collect();
     let Some(spec) = lookup(refs[0]) else {
         return fail("Unknown Redis command called from script");
@@ -859,6 +851,11 @@ fn inner_call(
     }
     if spec.flags.contains(&"noscript") {
         return fail("This Redis command is not allowed from script");
+    }
+    // The caller's ACL rules, after the command checks and before the write checks, as
+    // in Redis's `scriptCall`.
+    if let Some(e) = crate::server::acl_cmd::script_denial(spec, &refs) {
+        return fail(&e);
     }
     if matches!(spec.name, "publish" | "spublish") {
         // Redis counts may-replicate commands as writes in read-only scripts.
@@ -938,6 +935,24 @@ fn inner_call(
     }
     let mut pos = 0;
     reply_to_lua(lua, &out, &mut pos)
+}
+
+/// A `redis.call` / `redis.acl_check_cmd` argument list as Redis converts it: strings as
+/// they are, numbers as `%.17g`, integers in decimal; the error text otherwise.
+fn command_argv(args: &MultiValue) -> Result<Vec<Vec<u8>>, &'static str> {
+    if args.is_empty() {
+        return Err("Please specify at least one argument for this redis lib call");
+    }
+    let mut argv: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for a in args.iter() {
+        match a {
+            Value::String(s) => argv.push(s.as_bytes().to_vec()),
+            Value::Number(n) => argv.push(fmt_g17(*n).into_bytes()),
+            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
+            _ => return Err("Lua redis lib command arguments must be strings or integers"),
+        }
+    }
+    Ok(argv)
 }
 
 /// The commands without keys a script may call (Redis allows them; they touch no shard):
@@ -1240,6 +1255,22 @@ fn redis_api(lua: &Lua, run: &Rc<RunState>) -> mlua::Result<Table> {
                 );
             }
             Ok(())
+        })?,
+    )?;
+    // Whether the script's caller may run a command with these arguments (Redis 7.2 checks
+    // the command's and its keys' and channels' rules, not its arity).
+    redis.raw_set(
+        "acl_check_cmd",
+        lua.create_function(|_, args: MultiValue| -> mlua::Result<bool> {
+            let argv = match command_argv(&args) {
+                Ok(argv) => argv,
+                Err(e) => return raise_table(format!("ERR {e}")),
+            };
+            let refs: Vec<&[u8]> = argv.iter().map(|a| a.as_slice()).collect();
+            match crate::server::acl_cmd::script_may_run(&refs) {
+                Some(ok) => Ok(ok),
+                None => raise_table("ERR Invalid command passed to redis.acl_check_cmd()"),
+            }
         })?,
     )?;
     redis.raw_set(

@@ -169,6 +169,76 @@ pub fn permit(
     false
 }
 
+/// The caller to check a script's commands against (`acl::ScriptCaller`): only for a
+/// command that can run a script (EVAL, FCALL and their forms, and EXEC of queued ones)
+/// from a restricted user; `None`, at the cost of one test, for everyone else.
+pub fn script_caller_for(
+    conn: &Conn,
+    spec: &CommandSpec,
+    now: u64,
+) -> Option<Arc<crate::acl::ScriptCaller>> {
+    let user = conn.user.as_ref().filter(|u| !u.unrestricted())?;
+    if !matches!(
+        spec.name,
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" | "exec"
+    ) {
+        return None;
+    }
+    Some(Arc::new(crate::acl::ScriptCaller {
+        user: user.clone(),
+        client_info: conn.client_info_line(now),
+    }))
+}
+
+/// A command a script calls, checked against the script's caller (Redis's
+/// `scriptVerifyACL`): the error to raise in the script if the caller may not run it, with
+/// the denial logged in context `lua`. Nothing to check (and `None`) unless the caller is
+/// a restricted user (`acl::script_caller`).
+pub fn script_denial(spec: &CommandSpec, args: &[&[u8]]) -> Option<String> {
+    let caller = crate::acl::script_caller()?;
+    let user = &caller.user;
+    let table_index = TABLE.iter().position(|c| std::ptr::eq(c, spec))?;
+    let id = catalog().resolve(table_index, args)?;
+    let denied = user
+        .check(id, args, &key_refs(spec, args), &channel_refs(spec, args))
+        .err()?;
+    let fullname = &catalog().commands[id].fullname;
+    let (reason, object): (Reason, &[u8]) = match denied {
+        Denied::Command => (Reason::Command, fullname.as_bytes()),
+        Denied::Key(i) => (Reason::Key, args[i]),
+        Denied::Channel(i) => (Reason::Channel, args[i]),
+    };
+    super::worker::pubsub::with_shared(|sh| {
+        sh.acl.write().expect("acl lock").log.add_in(
+            "lua",
+            reason,
+            object,
+            user.name.as_bytes(),
+            caller.client_info.clone(),
+            super::now_ms(),
+        )
+    });
+    let msg = noperm_message(denied, &user.name, fullname);
+    let text = msg.strip_prefix("NOPERM ").unwrap_or(&msg);
+    Some(format!("ACL failure in script: {text}"))
+}
+
+/// `redis.acl_check_cmd`: whether the script's caller may run `args` (a command name and
+/// its arguments); `None` for a command lavik does not know.
+pub fn script_may_run(args: &[&[u8]]) -> Option<bool> {
+    let spec = crate::commands::lookup(args[0])?;
+    let table_index = TABLE.iter().position(|c| std::ptr::eq(c, spec))?;
+    let id = catalog().resolve(table_index, args)?;
+    let Some(caller) = crate::acl::script_caller() else {
+        return Some(true);
+    };
+    let ok = caller
+        .user
+        .check(id, args, &key_refs(spec, args), &channel_refs(spec, args))
+        .is_ok();
+    Some(ok)
+}
+
 /// EXEC's second look at a queued command (Redis 7.2 checks again at execution, since the
 /// rules may have changed after it was queued): why it is no longer allowed, if it is not.
 pub fn recheck(

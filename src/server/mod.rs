@@ -86,6 +86,9 @@ pub enum Msg {
         args: Vec<Vec<u8>>,
         /// The requesting client, for client-side caching (`server::tracking`).
         caller: crate::runtime::tracking::Caller,
+        /// A restricted user running a script: the script's commands are checked against
+        /// it (`acl::ScriptCaller`).
+        script_caller: Option<Arc<crate::acl::ScriptCaller>>,
     },
     /// The reply to a `Request`.
     Reply {

@@ -42,6 +42,12 @@ thread_local! {
     };
 }
 
+/// Runs `f` with the server's state, for code a script runs on this thread (`None` off a
+/// worker thread, e.g. in unit tests).
+pub(crate) fn with_shared<R>(f: impl FnOnce(&crate::server::Shared) -> R) -> Option<R> {
+    SHARED.with(|s| s.borrow().as_deref().map(f))
+}
+
 /// Lets scripts on this thread publish (`script_publish`); called once per worker thread.
 pub fn install(shared: Arc<crate::server::Shared>) {
     SHARED.with(|s| *s.borrow_mut() = Some(shared));

@@ -198,6 +198,8 @@ pub struct Parked {
     unsubmitted: Vec<(u32, RecordRead)>,
     /// The client running it, for client-side caching (the thread's caller when parked).
     pub caller: crate::runtime::tracking::Caller,
+    /// A restricted user's script (`acl::ScriptCaller`), checked again when it re-runs.
+    pub script_caller: Option<std::sync::Arc<crate::acl::ScriptCaller>>,
     /// A transaction's reads (see "Transactions" in the module essay): the (db, key)
     /// lookups planned instead of `spec`'s key positions. Such a unit runs no handler
     /// when its reads are done; its records go back to the connection's EXEC.
@@ -232,6 +234,7 @@ impl Parked {
             needs_replan: true,
             unsubmitted: Vec::new(),
             caller: crate::runtime::tracking::current(),
+            script_caller: crate::acl::script_caller(),
             keyset: None,
             cross: false,
         }

@@ -92,6 +92,7 @@ struct RemoteRequest {
     proto: Proto,
     args: Vec<Vec<u8>>,
     caller: crate::runtime::tracking::Caller,
+    script_caller: Option<Arc<crate::acl::ScriptCaller>>,
 }
 
 /// What `start_keyed` decided for a keyed command.
@@ -745,6 +746,7 @@ impl Worker {
                     proto,
                     args,
                     caller,
+                    script_caller,
                 } => self.remote_request(
                     from,
                     token,
@@ -754,6 +756,7 @@ impl Worker {
                         proto,
                         args,
                         caller,
+                        script_caller,
                     },
                     now,
                 ),
@@ -1125,6 +1128,9 @@ impl Worker {
         if tracking_active {
             crate::runtime::tracking::set_current(conn.tracking.caller(conn.id));
         }
+        // A restricted user's script: the commands it calls are checked against the user.
+        let _script_caller =
+            crate::acl::ScriptCallerScope::set(super::acl_cmd::script_caller_for(conn, spec, now));
         let outcome = match spec.kind {
             Kind::Local => {
                 let outcome = (self.run_connection_command)(self, conn, slot, spec, args, now);
@@ -1491,6 +1497,7 @@ impl Worker {
             proto: conn.proto,
             args: args.iter().map(|a| a.to_vec()).collect(),
             caller: crate::runtime::tracking::current(),
+            script_caller: crate::acl::script_caller(),
         });
         Outcome::Done
     }
@@ -1875,6 +1882,7 @@ impl Worker {
             };
             let shards = &mut self.shards;
             let prev = crate::runtime::tracking::set_current(p.caller);
+            let _script_caller = crate::acl::ScriptCallerScope::set(p.script_caller.clone());
             p.args.with_refs(|args| {
                 with_lent_in(shards, &mut fetched, &fetched_shard, |shards| {
                     exec_restartable(
@@ -1974,6 +1982,7 @@ impl Worker {
             token,
             seq: req.seq,
         };
+        let _script_caller = crate::acl::ScriptCallerScope::set(req.script_caller.clone());
         let prev = crate::runtime::tracking::set_current(req.caller);
         let start = self.start_keyed(dest, spec, &refs, req.db, req.proto);
         if matches!(start, Start::Parked { .. }) {
