@@ -122,7 +122,8 @@ mod tests {
         let key = b"{user}:1".to_vec();
         let other = b"{user}:1".to_vec(); // same bytes, another address
         let diff = b"memtier-42".to_vec();
-        let plain = |db: u8, k: &[u8]| (crate::storage::key_slot(k), crate::storage::key_hash(db, k));
+        let plain =
+            |db: u8, k: &[u8]| (crate::storage::key_slot(k), crate::storage::key_hash(db, k));
         let memo = |db: u8, k: &[u8]| (key_slot(k), key_hash(db, k));
         {
             let _span = enter(&key);
