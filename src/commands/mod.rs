@@ -31,7 +31,7 @@ pub mod table;
 pub mod zset;
 
 use crate::resp::ReplyBuf;
-use crate::storage::{key_slot, shard_of_slot, Db, Shard, StorageError, WriteGroups};
+use crate::storage::{shard_of_slot, Db, Shard, StorageError, WriteGroups};
 
 pub use glob::{glob_match, glob_match_nocase, Glob};
 pub use table::{lookup, CommandSpec, Kind, TABLE};
@@ -47,7 +47,8 @@ pub struct ShardSet {
 
 impl ShardSet {
     pub fn shard_id(&self, key: &[u8]) -> u32 {
-        shard_of_slot(key_slot(key), self.shard_count)
+        // The running command's key has its slot computed once (`runtime::keymemo`).
+        shard_of_slot(crate::runtime::keymemo::key_slot(key), self.shard_count)
     }
 
     /// The shard owning `key`. Panics if it is not held: the router must have

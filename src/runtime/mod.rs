@@ -7,6 +7,7 @@
 //! above (`server`, `commands`, `storage`) is safe code.
 pub mod bufring;
 pub mod events;
+pub mod keymemo;
 pub mod lookups;
 pub mod ring;
 pub mod tracking;

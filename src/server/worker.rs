@@ -1400,6 +1400,8 @@ impl Worker {
         args: &[&[u8]],
         now: u64,
     ) -> Outcome {
+        // Routing, planning and (when it runs at once) the handler hash the first key once.
+        let _memo = crate::runtime::keymemo::enter(args.get(1).copied().unwrap_or_default());
         let mut all_held = true;
         let mut owner: Option<usize> = None;
         let mut several = false;
@@ -2304,6 +2306,8 @@ fn exec_restartable(
     wanted: Option<&mut Vec<(u32, RecordRead)>>,
 ) {
     let handler = spec.handler.expect("keyed commands have handlers");
+    // The handler, the keyspace-hit count and the write scope hash the first key once.
+    let _memo = crate::runtime::keymemo::enter(args.get(1).copied().unwrap_or_default());
     let mut ctx = Ctx {
         shards,
         db,

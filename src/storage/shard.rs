@@ -11,7 +11,6 @@ use super::format::{
     FLAG_GROUPED, FLAG_LARGE, FLAG_PAGED, GROUP_ID_BYTES, KEY_LEN_MAX_BYTES, MARKER_RECORD_BYTES,
     RECORD_HEADER_BYTES, VALUE_LEN_MAX_BYTES,
 };
-use super::hash::key_hash;
 use super::index::{Address, Index};
 use super::prefetch::Fetched;
 use super::tombraider::TombRaider;
@@ -482,7 +481,8 @@ impl Shard {
     }
 
     pub(crate) fn hash(&self, db: Db, key: &[u8]) -> u64 {
-        key_hash(db, key) & self.hash_mask
+        // The running command's key is hashed once (`runtime::keymemo`).
+        crate::runtime::keymemo::key_hash(db, key) & self.hash_mask
     }
 
     fn block_size(&self) -> usize {
