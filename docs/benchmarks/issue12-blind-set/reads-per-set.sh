@@ -11,10 +11,11 @@ taskset -c 0 target/release/lavik --threads "$THREADS" --cache-size 0 --bind 127
   --port "$PORT" --data-file "$DATA" --data-file-size 3gb >/tmp/lavik-settle-rps-$PORT.log 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; rm -f "$DATA"' EXIT
-sleep 2
+until redis-cli -p "$PORT" DBSIZE 2>/dev/null | grep -q '^[0-9]'; do sleep 0.5; done
 B=target/release/lavik-bench
-taskset -c 1 $B -s 127.0.0.1 -p "$PORT" -t 1 -c 16 --pipeline 32 -d 1024 --ratio 1:0 \
-  --key-pattern P:P --key-minimum 0 --key-maximum 999999 --requests allkeys >/dev/null 2>&1
+taskset -c 1 $B -s 127.0.0.1 -p "$PORT" -t 1 -c 16 --requests=allkeys --ratio=1:0 \
+  --key-pattern=P:P --pipeline=32 --key-minimum=1 --key-maximum=1000000 -d 1024 \
+  --hide-histogram >/dev/null 2>&1 || true
 field() { redis-cli -p "$PORT" INFO "$1" | tr -d '\r' | sed -n "s/^$2://p"; }
 cpu() { awk '{print $14+$15}' /proc/$PID/stat; }
 # Summed over the per-shard lines of INFO storage (`shardN:... name=value ...`).
@@ -28,8 +29,9 @@ for r in $(seq 1 "$RUNS"); do
   b0=$(shards device_read_bytes); o0=$(field storage lavik_overwrite_reads)
   s0=$(field stats lavik_sync_reads); w0=$(field storage lavik_blind_sweep_reads)
   t0=$(cpu); m0=$(moved)
-  taskset -c 1 $B -s 127.0.0.1 -p "$PORT" -t 1 -c 200 --pipeline 1 -d 1024 --ratio 1:0 \
-    --key-pattern R:R --key-minimum 0 --key-maximum 999999 --test-time "$SECONDS_" >/dev/null 2>&1
+  taskset -c 1 $B -s 127.0.0.1 -p "$PORT" -t 1 -c 200 --test-time="$SECONDS_" --ratio=1:0 \
+    --key-pattern=R:R --pipeline=1 --key-minimum=1 --key-maximum=1000000 -d 1024 \
+    --hide-histogram >/dev/null 2>&1 || true
   c1=$(field stats total_commands_processed); d1=$(shards device_reads)
   b1=$(shards device_read_bytes); o1=$(field storage lavik_overwrite_reads)
   s1=$(field stats lavik_sync_reads); w1=$(field storage lavik_blind_sweep_reads)
