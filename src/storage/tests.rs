@@ -2179,3 +2179,28 @@ fn blind_collisions_count_exactly_without_record_reads() {
         }
     }
 }
+
+// Proves active expiry settles a pending blind write whose `prev` it meets (with the record it
+// read anyway) and then reaps that `prev` when it is another key's expired record: without it
+// the expiry entry would be dropped as stale and the key left for lazy expiry only.
+#[test]
+fn blind_active_expiry_settles_a_pending_prev() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &blind_cfg(0));
+    blind(&mut s, b"a", b"a1", Some(100), 0);
+    seal_with_filler(&mut s, 0);
+    blind(&mut s, b"b", b"b1", None, 0);
+    seal_with_filler(&mut s, 1);
+    let st = s.stats();
+    assert_eq!(
+        (st.blind_writes, st.blind_pending, st.expired_keys),
+        (1, 1, 0)
+    );
+    s.background(200, 10_000).unwrap();
+    let st = s.stats();
+    assert_eq!((st.blind_pending, st.blind_settled_new), (0, 1));
+    assert_eq!(st.expired_keys, 1, "the expired prev was not reaped");
+    assert_eq!(s.key_count(0), 1);
+    assert_eq!(val(&mut s, b"a", 200), None);
+    assert_eq!(val(&mut s, b"b", 200), Some(b"b1".to_vec()));
+}
