@@ -197,7 +197,7 @@ fn main() {
         defrag_record_sleep_us: settings.cli.defrag_record_sleep_us,
         recovery_progress: Some(progress.clone()),
         debug_hash_mask: settings.cli.debug_hash_mask,
-        blind_writes: settings.cli.blind_writes,
+        blind_writes: settings.blind_writes,
         ..StoreConfig::default()
     };
     // Recovery runs beside the workers: they listen at once and answer

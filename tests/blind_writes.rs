@@ -36,7 +36,7 @@ fn blind_writes_match_redis_under_collisions() {
     let mask = (0xC000_0000_0000_0000u64).to_string();
     let mut p = Pair::start(
         "blind-diff",
-        &["--blind-writes", "--debug-hash-mask", &mask],
+        &["--blind-writes", "yes", "--debug-hash-mask", &mask],
     );
     let mut rng = Rng::new(12);
     let key = |rng: &mut Rng| format!("k{}", rng.below(24));
@@ -85,7 +85,7 @@ fn blind_writes_match_redis_under_collisions() {
 // and that values and DBSIZE are exact afterwards.
 #[test]
 fn blind_overwrites_make_no_foreground_read() {
-    let s = Server::start("blind-reads", &["--blind-writes"]);
+    let s = Server::start("blind-reads", &["--blind-writes", "yes"]);
     let mut c = s.client();
     let info = |c: &mut redis::Connection| -> String {
         redis::cmd("INFO").arg("storage").query(c).unwrap()

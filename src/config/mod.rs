@@ -131,9 +131,9 @@ pub struct Cli {
     #[arg(long, default_value_t = u64::MAX, hide = true)]
     pub debug_hash_mask: u64,
     /// Plain SET/SETEX/PSETEX/MSET overwrite without reading the old record first
-    /// (`docs/index.md`, "Blind overwrites"); off by default while it is new.
-    #[arg(long, default_value_t = false, hide = true)]
-    pub blind_writes: bool,
+    /// (`docs/index.md`, "Blind overwrites") (yes|no).
+    #[arg(long, default_value = "yes")]
+    pub blind_writes: String,
     /// Test hook: each group-commit `fdatasync` counts as done this long after it
     /// completes (to see that replies wait for it).
     #[arg(long, default_value_t = 0, hide = true)]
@@ -257,6 +257,8 @@ pub struct Settings {
     pub protected_mode: bool,
     pub appendfsync: crate::storage::FsyncPolicy,
     pub direct_io: bool,
+    /// `--blind-writes`.
+    pub blind_writes: bool,
     pub config_file: Option<PathBuf>,
     /// `user` directives, each split into words (name first), validated.
     pub acl_users: Vec<Vec<Vec<u8>>>,
@@ -792,6 +794,8 @@ impl Settings {
         })?;
         let direct_io = parse_yes_no(&cli.direct_io)
             .ok_or_else(|| format!("--direct-io takes yes or no, got '{}'", cli.direct_io))?;
+        let blind_writes = parse_yes_no(&cli.blind_writes)
+            .ok_or_else(|| format!("--blind-writes takes yes or no, got '{}'", cli.blind_writes))?;
         let appendfsync = parse_fsync(&cli.appendfsync).ok_or_else(|| {
             format!(
                 "--appendfsync takes always, everysec or no, got '{}'",
@@ -864,6 +868,7 @@ impl Settings {
             protected_mode,
             appendfsync,
             direct_io,
+            blind_writes,
             dpdk,
             cli,
         })

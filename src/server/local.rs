@@ -734,6 +734,7 @@ fn config_params(w: &Worker) -> Vec<(String, String)> {
                 .to_string(),
         ),
         ("protected-mode".into(), yes_no(rt.protected_mode)),
+        ("blind-writes".into(), yes_no(s.blind_writes)),
         ("appendonly".into(), "yes".into()),
         ("appendfsync".into(), fsync.into()),
         ("save".into(), String::new()),
@@ -1457,12 +1458,15 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             shard_stats.iter().map(|(_, s)| f(s)).sum::<u64>()
         };
         out.push_str(&format!(
-            "lavik_overwrite_reads:{}\r\nlavik_blind_writes:{}\r\nlavik_blind_settled_same:{}\r\nlavik_blind_settled_new:{}\r\nlavik_blind_pending:{}\r\n",
+            "lavik_overwrite_reads:{}\r\nlavik_blind_writes:{}\r\nlavik_blind_settled_same:{}\r\nlavik_blind_settled_new:{}\r\nlavik_blind_pending:{}\r\nlavik_blind_sweep_reads:{}\r\nlavik_device_reads:{}\r\nlavik_device_read_bytes:{}\r\n",
             sum(|s| s.overwrite_reads),
             sum(|s| s.blind_writes),
             sum(|s| s.blind_settled_same),
             sum(|s| s.blind_settled_new),
             sum(|s| s.blind_pending),
+            sum(|s| s.blind_sweep_reads),
+            sum(|s| s.device_reads),
+            sum(|s| s.device_read_bytes),
         ));
         for (id, s) in &shard_stats {
             out.push_str(&format!("shard{id}:{}\r\n", stats_line(s)));

@@ -1453,7 +1453,11 @@ impl Worker {
                 Start::Borrowed => {
                     // Records not in memory are fetched by their owners first, outside the
                     // pass (`txn.rs`, "Device reads"): the command runs in a later pass.
+                    // A blind write (MSET) reads nothing it does not have (`put_blind`).
+                    let blind = self.shared.settings.blind_writes
+                        && crate::commands::string::blind_write(spec.name, args);
                     let keys: Vec<(u8, Vec<u8>)> = key_positions(spec, args)
+                        .filter(|_| !blind)
                         .map(|p| (db, args[p].to_vec()))
                         .collect();
                     if matches!(self.cross_prefetch(conn, slot, &keys), txn::Cross::Parked) {

@@ -164,7 +164,7 @@ pub struct StoreConfig {
     pub debug_hash_mask: u64,
     /// Blind overwrites (`docs/index.md`, "Blind overwrites"): a plain SET of a key whose
     /// index position holds one record not in memory replaces it without reading it first;
-    /// whether it was the same key is settled later. Off by default for now.
+    /// whether it was the same key is settled later. On by default.
     pub blind_writes: bool,
 }
 
@@ -189,7 +189,7 @@ impl Default for StoreConfig {
             cache_capacity_bytes: 0,
             recovery_progress: None,
             debug_hash_mask: u64::MAX,
-            blind_writes: false,
+            blind_writes: true,
         }
     }
 }

@@ -129,6 +129,19 @@ impl Shard {
         }
         let h = self.hash(db, key);
         for addr in self.candidate_addresses(db, h) {
+            if let Some(p) = self
+                .blind
+                .get(&addr.0)
+                .filter(|p| p.db != db || *p.key != *key)
+            {
+                // Another key's unsettled blind write (its key is kept, so its record is
+                // not needed): the lookup settles it, which reads the record it replaced.
+                let prev = p.prev;
+                if self.in_memory(prev, have, |_, _, _| ()).is_none() {
+                    self.push_read(prev, out);
+                }
+                continue;
+            }
             match self.in_memory(addr, have, |hdr, k, v| {
                 let ours = hdr.db == db && k == key;
                 let large = ours && hdr.flags & FLAG_LARGE != 0;

@@ -136,21 +136,44 @@ pub(crate) struct Counters {
     /// Blind writes settled as overwrites of the same key / as new keys.
     pub blind_settled_same: u64,
     pub blind_settled_new: u64,
+    /// Span reads of the settle sweep (and of `settle_blind_all`).
+    pub blind_sweep_reads: u64,
 }
 
 /// A blind write not yet settled: the record at the key of `Shard::blind` replaced the
 /// index entry `prev` (same index position) without reading it, so `prev` is either the
-/// same key's superseded record or another key's current one (`docs/index.md`).
-#[derive(Clone, Copy, Debug)]
+/// same key's superseded record or another key's current one (`docs/index.md`). The new
+/// record's key (at most `BLIND_KEY_MAX` bytes), length and deadline are kept so that
+/// settling reads only `prev` (or nothing, where `prev`'s block is read anyway), and a
+/// second blind write of the same key replaces the pending record without reading it.
+#[derive(Clone, Debug)]
 pub(crate) struct BlindPending {
     pub db: Db,
     pub h: u64,
     pub prev: Address,
+    /// The new record's key.
+    pub key: Box<[u8]>,
+    /// The new record's length on the device (its live bytes) and deadline (0: none).
+    pub len: u32,
+    pub expire: u64,
+    /// The new record may own other records (a large value's fragments; after an
+    /// overwrite through the reading path, maybe a paged root's pages): then a later blind
+    /// write of the key reads it instead of replacing it.
+    pub large: bool,
 }
 
-/// Unsettled blind writes per shard before a blind-capable write reads instead (RAM bound:
-/// ~40 bytes each; each settles within one `background` call anyway).
-pub(crate) const BLIND_PENDING_MAX: usize = 4096;
+/// Unsettled blind writes per shard before a blind-capable write reads instead. RAM bound
+/// per shard: ~150 bytes each with a 16-byte key (map slot 8 + 64 + 1, the key's heap
+/// block ~32, the reverse map `blind_prevs` ~35, the per-block count share), so ~10 MiB at
+/// the bound; `stats().index_bytes` counts it.
+pub(crate) const BLIND_PENDING_MAX: usize = 65_536;
+
+/// Pending blind writes above which `background` runs the settle sweep (one span read of
+/// the block holding the most pending `prev`s per step, `settle_sweep`).
+pub(crate) const BLIND_SWEEP_WATERMARK: usize = 49_152;
+
+/// Keys longer than this are never written blindly (the pending entry keeps the key).
+pub(crate) const BLIND_KEY_MAX: usize = 64;
 
 /// What `DEFRAG STATUS` reports for one shard.
 #[derive(Clone, Debug)]
@@ -214,6 +237,8 @@ pub struct ShardStats {
     /// Blind writes not settled yet (`keys` may be short by up to this many until they are:
     /// `settle_blind_all` makes it exact).
     pub blind_pending: u64,
+    /// Span reads of the settle sweep and of `settle_blind_all` (`lavik_blind_sweep_reads`).
+    pub blind_sweep_reads: u64,
 }
 
 /// One slice of the keyspace (slot % shard_count == shard id), with its own index, append
@@ -328,6 +353,11 @@ pub struct Shard {
     /// Unsettled blind writes, by the new record's address (see `BlindPending`). Every
     /// entry's record is in the index and is the only entry at its index position.
     pub(crate) blind: HashMap<u64, BlindPending>,
+    /// The same entries by `prev` (-> the new record's address): the pending `prev`s of a
+    /// block are one range (defrag, the settle sweep).
+    pub(crate) blind_prevs: std::collections::BTreeMap<u64, u64>,
+    /// Pending `prev`s per block (the settle sweep reads the block with the most).
+    pub(crate) blind_per_block: HashMap<BlockId, u32>,
 }
 
 /// The multi-record command in progress on a shard (`Shard::command_begin`).
@@ -472,6 +502,8 @@ impl Shard {
             scope_pages: HashMap::new(),
             blind_writes: cfg.blind_writes,
             blind: HashMap::new(),
+            blind_prevs: std::collections::BTreeMap::new(),
+            blind_per_block: HashMap::new(),
             shared,
         }
     }
@@ -650,10 +682,11 @@ impl Shard {
 
     /// `put` for writes whose reply does not depend on the old value (plain SET, SETEX,
     /// PSETEX, MSET): with `StoreConfig::blind_writes`, when the key's index position holds
-    /// exactly one entry, not an unsettled blind write itself, whose record is not in
-    /// memory, the new record replaces that entry without reading it (a *blind write*,
-    /// `docs/index.md` "Blind overwrites"); whether it was the same key is settled later
-    /// (`settle_blind`). Otherwise exactly `put`.
+    /// exactly one entry whose record is not in memory, the new record replaces that entry
+    /// without reading it (a *blind write*, `docs/index.md` "Blind overwrites"); whether it
+    /// was the same key is settled later (`settle_blind`). When that one entry is itself
+    /// this key's pending blind write, the new record replaces it the same way (the pending
+    /// entry's key proves it is the same key). Otherwise exactly `put`.
     #[allow(clippy::too_many_arguments)]
     pub fn put_blind(
         &mut self,
@@ -670,8 +703,19 @@ impl Shard {
         let mut cands = self.candidate_addresses(db, h);
         let (first, second) = (cands.next(), cands.next());
         drop(cands);
+        // Our own pending blind write: replace it (no read; its length and deadline are kept).
+        let ours = first.filter(|c| {
+            second.is_none()
+                && self.blind_writes
+                && self
+                    .blind
+                    .get(&c.0)
+                    .is_some_and(|p| p.db == db && !p.large && *p.key == *key)
+        });
         let blind = match (first, second) {
+            _ if ours.is_some() => None,
             (Some(c), None) => (self.blind_writes
+                && key.len() <= BLIND_KEY_MAX
                 // Keyspace event `new` needs to know whether the key existed.
                 && crate::runtime::events::flags() & crate::runtime::events::NEW == 0
                 && self.blind.len() < BLIND_PENDING_MAX
@@ -680,7 +724,7 @@ impl Shard {
             .then_some(c),
             _ => None,
         };
-        let Some(prev) = blind else {
+        if ours.is_none() && blind.is_none() {
             if [first, second]
                 .into_iter()
                 .flatten()
@@ -690,7 +734,7 @@ impl Shard {
             }
             let old = self.find(db, key, h)?;
             return self.put_found(db, key, kind, bytes, expire, h, old);
-        };
+        }
         let (addr, len) = if self.appended_len(key.len(), bytes.len()) <= self.inline_record_max() {
             let (addr, _) = self.append(
                 RecordType::Put,
@@ -707,21 +751,91 @@ impl Shard {
         } else {
             self.put_large(db, key, kind, bytes, expire)?
         };
+        let large = self.appended_len(key.len(), bytes.len()) > self.inline_record_max();
+        // The entry replaced: `prev` (unknown), or our pending record (its `prev` stays).
+        let replaced_addr = ours.or(blind).expect("one of them");
+        let replaced_addr = self.current_address(replaced_addr);
         let d = db as usize;
-        let replaced = self.indexes[d].replace(h, prev, addr);
+        let replaced = self.indexes[d].replace(h, replaced_addr, addr);
         assert!(replaced, "index lost an entry it just returned");
         let (block, _) = self.shared.layout.split(addr);
         if let Some(info) = self.blocks.get_mut(&block) {
             info.live_bytes[d] += len as u32;
         }
         self.expiry_add(db, expire, addr);
-        self.blind.insert(addr.0, BlindPending { db, h, prev });
-        self.counters.blind_writes += 1;
+        let prev = match ours {
+            Some(_) => {
+                let old = self.blind_remove(replaced_addr).expect("checked above");
+                self.expiry_remove(db, old.expire, replaced_addr);
+                self.unaccount(db, replaced_addr, old.len as usize);
+                old.prev
+            }
+            None => {
+                self.counters.blind_writes += 1;
+                replaced_addr
+            }
+        };
+        self.blind_insert(
+            addr,
+            BlindPending {
+                db,
+                h,
+                prev,
+                key: key.into(),
+                len: len as u32,
+                expire,
+                large,
+            },
+        );
         if !self.watches.is_empty() {
             self.watches.touch(db, key, false);
         }
         crate::runtime::tracking::modified(key);
         Ok(())
+    }
+
+    /// Adds a pending blind write (all three maps).
+    fn blind_insert(&mut self, addr: Address, p: BlindPending) {
+        let (pb, _) = self.shared.layout.split(p.prev);
+        *self.blind_per_block.entry(pb).or_insert(0) += 1;
+        self.blind_prevs.insert(p.prev.0, addr.0);
+        self.blind.insert(addr.0, p);
+    }
+
+    /// Removes the pending blind write whose new record is at `addr` (all three maps).
+    pub(crate) fn blind_remove(&mut self, addr: Address) -> Option<BlindPending> {
+        let p = self.blind.remove(&addr.0)?;
+        self.blind_prevs.remove(&p.prev.0);
+        let (pb, _) = self.shared.layout.split(p.prev);
+        if let Some(n) = self.blind_per_block.get_mut(&pb) {
+            *n -= 1;
+            if *n == 0 {
+                self.blind_per_block.remove(&pb);
+            }
+        }
+        Some(p)
+    }
+
+    /// The pending record at `old` moved to `new` (an overwrite through the reading path,
+    /// a block seal, a defrag relocation): same unknown, new address.
+    pub(crate) fn blind_move(&mut self, old: Address, new: Address) {
+        if let Some(p) = self.blind.remove(&old.0) {
+            self.blind_prevs.insert(p.prev.0, new.0);
+            self.blind.insert(new.0, p);
+        }
+    }
+
+    /// Drops every pending entry of `db` (FLUSHDB: every record of the db is dead).
+    fn blind_drop_db(&mut self, db: Db) {
+        let gone: Vec<u64> = self
+            .blind
+            .iter()
+            .filter(|(_, p)| p.db == db)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in gone {
+            self.blind_remove(Address(a));
+        }
     }
 
     /// The record at `addr` is in the staging buffer or the record cache (not counting
@@ -740,61 +854,201 @@ impl Shard {
             .is_some_and(|i| self.cache.peek(addr, i.block_seq).is_some())
     }
 
-    /// Settles the blind write whose record is at `addr`, if it is one: reads it and the
-    /// record it replaced in the index. The same key: the old record is superseded (its
-    /// live bytes, expiry entry, extents or pages go, as an overwrite's would). Another
-    /// key: the old record is that key's current one and goes back into the index. Reads
-    /// both records before changing anything (a deferred read leaves it unsettled).
+    /// Settles the blind write whose record is at `addr`, if it is one: reads the record it
+    /// replaced in the index (`prev`; the new record's key is in the pending entry) and
+    /// settles with it (`settle_with`). A deferred read leaves it unsettled.
     pub(crate) fn settle_blind(&mut self, addr: Address) -> Result<(), StorageError> {
-        let Some(&p) = self.blind.get(&addr.0) else {
+        let Some(prev) = self.blind.get(&addr.0).map(|p| p.prev) else {
             return Ok(());
         };
-        let (new, old) = match (self.read_record(addr), self.read_record(p.prev)) {
-            (Ok(new), Ok(old)) => (new, old),
-            (Err(StorageError::Corrupt(why)), _) | (_, Err(StorageError::Corrupt(why))) => {
-                // Unreadable: whichever key `prev` held cannot be served any more, and it
-                // is left out of the index (its bytes stay counted until defrag).
-                tracing::warn!(
-                    shard = self.id,
-                    why,
-                    "blind write settled over a record that fails its check"
-                );
-                self.blind.remove(&addr.0);
-                return Ok(());
+        match self.read_record(prev) {
+            Ok(old) => self.settle_with(addr, Some(&old.header), &old.key, Some(&old)),
+            Err(StorageError::Corrupt(why)) => {
+                self.settle_unreadable(addr, &why);
+                Ok(())
             }
-            (Err(e), _) | (_, Err(e)) => return Err(e),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `prev` of the pending write at `addr` cannot be read: whichever key it held cannot
+    /// be served any more, and it is left out of the index (its bytes stay counted until
+    /// defrag finds them unreadable too).
+    fn settle_unreadable(&mut self, addr: Address, why: &str) {
+        tracing::warn!(
+            shard = self.id,
+            why,
+            "blind write settled over a record that fails its check"
+        );
+        self.blind_remove(addr);
+    }
+
+    /// Settles the pending write at `addr` with its `prev` record in hand (`header` and key
+    /// from wherever it was read: a record read, defrag's block image, the sweep's span;
+    /// `full` is the whole record when a same-key settle must see its value: a large root's
+    /// extents, a paged root's pages — without it such a record is read). The same key:
+    /// `prev` is superseded (its live bytes, expiry entry, extents or pages go, as an
+    /// overwrite's would). Another key: `prev` is that key's current record and goes back
+    /// into the index.
+    pub(crate) fn settle_with(
+        &mut self,
+        addr: Address,
+        header: Option<&RecordHeader>,
+        prev_key: &[u8],
+        full: Option<&OwnedRecord>,
+    ) -> Result<(), StorageError> {
+        let Some(p) = self.blind.get(&addr.0) else {
+            return Ok(());
         };
-        self.blind.remove(&addr.0);
-        let d = p.db as usize;
-        if old.header.record_type == RecordType::Put
-            && old.header.db == p.db
-            && new.header.db == p.db
-            && old.key == new.key
-        {
-            self.expiry_remove(p.db, old.header.expire_at_ms, p.prev);
-            self.unaccount(p.db, p.prev, old.header.record_len());
-            if old.header.flags & FLAG_LARGE != 0 {
-                self.retire_extents_of(&old);
-            }
-            if old.header.flags & FLAG_PAGED != 0 {
-                super::paged::release(self, p.db, &old);
+        let Some(hdr) = header else {
+            self.settle_unreadable(addr, "no record");
+            return Ok(());
+        };
+        let same = hdr.record_type == RecordType::Put && hdr.db == p.db && *p.key == *prev_key;
+        let (db, h, prev) = (p.db, p.h, p.prev);
+        if same && hdr.flags & (FLAG_LARGE | FLAG_PAGED) != 0 && full.is_none() {
+            // Its value is needed to retire what it owns: one record read (rare).
+            return self.settle_blind(addr);
+        }
+        self.blind_remove(addr);
+        if same {
+            self.expiry_remove(db, hdr.expire_at_ms, prev);
+            self.unaccount(db, prev, hdr.record_len());
+            if let Some(old) = full {
+                if hdr.flags & FLAG_LARGE != 0 {
+                    self.retire_extents_of(old);
+                }
+                if hdr.flags & FLAG_PAGED != 0 {
+                    super::paged::release(self, db, old);
+                }
             }
             self.counters.blind_settled_same += 1;
         } else {
-            self.indexes[d].insert(p.h, p.prev);
+            self.indexes[db as usize].insert(h, prev);
             self.counters.blind_settled_new += 1;
         }
         Ok(())
     }
 
-    /// Settles every blind write of this shard (DBSIZE, INFO keyspace, RANDOMKEY, SCAN,
-    /// background work, the checkpoint: whatever needs the index exact). After it
-    /// `key_count` is exact.
-    pub fn settle_blind_all(&mut self) -> Result<(), StorageError> {
-        while let Some(&a) = self.blind.keys().next() {
-            self.settle_blind(Address(a))?;
+    /// Settles every pending `prev` in `block` from the bytes `image` of the block starting
+    /// at offset `start` (defrag's block image, the sweep's span). A `prev` past the bytes
+    /// read, or whose record does not decode, is settled with a record read / as unreadable.
+    fn settle_block_from(
+        &mut self,
+        block: BlockId,
+        block_seq: u64,
+        image: &[u8],
+        start: usize,
+    ) -> Result<(), StorageError> {
+        let lo = self.shared.layout.address(block, 0).0;
+        let hi = lo | ((1u64 << self.shared.layout.offset_bits) - 1);
+        let pending: Vec<(u64, u64)> = self
+            .blind_prevs
+            .range(lo..=hi)
+            .map(|(p, a)| (*p, *a))
+            .collect();
+        for (prev, addr) in pending {
+            let (_, off) = self.shared.layout.split(Address(prev));
+            let rel = off.wrapping_sub(start);
+            let hdr = (off >= start && rel < image.len())
+                .then(|| RecordHeader::decode(&image[rel..]))
+                .flatten();
+            match hdr {
+                Some(hd) if rel + hd.record_len() <= image.len() => {
+                    match decode_record(&image[rel..rel + hd.record_len()], block_seq) {
+                        Some(r) => {
+                            let full =
+                                (r.header.flags & (FLAG_LARGE | FLAG_PAGED) != 0).then(|| {
+                                    OwnedRecord {
+                                        header: r.header,
+                                        key: r.key.to_vec(),
+                                        value: r.value.to_vec(),
+                                    }
+                                });
+                            let header = r.header;
+                            let key = r.key.to_vec();
+                            self.settle_with(Address(addr), Some(&header), &key, full.as_ref())?;
+                        }
+                        None => self.settle_unreadable(Address(addr), "fails its checksum"),
+                    }
+                }
+                _ => self.settle_blind(Address(addr))?,
+            }
         }
         Ok(())
+    }
+
+    /// The settle sweep: while more than `BLIND_SWEEP_WATERMARK` blind writes are pending,
+    /// reads the part of the block holding the most pending `prev`s that spans them in one
+    /// read and settles all of them (`settle_block_from`). At most `blocks` reads.
+    fn settle_sweep(&mut self, watermark: usize, blocks: usize) -> Result<(), StorageError> {
+        for _ in 0..blocks {
+            if self.blind.len() <= watermark {
+                break;
+            }
+            let Some((&block, _)) = self.blind_per_block.iter().max_by_key(|(b, n)| (**n, b.0))
+            else {
+                break;
+            };
+            self.settle_block_read(block)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the span of `block` holding its pending `prev`s (one read, `device_reads`;
+    /// not a per-record `sync_reads` read) and settles them.
+    fn settle_block_read(&mut self, block: BlockId) -> Result<(), StorageError> {
+        let lo = self.shared.layout.address(block, 0).0;
+        let hi = lo | ((1u64 << self.shared.layout.offset_bits) - 1);
+        let first = self.blind_prevs.range(lo..=hi).next().map(|(p, _)| *p);
+        let last = self.blind_prevs.range(lo..=hi).next_back().map(|(p, _)| *p);
+        let (Some(first), Some(last)) = (first, last) else {
+            return Ok(());
+        };
+        let Some(info) = self.blocks.get(&block) else {
+            // Not a block of ours: nothing readable (should not happen; settle each).
+            let addrs: Vec<u64> = self.blind_prevs.range(lo..=hi).map(|(_, a)| *a).collect();
+            for a in addrs {
+                self.settle_unreadable(Address(a), "prev outside the shard's blocks");
+            }
+            return Ok(());
+        };
+        let block_seq = info.block_seq;
+        let bs = self.block_size();
+        let (_, off0) = self.shared.layout.split(Address(first));
+        let (_, off1) = self.shared.layout.split(Address(last));
+        let start = off0 & !(CHUNK_ALIGN_BYTES as usize - 1);
+        let end = align_up(off1 + READ_WINDOW_BYTES).min(bs);
+        let len = end - start;
+        let (dev, base) = self.shared.layout.locate(block);
+        let mut buf = AlignedBuf::new_zeroed(len.next_multiple_of(4096));
+        self.shared.layout.devices[dev].read_range_at(base + start as u64, &mut buf, 0..len)?;
+        self.counters.device_reads += 1;
+        self.counters.device_read_bytes += len as u64;
+        self.counters.blind_sweep_reads += 1;
+        self.settle_block_from(block, block_seq, &buf.as_slice()[..len], start)
+    }
+
+    /// RAM of the pending blind writes (`stats().index_bytes`): map slots, key heap blocks
+    /// (rounded to 16 plus a 16-byte header), the reverse map (B-tree leaves of 11 slots of
+    /// 16 bytes, counted at 60 % full) and the per-block counts.
+    fn blind_memory_bytes(&self) -> u64 {
+        let slots = self.blind.capacity() * (8 + std::mem::size_of::<BlindPending>() + 1);
+        let keys: usize = self
+            .blind
+            .values()
+            .map(|p| p.key.len().next_multiple_of(16) + 16)
+            .sum();
+        let reverse = self.blind_prevs.len() * 16 * 10 / 6 + self.blind_prevs.len() / 11 * 16;
+        let per_block = self.blind_per_block.capacity() * (4 + 4 + 1);
+        (slots + keys + reverse + per_block) as u64
+    }
+
+    /// Settles every blind write of this shard (DBSIZE, INFO keyspace, RANDOMKEY, SCAN,
+    /// the checkpoint: whatever needs the index exact), one span read per block holding
+    /// pending `prev`s. After it `key_count` is exact.
+    pub fn settle_blind_all(&mut self) -> Result<(), StorageError> {
+        self.settle_sweep(0, usize::MAX)
     }
 
     /// Size checks shared by `put` and `put_blind`.
@@ -1233,7 +1487,7 @@ impl Shard {
         self.mark_unflushed();
         self.indexes[d] = Index::new();
         // Every record of the db is dead now, whatever its blind writes replaced.
-        self.blind.retain(|_, p| p.db != db);
+        self.blind_drop_db(db);
         self.expiry[d].clear();
         // The db's live bytes go to zero below, its released pages' with them.
         self.releases.drop_db(db);
@@ -1377,8 +1631,19 @@ impl Shard {
     pub fn background(&mut self, now_ms: u64, budget_us: u64) -> Result<(), StorageError> {
         self.last_now_ms = now_ms;
         let mut work = (budget_us / BACKGROUND_UNIT_US).max(1);
-        // Expiry, the tomb raider and defrag judge records by the index: it must be exact.
-        self.settle_blind_all()?;
+        // Pending blind writes live on: active expiry and defrag settle a pending `prev`
+        // when they meet it, the tomb raider takes it for dead (that only keeps tombstones),
+        // and the sweep settles the most crowded block once too many are pending.
+        if self.blind.len() > BLIND_SWEEP_WATERMARK {
+            let before = self.counters.blind_sweep_reads;
+            self.settle_sweep(
+                BLIND_SWEEP_WATERMARK,
+                (work / DEFRAG_BLOCK_READ_WORK).max(1) as usize,
+            )?;
+            work = work.saturating_sub(
+                (self.counters.blind_sweep_reads - before) * DEFRAG_BLOCK_READ_WORK,
+            );
+        }
         self.active_expiry(now_ms, &mut work)?;
         // Pages of deleted/overwritten paged roots stop counting here, not in the command
         // (`docs/collections.md` 7a). Defrag waits while any is pending: it would take
@@ -1470,7 +1735,7 @@ impl Shard {
                 .iter()
                 .map(|ix| ix.memory_bytes() as u64)
                 .sum::<u64>()
-                + (self.blind.capacity() * (8 + std::mem::size_of::<BlindPending>() + 1)) as u64,
+                + self.blind_memory_bytes(),
             staging_bytes: (self.staging.len()
                 + self.read_buf.len()
                 + self.defrag_job.as_ref().map_or(0, |j| j.image.len()))
@@ -1505,6 +1770,7 @@ impl Shard {
             blind_settled_same: c.blind_settled_same,
             blind_settled_new: c.blind_settled_new,
             blind_pending: self.blind.len() as u64,
+            blind_sweep_reads: c.blind_sweep_reads,
         }
     }
 
@@ -1585,6 +1851,16 @@ impl Shard {
     ) -> Result<Option<Found>, StorageError> {
         'again: loop {
             for addr in self.candidate_addresses(db, h) {
+                if self
+                    .blind
+                    .get(&addr.0)
+                    .is_some_and(|p| p.db != db || *p.key != *key)
+                {
+                    // Another key's blind write (its key is kept): (db, key) may be the
+                    // record it replaced. Settling reads only that one; then look again.
+                    self.settle_blind(addr)?;
+                    continue 'again;
+                }
                 let rec = self.read_record(addr)?;
                 if rec.header.db == db && rec.key == key {
                     return Ok(Some(Found { addr, rec }));
@@ -1757,9 +2033,13 @@ impl Shard {
                 let replaced = self.indexes[d].replace(h, fa, addr);
                 assert!(replaced, "index lost an entry it just returned");
                 // The new record of the same key heads an unsettled blind write now.
-                if let Some(p) = self.blind.remove(&fa.0) {
-                    self.blind.insert(addr.0, p);
+                if let Some(p) = self.blind.get_mut(&fa.0) {
+                    p.len = len as u32;
+                    p.expire = expire;
+                    // Maybe a large or paged root now: never replaced without a read.
+                    p.large = true;
                 }
+                self.blind_move(fa, addr);
                 self.expiry_remove(db, f.rec.header.expire_at_ms, fa);
                 self.unaccount(db, fa, f.rec.header.record_len());
                 if retire_old_extents && f.rec.header.flags & FLAG_LARGE != 0 {
@@ -2284,9 +2564,7 @@ impl Shard {
             }
         } else if self.indexes[h.db as usize].replace(hash, old, new) {
             // Any indexed record (a put, or another kind the index points at).
-            if let Some(p) = self.blind.remove(&old.0) {
-                self.blind.insert(new.0, p);
-            }
+            self.blind_move(old, new);
             self.unaccount(h.db, old, len);
             if let Some(i) = self.blocks.get_mut(&new_block) {
                 i.live_bytes[h.db as usize] += len as u32;
@@ -2913,6 +3191,10 @@ impl Shard {
         {
             return Ok(());
         }
+        if let Some(&r) = self.blind_prevs.get(&addr.0) {
+            // A pending blind write's `prev`: settle it with the record just read.
+            self.settle_with(Address(r), Some(&rec.header), &rec.key.clone(), Some(&rec))?;
+        }
         let h = self.hash(db, &rec.key);
         if !self.indexes[db as usize].candidates(h).any(|a| a == addr) {
             return Ok(());
@@ -2993,6 +3275,11 @@ impl Shard {
         self.shared.layout.devices[dev].read_at(base, &mut image)?;
         self.counters.device_reads += 1;
         self.counters.device_read_bytes += bs as u64;
+        // Pending blind writes over records of this block settle from the image (no read).
+        self.settle_block_from(block, info.block_seq, &image.as_slice()[..bs], 0)?;
+        if !self.releases.is_empty() {
+            return Ok(None); // a paged root was released: its pages stay until read
+        }
         let mut records = Vec::new();
         let mut pos = 0;
         while pos < info.used_bytes as usize {
@@ -3086,6 +3373,19 @@ impl Shard {
         }
         match hdr.record_type {
             RecordType::Put => {
+                if let Some(&r) = self.blind_prevs.get(&addr.0) {
+                    // A pending blind write's `prev`: settled from the image (no read).
+                    let full = OwnedRecord {
+                        header: hdr,
+                        key: rec.key.to_vec(),
+                        value: rec.value.to_vec(),
+                    };
+                    self.settle_with(Address(r), Some(&hdr), rec.key, Some(&full))?;
+                    if !self.releases.is_empty() {
+                        // It released a paged root: its pages must stay until read.
+                        return Ok(false);
+                    }
+                }
                 let h = self.hash(hdr.db, rec.key);
                 if !self.indexes[hdr.db as usize]
                     .candidates(h)
@@ -3106,9 +3406,7 @@ impl Shard {
                 )?;
                 let replaced = self.indexes[hdr.db as usize].replace(h, addr, new);
                 assert!(replaced, "index lost an entry it just returned");
-                if let Some(p) = self.blind.remove(&addr.0) {
-                    self.blind.insert(new.0, p);
-                }
+                self.blind_move(addr, new);
                 let len = hdr.record_len() as u32;
                 // The copy is plain: no group id.
                 let copy_len = len - hdr.group_id_len() as u32;

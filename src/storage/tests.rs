@@ -2022,3 +2022,185 @@ fn blind_overwrites_match_a_model() {
         "{blinds} {same} {new}"
     );
 }
+
+/// `n` keys `{p}{i}` of 500 bytes written with `put` (read path), then pushed to the device.
+fn put_all(s: &mut Shard, p: &str, n: u32, byte: u8) {
+    for i in 0..n {
+        s.put(
+            0,
+            format!("{p}{i}").as_bytes(),
+            ValueKind::String,
+            &[byte; 500],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    s.flush().unwrap();
+}
+
+// Proves the exact count settles pending blind writes from one span read per block of
+// `prev`s, reading neither the new records (their keys are kept) nor any record on its own:
+// `sync_reads` does not grow (it grew by two per pending write when settling read `R` and
+// `prev` one by one).
+#[test]
+fn blind_settle_all_reads_spans_not_records() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &blind_cfg(u64::MAX));
+    put_all(&mut s, "k", 40, 1);
+    seal_with_filler(&mut s, 0);
+    for i in 0..40u32 {
+        s.put_blind(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &[2; 500],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    // The new records leave staging too: settling must not need them.
+    seal_with_filler(&mut s, 1);
+    let st = s.stats();
+    assert_eq!((st.blind_writes, st.blind_pending), (40, 40));
+    let (sync0, reads0) = (s.cache_stats().sync_reads, st.device_reads);
+    assert_eq!(exact_count(&mut s), 40);
+    let st = s.stats();
+    assert_eq!(
+        s.cache_stats().sync_reads,
+        sync0,
+        "settling read records one by one"
+    );
+    assert!(
+        (1..=2).contains(&st.blind_sweep_reads),
+        "{} span reads for one block of prevs",
+        st.blind_sweep_reads
+    );
+    assert_eq!(st.device_reads - reads0, st.blind_sweep_reads);
+    assert_eq!(st.blind_settled_same, 40);
+    for i in 0..40u32 {
+        assert_eq!(
+            val(&mut s, format!("k{i}").as_bytes(), 0),
+            Some(vec![2; 500])
+        );
+    }
+}
+
+// Proves defrag settles the pending blind writes whose `prev` is in the block it reads from
+// that block's image (no other read: `sync_reads` unchanged, no sweep read), and frees the
+// block; pending writes below the sweep watermark stay pending until then.
+#[test]
+fn blind_defrag_settles_from_its_image() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &blind_cfg(u64::MAX));
+    // One block: 40 keys that will be overwritten blindly, 60 made dead by plain puts.
+    put_all(&mut s, "k", 40, 1);
+    put_all(&mut s, "d", 60, 1);
+    seal_with_filler(&mut s, 0);
+    put_all(&mut s, "d", 60, 3);
+    for i in 0..40u32 {
+        s.put_blind(
+            0,
+            format!("k{i}").as_bytes(),
+            ValueKind::String,
+            &[2; 500],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    seal_with_filler(&mut s, 1);
+    assert_eq!(s.stats().blind_pending, 40);
+    let sync0 = s.cache_stats().sync_reads;
+    let mut rounds = 0;
+    while s.stats().blind_pending > 0 || s.stats().defrag_freed_blocks == 0 {
+        s.background(0, 10_000).unwrap();
+        s.flush().unwrap();
+        rounds += 1;
+        assert!(
+            rounds < 2000,
+            "defrag never settled: {:?}",
+            s.stats().blind_pending
+        );
+    }
+    let st = s.stats();
+    assert_eq!(
+        s.cache_stats().sync_reads,
+        sync0,
+        "defrag settled with record reads"
+    );
+    assert_eq!(st.blind_sweep_reads, 0);
+    assert_eq!(st.blind_settled_same, 40);
+    assert_eq!(s.key_count(0), 100);
+    for i in 0..40u32 {
+        assert_eq!(
+            val(&mut s, format!("k{i}").as_bytes(), 0),
+            Some(vec![2; 500])
+        );
+    }
+}
+
+// Proves DBSIZE is exact after blind overwrites with forced collisions (16 index positions,
+// the hash masked to its top 4 bits: new keys written blindly over other keys' records) and
+// settles them without record reads.
+#[test]
+fn blind_collisions_count_exactly_without_record_reads() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &blind_cfg(0xF000_0000_0000_0000));
+    put_all(&mut s, "a", 16, 1);
+    seal_with_filler(&mut s, 0);
+    for i in 0..16u32 {
+        s.put_blind(
+            0,
+            format!("b{i}").as_bytes(),
+            ValueKind::String,
+            &[2; 500],
+            None,
+            0,
+        )
+        .unwrap();
+    }
+    seal_with_filler(&mut s, 1);
+    let pending = s.stats().blind_pending;
+    assert!(pending >= 1, "no blind write over another key");
+    let (sync0, new0) = (s.cache_stats().sync_reads, s.stats().blind_settled_new);
+    assert_eq!(exact_count(&mut s), 32);
+    assert_eq!(
+        s.cache_stats().sync_reads,
+        sync0,
+        "DBSIZE settled with record reads"
+    );
+    assert_eq!(s.stats().blind_settled_new - new0, pending);
+    for p in ["a", "b"] {
+        for i in 0..16u32 {
+            let want = vec![if p == "a" { 1 } else { 2 }; 500];
+            assert_eq!(val(&mut s, format!("{p}{i}").as_bytes(), 0), Some(want));
+        }
+    }
+}
+
+// Proves active expiry settles a pending blind write whose `prev` it meets (with the record it
+// read anyway) and then reaps that `prev` when it is another key's expired record: without it
+// the expiry entry would be dropped as stale and the key left for lazy expiry only.
+#[test]
+fn blind_active_expiry_settles_a_pending_prev() {
+    let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+    let mut s = one_shard(&dev, &blind_cfg(0));
+    blind(&mut s, b"a", b"a1", Some(100), 0);
+    seal_with_filler(&mut s, 0);
+    blind(&mut s, b"b", b"b1", None, 0);
+    seal_with_filler(&mut s, 1);
+    let st = s.stats();
+    assert_eq!(
+        (st.blind_writes, st.blind_pending, st.expired_keys),
+        (1, 1, 0)
+    );
+    s.background(200, 10_000).unwrap();
+    let st = s.stats();
+    assert_eq!((st.blind_pending, st.blind_settled_new), (0, 1));
+    assert_eq!(st.expired_keys, 1, "the expired prev was not reaped");
+    assert_eq!(s.key_count(0), 1);
+    assert_eq!(val(&mut s, b"a", 200), None);
+    assert_eq!(val(&mut s, b"b", 200), Some(b"b1".to_vec()));
+}
