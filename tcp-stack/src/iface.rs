@@ -152,6 +152,8 @@ pub struct Stats {
     pub tcp_reassembly_drops: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub tcp_challenge_acks: u64,
+    /// Payload bytes copied from send rings into frames (retransmissions included).
+    pub tcp_tx_payload_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1250,6 +1252,7 @@ impl Interface {
         self.stats.tcp_rto_expirations += events.rto_expirations;
         self.stats.tcp_reassembly_drops += events.reassembly_drops;
         self.stats.tcp_challenge_acks += events.challenge_acks;
+        self.stats.tcp_tx_payload_bytes += events.tx_payload_bytes;
         let state = connection.socket.state();
         let handle = SocketHandle {
             index: index as u32,

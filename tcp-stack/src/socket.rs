@@ -144,6 +144,7 @@ pub(crate) struct SocketEvents {
     pub(crate) timeouts: u64,
     pub(crate) reassembly_drops: u64,
     pub(crate) challenge_acks: u64,
+    pub(crate) tx_payload_bytes: u64,
 }
 
 /// A TCP connection.
@@ -1290,6 +1291,7 @@ impl TcpSocket {
                 .tx
                 .copy_out(offset, &mut buffer[header_len..header_len + data_len]);
             debug_assert_eq!(copied, data_len);
+            self.events.tx_payload_bytes += data_len as u64;
         }
         let segment_len = header_len + data_len;
         tcp::fill_checksum(
