@@ -5,21 +5,25 @@
 //! worker's connection slots. Worker 0 drives it from its loop with four hooks:
 //!
 //! - `dpdk_receive` (after `reap`): one monotonic clock read for the round, one
-//!   `rx_burst`, every frame through `Interface::receive`, then the stack's events:
-//!   the listener's queue is accepted (maxclients and protected mode as in kernel mode),
-//!   readable bytes are copied into `Conn::inbuf` and the connection is marked ready, a
-//!   finished or reset peer closes the connection — exactly what a kernel socket's
-//!   receive completion does, so `process_conn` and everything under it are unchanged.
+//!   `rx_burst`, every frame through `Interface::receive_direct`: an in-order segment
+//!   on a connection whose stack ring is empty is copied once, from the mbuf straight
+//!   into `Conn::inbuf`; then the stack's events: the listener's queue is accepted
+//!   (maxclients and protected mode as in kernel mode), bytes buffered in a socket's
+//!   ring are copied into `Conn::inbuf`, the connection is marked ready, a finished or
+//!   reset peer closes the connection — exactly what a kernel socket's receive
+//!   completion does, so `process_conn` and everything under it are unchanged.
 //! - `dpdk_send` (at the end of `submit_sends`, after its group-commit gate has held back
 //!   replies whose epoch is not durable yet, so durability rules hold): each
 //!   connection's `out` moves into its socket's send ring as far as the ring
 //!   has room; the rest waits in `Conn` for a later round. `OUTPUT_HIGH_WATER_BYTES`
 //!   stops parsing for a client that does not read, as in kernel mode. Then every frame
 //!   the stack wants to send (data, ACKs, retransmissions, ARP) goes out in `tx_burst`s.
-//! - `dpdk_wait` (in place of parking): never blocks. It enters the ring without waiting
-//!   when entries are queued (storage reads, fsyncs) or deferred task work is pending (so
-//!   completions get posted); they are reaped at the top of the next round. Timers fire
-//!   in `poll_transmit` with the round's clock.
+//! - `dpdk_wait` (in place of parking): does not block while there is work or device
+//!   I/O outstanding. It enters the ring without waiting when entries are queued
+//!   (storage reads, fsyncs) or deferred task work is pending (so completions get
+//!   posted); they are reaped at the top of the next round. After `--busy-poll-us` of
+//!   idle rounds it backs off: waits in the ring, 10 µs doubling to 1 ms (bounded by the
+//!   stack's next timer). Timers fire in `poll_transmit` with the round's clock.
 //! - the close in `begin_close`: a graceful close of the stack socket (FIN after the
 //!   replies already in its send ring); the `Conn` is freed at once (no ring operation
 //!   is in flight for it).
@@ -28,10 +32,13 @@
 //! pool live for the rest of the process (DPDK cannot initialise twice); mbufs are
 //! single-segment (frames are at most `MAX_FRAME_BYTES`).
 //!
+//! Copies are counted in `Stats::copies` (`runtime::copies`, INFO `lavik_dpdk_*`).
+//!
 //! Deliberately missing: more than one queue (RSS across workers), checksum and
-//! segmentation offloads, zero-copy between mbufs and `Conn` buffers (bytes are copied
-//! frame → stack ring → `inbuf`, and `out` → stack ring → frame), and a per-socket
-//! buffer pool (the stack allocates each connection's rings when it opens).
+//! segmentation offloads, parsing commands in place from the mbuf (received bytes are
+//! copied once, mbuf → `inbuf`, or twice through the stack's ring when it holds data),
+//! zero-copy send (`out` → stack ring → frame), and a per-socket buffer pool (the stack
+//! allocates each connection's rings when it opens).
 
 use super::{Transport, Worker};
 use crate::config::{DpdkPort, DpdkSettings};
