@@ -39,7 +39,7 @@
 # LAVIK_VM_PCAP=1 (tcpdump the tap's frame headers into $work/tap.pcap).
 # LAVIK_VM_BENCH=1: instead of the checks, the benchmark of
 # docs/benchmarks/appliance-vs-kernel (run_bench below; LAVIK_VM_BENCH_N requests per
-# test, default 20000). Not part of tools/test or CI.
+# test, default 20000; LAVIK_VM_BENCH_ARGS, more server flags). Not part of tools/test or CI.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -429,6 +429,8 @@ bench_one() {
         -v u0="$(info_field "$info0" used_cpu_user)" -v y0="$(info_field "$info0" used_cpu_sys)" \
         -v u1="$(info_field "$info1" used_cpu_user)" -v y1="$(info_field "$info1" used_cpu_sys)" \
         -v m0="$(info_field "$info0" lavik_cache_misses)" -v m1="$(info_field "$info1" lavik_cache_misses)" \
+        -v p0="$(info_field "$info0" lavik_parked_reads)" -v p1="$(info_field "$info1" lavik_parked_reads)" \
+        -v q0="$(info_field "$info0" lavik_sync_reads)" -v q1="$(info_field "$info1" lavik_sync_reads)" \
         -v rx0="$(info_field "$info0" lavik_${mode/appliance/dpdk}_rx_copied_bytes)" \
         -v rx1="$(info_field "$info1" lavik_${mode/appliance/dpdk}_rx_copied_bytes)" \
         -v tx0="$(info_field "$info0" lavik_${mode/appliance/dpdk}_tx_copied_bytes)" \
@@ -436,10 +438,10 @@ bench_one() {
         'BEGIN {
             hz = 100; srv = (s1 - s0) / hz; busy = (b1 - b0) / hz; wall = (t1 - t0) / hz / 2;
             ru = (u1 - u0) + (y1 - y0);
-            printf "BENCH mode=%s test=%s clients=%d requests=%d rps=%s server_cpu_s=%.2f guest_busy_s=%.2f guest_wall_s=%.2f rusage_cpu_s=%.2f per_server_cpu_s=%.0f per_guest_cpu_s=%.0f device_reads_per_req=%.2f copied_bytes_per_req=%.1f\n",
+            printf "BENCH mode=%s test=%s clients=%d requests=%d rps=%s server_cpu_s=%.2f guest_busy_s=%.2f guest_wall_s=%.2f rusage_cpu_s=%.2f per_server_cpu_s=%.0f per_guest_cpu_s=%.0f cache_misses_per_req=%.2f parked_reads_per_req=%.2f sync_reads_per_req=%.2f copied_bytes_per_req=%.1f\n",
                 mode, test, c, n, rps, srv, busy, wall, ru,
                 (srv > 0 ? n / srv : 0), (busy > 0 ? n / busy : 0),
-                (m1 - m0) / n, ((rx1 - rx0) + (tx1 - tx0)) / n
+                (m1 - m0) / n, (p1 - p0) / n, (q1 - q0) / n, ((rx1 - rx0) + (tx1 - tx0)) / n
         }')
     echo "$line" | tee -a "$work/bench.txt"
     pass "bench-$test-$clients"
@@ -448,7 +450,7 @@ bench_one() {
 run_bench() {
     if ! ctl "" ready 600; then fail "boot: the guest never reported ready"; return; fi
     pass "boot"
-    ctl "start b --threads 2 --appendfsync everysec --cache-size 0" started 60 || { fail "start-b"; return; }
+    ctl "start b --threads 2 --appendfsync everysec --cache-size 0 ${LAVIK_VM_BENCH_ARGS:-}" started 60 || { fail "start-b"; return; }
     if ! wait_ready; then fail "ready-b: no PONG"; return; fi
     pass "ready-b"
     local value out
