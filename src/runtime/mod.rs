@@ -6,6 +6,7 @@
 //! that uses it, and the types here make that ownership explicit. Everything
 //! above (`server`, `commands`, `storage`) is safe code.
 pub mod bufring;
+pub mod copies;
 pub mod events;
 pub mod keymemo;
 pub mod lookups;

@@ -5,21 +5,25 @@
 //! worker's connection slots. Worker 0 drives it from its loop with four hooks:
 //!
 //! - `dpdk_receive` (after `reap`): one monotonic clock read for the round, one
-//!   `rx_burst`, every frame through `Interface::receive`, then the stack's events:
-//!   the listener's queue is accepted (maxclients and protected mode as in kernel mode),
-//!   readable bytes are copied into `Conn::inbuf` and the connection is marked ready, a
-//!   finished or reset peer closes the connection — exactly what a kernel socket's
-//!   receive completion does, so `process_conn` and everything under it are unchanged.
+//!   `rx_burst`, every frame through `Interface::receive_direct`: an in-order segment
+//!   on a connection whose stack ring is empty is copied once, from the mbuf straight
+//!   into `Conn::inbuf`; then the stack's events: the listener's queue is accepted
+//!   (maxclients and protected mode as in kernel mode), bytes buffered in a socket's
+//!   ring are copied into `Conn::inbuf`, the connection is marked ready, a finished or
+//!   reset peer closes the connection — exactly what a kernel socket's receive
+//!   completion does, so `process_conn` and everything under it are unchanged.
 //! - `dpdk_send` (at the end of `submit_sends`, after its group-commit gate has held back
 //!   replies whose epoch is not durable yet, so durability rules hold): each
 //!   connection's `out` moves into its socket's send ring as far as the ring
 //!   has room; the rest waits in `Conn` for a later round. `OUTPUT_HIGH_WATER_BYTES`
 //!   stops parsing for a client that does not read, as in kernel mode. Then every frame
 //!   the stack wants to send (data, ACKs, retransmissions, ARP) goes out in `tx_burst`s.
-//! - `dpdk_wait` (in place of parking): never blocks. It enters the ring without waiting
-//!   when entries are queued (storage reads, fsyncs) or deferred task work is pending (so
-//!   completions get posted); they are reaped at the top of the next round. Timers fire
-//!   in `poll_transmit` with the round's clock.
+//! - `dpdk_wait` (in place of parking): does not block while there is work or device
+//!   I/O outstanding. It enters the ring without waiting when entries are queued
+//!   (storage reads, fsyncs) or deferred task work is pending (so completions get
+//!   posted); they are reaped at the top of the next round. After `--busy-poll-us` of
+//!   idle rounds it backs off: waits in the ring, 10 µs doubling to 1 ms (bounded by the
+//!   stack's next timer). Timers fire in `poll_transmit` with the round's clock.
 //! - the close in `begin_close`: a graceful close of the stack socket (FIN after the
 //!   replies already in its send ring); the `Conn` is freed at once (no ring operation
 //!   is in flight for it).
@@ -28,10 +32,13 @@
 //! pool live for the rest of the process (DPDK cannot initialise twice); mbufs are
 //! single-segment (frames are at most `MAX_FRAME_BYTES`).
 //!
+//! Copies are counted in `Stats::copies` (`runtime::copies`, INFO `lavik_dpdk_*`).
+//!
 //! Deliberately missing: more than one queue (RSS across workers), checksum and
-//! segmentation offloads, zero-copy between mbufs and `Conn` buffers (bytes are copied
-//! frame → stack ring → `inbuf`, and `out` → stack ring → frame), and a per-socket
-//! buffer pool (the stack allocates each connection's rings when it opens).
+//! segmentation offloads, parsing commands in place from the mbuf (received bytes are
+//! copied once, mbuf → `inbuf`, or twice through the stack's ring when it holds data),
+//! zero-copy send (`out` → stack ring → frame), and a per-socket buffer pool (the stack
+//! allocates each connection's rings when it opens).
 
 use super::{Transport, Worker};
 use crate::config::{DpdkPort, DpdkSettings};
@@ -60,6 +67,10 @@ const TX_QUEUED_MAX_FRAMES: usize = 4 * BURST_MAX_PACKETS;
 const LISTEN_BACKLOG: usize = 1024;
 /// How long the port stays open after the last frames at shutdown (see `Drop`).
 const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_millis(50);
+/// The DPDK loop's idle back-off (`dpdk_wait`): first wait, and the cap it doubles to.
+/// The cap bounds the latency the first frame after an idle spell can see.
+const IDLE_WAIT_MIN_US: u64 = 10;
+const IDLE_WAIT_MAX_US: u64 = 1000;
 /// Stack socket slots beyond `maxclients`: the listener, connections we closed that are
 /// still finishing (FIN-WAIT, TIME-WAIT), refused connections.
 const SOCKET_SLOTS_EXTRA: usize = 4096;
@@ -80,6 +91,17 @@ pub struct DpdkNet {
     /// Which connection each open stack socket belongs to.
     conns: HashMap<SocketHandle, ConnToken>,
     rx: Vec<Mbuf<'static>>,
+    /// Payload the stack delivered directly from this round's `rx` frames: the socket,
+    /// the frame's index in `rx` and the payload's range in it (`dpdk_receive` copies it
+    /// into the connection's `inbuf`, then the frames are freed).
+    direct: Vec<(SocketHandle, usize, std::ops::Range<usize>)>,
+    /// `Interface::stats().tcp_tx_payload_bytes` already counted in INFO.
+    tx_payload_counted: u64,
+    /// Frames received and transmitted since the last `dpdk_wait`.
+    round_frames: usize,
+    /// Since when rounds have been idle, and the last idle wait (`dpdk_wait`).
+    idle_since: Option<std::time::Instant>,
+    idle_wait_us: u64,
     tx: Vec<Mbuf<'static>>,
     /// A frame-sized mbuf kept from a round with nothing to send.
     spare: Option<Mbuf<'static>>,
@@ -181,6 +203,11 @@ impl DpdkNet {
             listener,
             conns: HashMap::new(),
             rx: Vec::with_capacity(BURST_MAX_PACKETS),
+            direct: Vec::with_capacity(BURST_MAX_PACKETS),
+            tx_payload_counted: 0,
+            round_frames: 0,
+            idle_since: None,
+            idle_wait_us: 0,
             tx: Vec::with_capacity(TX_QUEUED_MAX_FRAMES + BURST_MAX_PACKETS),
             spare: None,
             events: Vec::new(),
@@ -196,24 +223,37 @@ impl DpdkNet {
         tcp_stack::Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
     }
 
-    /// One `rx_burst` into the stack, through the fault layer when it is on.
+    /// One `rx_burst` into the stack, through the fault layer when it is on. The frames
+    /// stay in `rx` (freed by the caller) so that payload the stack delivers directly
+    /// (`direct`) can be copied out of them; held frames released by the fault layer go
+    /// through the stack's receive ring.
     fn receive_frames(&mut self) {
         let now = self.now;
         let now_us = now.total_micros();
+        self.rx.clear();
+        self.direct.clear();
         self.port.rx_burst(0, &mut self.rx);
-        for m in self.rx.drain(..) {
-            let Some(faults) = self.faults.as_mut() else {
-                self.iface.receive(now, m.data());
-                continue;
+        self.round_frames += self.rx.len();
+        for (index, m) in self.rx.iter().enumerate() {
+            let verdict = match self.faults.as_mut() {
+                None => Verdict::Pass,
+                Some(faults) => faults.rx.judge(),
             };
-            match faults.rx.judge() {
-                Verdict::Pass => self.iface.receive(now, m.data()),
-                Verdict::Drop => {}
-                Verdict::Duplicate => {
-                    self.iface.receive(now, m.data());
-                    self.iface.receive(now, m.data());
+            match verdict {
+                Verdict::Pass | Verdict::Duplicate => {
+                    if let Some((handle, range)) = self.iface.receive_direct(now, m.data()) {
+                        self.direct.push((handle, index, range));
+                    }
+                    if verdict == Verdict::Duplicate {
+                        self.iface.receive(now, m.data());
+                    }
                 }
-                Verdict::Hold => faults.rx.hold(now_us, m.data()),
+                Verdict::Drop => {}
+                Verdict::Hold => {
+                    if let Some(faults) = self.faults.as_mut() {
+                        faults.rx.hold(now_us, m.data());
+                    }
+                }
             }
         }
         if let Some(faults) = self.faults.as_mut() {
@@ -263,6 +303,7 @@ impl DpdkNet {
                 self.spare = Some(m);
                 break;
             };
+            self.round_frames += 1;
             let trimmed = m.trim((MAX_FRAME_BYTES - len) as u16);
             debug_assert!(trimmed);
             match self.faults.as_mut().map(|f| f.tx.judge()) {
@@ -338,6 +379,45 @@ impl Worker {
         };
         net.now = net.clock();
         net.receive_frames();
+        // Payload delivered straight from the frames: one copy, mbuf → `inbuf`.
+        let mut ready = Vec::new();
+        let mut direct_bytes = 0u64;
+        for (handle, index, range) in net.direct.drain(..) {
+            let conn = net.conns.get(&handle).and_then(|t| {
+                self.conns
+                    .get_mut(t.slot as usize)
+                    .and_then(Option::as_mut)
+                    .filter(|c| c.gen == t.gen && !c.closing)
+                    .map(|c| (t.slot, c))
+            });
+            // A socket we closed: the bytes are discarded, as `dpdk_serve` does.
+            let Some((slot, conn)) = conn else {
+                continue;
+            };
+            conn.inbuf
+                .extend_from_slice(&net.rx[index].data()[range.clone()]);
+            direct_bytes += range.len() as u64;
+            ready.push(slot);
+        }
+        // The frames go back to the pool now.
+        net.rx.clear();
+        if direct_bytes > 0 {
+            let stats = &self.shared.stats;
+            stats
+                .net_input_bytes
+                .fetch_add(direct_bytes, Ordering::Relaxed);
+            stats.copies.dpdk.received(direct_bytes, 1);
+            stats
+                .copies
+                .dpdk_rx_direct_bytes
+                .fetch_add(direct_bytes, Ordering::Relaxed);
+        }
+        for slot in ready {
+            self.mark_ready(slot);
+        }
+        let Some(net) = self.dpdk.as_mut() else {
+            return;
+        };
         let mut events = std::mem::take(&mut net.events);
         while let Some(handle) = net.iface.poll_event() {
             events.push(handle);
@@ -394,6 +474,9 @@ impl Worker {
                 .gen;
             if let Some(net) = self.dpdk.as_mut() {
                 net.conns.insert(handle, ConnToken { slot, gen });
+                // From now on, in-order segments that find the socket's ring empty skip
+                // it (what arrived with the handshake is read from the ring below).
+                let _ = net.iface.set_direct_receive(handle, true);
             }
             // Data may have arrived with the handshake's last ACK.
             self.dpdk_serve(handle);
@@ -437,6 +520,8 @@ impl Worker {
                 .stats
                 .net_input_bytes
                 .fetch_add(received, Ordering::Relaxed);
+            // Frame → the stack's receive ring → `inbuf`.
+            self.shared.stats.copies.dpdk.received(received, 2);
             self.mark_ready(token.slot);
         }
         if gone {
@@ -471,8 +556,9 @@ impl Worker {
                     if conn.out.is_empty() {
                         break;
                     }
-                    // Group commit: `submit_sends` left only cleared replies in `out`.
-                    debug_assert!(conn.out_cleared >= conn.out.len());
+                    // Group commit: `gate_replies` left only replies that may leave in
+                    // `out` (when nothing is held it skips the pass and leaves
+                    // `out_cleared` as it was, so that field is no bound here).
                     std::mem::swap(&mut conn.sending, &mut conn.out);
                     conn.out_cleared = 0;
                     conn.send_off = 0;
@@ -505,11 +591,22 @@ impl Worker {
             }
         }
         net.transmit();
+        // Send ring → frames (retransmissions copy again).
+        let framed = net.iface.stats().tcp_tx_payload_bytes;
+        let framed_new = framed - net.tx_payload_counted;
+        net.tx_payload_counted = framed;
+        let copies = &self.shared.stats.copies.dpdk;
+        if framed_new > 0 {
+            copies.tx_copied(framed_new);
+        }
         if sent_bytes > 0 {
             self.shared
                 .stats
                 .net_output_bytes
                 .fetch_add(sent_bytes, Ordering::Relaxed);
+            // `sending` → the socket's send ring.
+            copies.sent(sent_bytes);
+            copies.tx_copied(sent_bytes);
         }
         for slot in resume {
             self.mark_ready(slot);
@@ -520,19 +617,80 @@ impl Worker {
         }
     }
 
-    /// The DPDK worker's "wait": never blocks. It enters the ring only when there is
-    /// something to hand over (queued storage reads, fsyncs) or deferred task work to run:
-    /// the ring defers completion work (`setup_defer_taskrun`), so completions of device
-    /// reads, fsyncs and the mailbox eventfd are posted only by an enter with GETEVENTS,
-    /// which `submit` adds when the kernel sets the task-run flag.
+    /// The DPDK worker's "wait". While anything is going on it never blocks: it enters
+    /// the ring only when there is something to hand over (queued storage reads, fsyncs)
+    /// or deferred task work to run (the ring defers completion work,
+    /// `setup_defer_taskrun`, so completions of device reads, fsyncs and the mailbox
+    /// eventfd are posted only by an enter with GETEVENTS, which `submit` adds when the
+    /// kernel sets the task-run flag), and spins.
+    ///
+    /// Idle back-off: once a round found nothing to do (no frame in or out, no ready
+    /// connection, no device I/O or fsync outstanding, no completion waiting) and rounds
+    /// have stayed idle for `--busy-poll-us`, the loop waits in the ring instead of
+    /// spinning, for `IDLE_WAIT_MIN_US` at first, doubling while it stays idle, at most
+    /// `IDLE_WAIT_MAX_US` (and never past the stack's next timer). A completion (the
+    /// mailbox eventfd of another worker, say) ends the wait at once; a frame is seen at
+    /// the latest when the wait ends. It never waits while device I/O is outstanding.
     pub(super) fn dpdk_wait(&mut self) {
         let queued = {
             let sq = self.ring.submission();
             !sq.is_empty() || sq.taskrun()
         };
+        let io_outstanding = self.reads.inflight() > 0
+            || self.reads.has_delayed()
+            || self.commit.writes_inflight > 0
+            || !self.commit.inflight.is_empty()
+            || !self.delayed_syncs.is_empty();
+        let busy = queued
+            || io_outstanding
+            || !self.ready.is_empty()
+            || self.retry_pending
+            || self.expiry_backlog
+            || crate::runtime::tracking::pending()
+            || !self.ring.completion().is_empty();
+        let busy_poll_us = self.shared.settings.cli.busy_poll_us;
+        let Some(net) = self.dpdk.as_mut() else {
+            return;
+        };
+        let active = busy || net.round_frames > 0 || !net.tx.is_empty();
+        net.round_frames = 0;
         if queued {
             let _ = self.ring.submit();
         }
-        std::hint::spin_loop();
+        if active {
+            net.idle_since = None;
+            net.idle_wait_us = 0;
+            std::hint::spin_loop();
+            return;
+        }
+        let now = std::time::Instant::now();
+        let since = *net.idle_since.get_or_insert(now);
+        if now.duration_since(since) < std::time::Duration::from_micros(busy_poll_us) {
+            std::hint::spin_loop();
+            return;
+        }
+        let mut wait_us = (net.idle_wait_us * 2).clamp(IDLE_WAIT_MIN_US, IDLE_WAIT_MAX_US);
+        net.idle_wait_us = wait_us;
+        let stack_now = net.clock();
+        if let Some(at) = net.iface.poll_at(stack_now) {
+            let until_timer = at.total_micros().saturating_sub(stack_now.total_micros());
+            wait_us = wait_us.min(until_timer.max(1));
+        }
+        let copies = &self.shared.stats.copies;
+        copies.dpdk_idle_waits.fetch_add(1, Ordering::Relaxed);
+        copies
+            .dpdk_idle_wait_us
+            .fetch_add(wait_us, Ordering::Relaxed);
+        let ts = io_uring::types::Timespec::new()
+            .sec(wait_us / 1_000_000)
+            .nsec(((wait_us % 1_000_000) * 1000) as u32);
+        let args = io_uring::types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETIME)
+                    || e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => tracing::error!("io_uring wait failed: {e}"),
+        }
     }
 }

@@ -208,6 +208,9 @@ pub struct Stats {
     /// Cross-worker commands that still missed records after `CROSS_PREFETCH_ROUNDS_MAX`
     /// rounds (or a failed read) and fetched them on the batch ring inside the pass.
     pub cross_prefetch_fallbacks: AtomicU64,
+    /// Bytes copied between network and connection buffers, per transport, and the DPDK
+    /// loop's idle back-off (`runtime::copies`).
+    pub copies: crate::runtime::copies::CopyCounters,
 }
 
 pub struct ClientEntry {

@@ -600,6 +600,7 @@ impl Worker {
                     let data = self.bufring.data(bid, data_len);
                     if conn.tls.is_none() {
                         conn.inbuf.extend_from_slice(data);
+                        self.shared.stats.copies.kernel.received(data_len as u64, 1);
                     } else {
                         super::tls::received(conn, data);
                     }
@@ -645,6 +646,10 @@ impl Worker {
                 .stats
                 .net_output_bytes
                 .fetch_add(res as u64, Ordering::Relaxed);
+        }
+        if res > 0 && self.conn_mut(token).is_some_and(|c| c.tls.is_none()) {
+            // Sent from `sending` itself: no copy of lavik's (the kernel's is not counted).
+            self.shared.stats.copies.kernel.sent(res as u64);
         }
         let Some(conn) = self.conn_mut(token) else {
             return;

@@ -152,6 +152,8 @@ pub struct Stats {
     pub tcp_reassembly_drops: u64,
     /// Challenge ACKs sent (RFC 5961).
     pub tcp_challenge_acks: u64,
+    /// Payload bytes copied from send rings into frames (retransmissions included).
+    pub tcp_tx_payload_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -247,6 +249,10 @@ pub struct Interface {
     app_event_queued: Vec<bool>,
     next_ephemeral_port: u16,
     stats: Stats,
+    /// True only inside `receive_direct`.
+    direct_allowed: bool,
+    /// What the segment processed in `receive_direct` delivered: socket, address, length.
+    direct_out: Option<(SocketHandle, usize, usize)>,
 }
 
 fn synchronized(state: State) -> bool {
@@ -288,6 +294,8 @@ impl Interface {
             app_event_queued: vec![false; config.max_sockets],
             next_ephemeral_port: EPHEMERAL_PORT_FIRST,
             stats: Stats::default(),
+            direct_allowed: false,
+            direct_out: None,
         }
     }
 
@@ -565,6 +573,42 @@ impl Interface {
         }
     }
 
+    /// `receive`, with direct delivery for sockets that asked for it
+    /// ([`Interface::set_direct_receive`]): when the frame carries in-order payload for
+    /// such a socket and the socket has nothing buffered (no unread bytes, nothing out of
+    /// order), that payload is not copied into the receive ring. It is returned instead,
+    /// as the socket and the byte range of `frame` it occupies, and counts as already
+    /// read: the caller must consume it now (it is acknowledged, and the window is not
+    /// reduced). Everything else (the rest of a segment beyond the window, other
+    /// segments, FIN, state changes) happens exactly as in `receive`.
+    pub fn receive_direct(
+        &mut self,
+        now: Instant,
+        frame: &[u8],
+    ) -> Option<(SocketHandle, core::ops::Range<usize>)> {
+        self.direct_allowed = true;
+        self.direct_out = None;
+        self.receive(now, frame);
+        self.direct_allowed = false;
+        let (handle, addr, len) = self.direct_out.take()?;
+        let start = addr.checked_sub(frame.as_ptr() as usize)?;
+        debug_assert!(start + len <= frame.len());
+        (start + len <= frame.len()).then_some((handle, start..start + len))
+    }
+
+    /// Turns direct delivery on or off for a connection (see
+    /// [`Interface::receive_direct`]); off by default. Bytes already in the receive ring
+    /// stay there for `recv`, and later segments are delivered directly only once the
+    /// ring is empty, so the byte order the application sees is the stream's.
+    pub fn set_direct_receive(
+        &mut self,
+        handle: SocketHandle,
+        on: bool,
+    ) -> Result<(), SocketError> {
+        self.connection_mut(handle)?.socket.set_direct_receive(on);
+        Ok(())
+    }
+
     fn count_wire_error(&mut self, error: WireError) {
         match error {
             WireError::Truncated | WireError::Malformed => self.stats.rx_malformed += 1,
@@ -636,8 +680,19 @@ impl Interface {
             remote_port: repr.src_port,
         };
         if let Some(&index) = self.by_tuple.get(&tuple) {
+            let allowed = self.direct_allowed;
+            let generation = self.slots[index as usize].generation;
             let verdict = match &mut self.slots[index as usize].entry {
-                Entry::Tcp(connection) => connection.socket.process(now, &repr),
+                Entry::Tcp(connection) => {
+                    connection.socket.allow_direct(allowed);
+                    let verdict = connection.socket.process(now, &repr);
+                    connection.socket.allow_direct(false);
+                    if let Some((addr, len)) = connection.socket.take_direct() {
+                        let handle = SocketHandle { index, generation };
+                        self.direct_out = Some((handle, addr, len));
+                    }
+                    verdict
+                }
                 _ => unreachable!("tuple map points at a non-connection slot"),
             };
             self.after_socket_event(index as usize, Cause::Network);
@@ -1197,6 +1252,7 @@ impl Interface {
         self.stats.tcp_rto_expirations += events.rto_expirations;
         self.stats.tcp_reassembly_drops += events.reassembly_drops;
         self.stats.tcp_challenge_acks += events.challenge_acks;
+        self.stats.tcp_tx_payload_bytes += events.tx_payload_bytes;
         let state = connection.socket.state();
         let handle = SocketHandle {
             index: index as u32,

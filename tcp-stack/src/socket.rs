@@ -144,6 +144,7 @@ pub(crate) struct SocketEvents {
     pub(crate) timeouts: u64,
     pub(crate) reassembly_drops: u64,
     pub(crate) challenge_acks: u64,
+    pub(crate) tx_payload_bytes: u64,
 }
 
 /// A TCP connection.
@@ -183,6 +184,13 @@ pub struct TcpSocket {
     rst_pending: bool,
     last_invalid_ack_at: Option<Instant>,
     window_sent_bytes: usize,
+    /// Direct receive is on for this socket (`Interface::set_direct_receive`).
+    direct_rx: bool,
+    /// Set by the interface for the one segment it processes in `receive_direct`.
+    direct_allowed: bool,
+    /// The in-order payload of that segment that was not buffered: its address and length
+    /// (the address only locates it inside the caller's frame; it is never dereferenced).
+    direct_taken: Option<(usize, usize)>,
 
     // Timestamps (RFC 7323).
     ts_enabled: bool,
@@ -260,6 +268,9 @@ impl TcpSocket {
             rst_pending: false,
             last_invalid_ack_at: None,
             window_sent_bytes: 0,
+            direct_rx: false,
+            direct_allowed: false,
+            direct_taken: None,
             ts_enabled: false,
             ts_recent: 0,
             rto: RTO_INITIAL,
@@ -442,6 +453,22 @@ impl TcpSocket {
             self.ack_pending = true;
         }
         consumed
+    }
+
+    /// Turns direct receive on: in `Interface::receive_direct`, an in-order segment that
+    /// finds nothing buffered is handed to the caller instead of the receive ring.
+    pub(crate) fn set_direct_receive(&mut self, on: bool) {
+        self.direct_rx = on;
+    }
+
+    /// Allows (or stops allowing) direct delivery of the segment about to be processed.
+    pub(crate) fn allow_direct(&mut self, allowed: bool) {
+        self.direct_allowed = allowed;
+    }
+
+    /// The payload the last processed segment delivered directly, if any.
+    pub(crate) fn take_direct(&mut self) -> Option<(usize, usize)> {
+        self.direct_taken.take()
     }
 
     /// True when the window grew enough since we last advertised it that the peer should
@@ -924,6 +951,22 @@ impl TcpSocket {
             (repr.seq_number - self.rcv_nxt, repr.payload)
         };
         self.ack_pending = true;
+        if offset == 0
+            && self.direct_rx
+            && self.direct_allowed
+            && self.rx.is_empty()
+            && self.assembler.is_empty()
+        {
+            // Nothing buffered (no unread bytes, nothing out of order held in the ring's
+            // free space): the application takes these bytes from the frame now, as if it
+            // read them at once. Like the ring path, only what fits the window is taken.
+            let taken = data.len().min(self.rx.free());
+            if taken > 0 {
+                self.direct_taken = Some((data.as_ptr() as usize, taken));
+                self.rcv_nxt = self.rcv_nxt + taken;
+                return;
+            }
+        }
         let written = self.rx.write_unallocated(offset, data);
         if written == 0 {
             return;
@@ -1248,6 +1291,7 @@ impl TcpSocket {
                 .tx
                 .copy_out(offset, &mut buffer[header_len..header_len + data_len]);
             debug_assert_eq!(copied, data_len);
+            self.events.tx_payload_bytes += data_len as u64;
         }
         let segment_len = header_len + data_len;
         tcp::fill_checksum(

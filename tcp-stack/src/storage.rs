@@ -121,7 +121,6 @@ pub(crate) struct Assembler {
 pub(crate) struct AssemblerFull;
 
 impl Assembler {
-    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }

@@ -8,6 +8,7 @@
 #                           never installed; sets vmlinuz, kver, moddir.
 #                           Kept in LAVIK_VM_KERNEL_DIR (default target/vm-kernel).
 #   vm_build_lavik FEATURES release static `lavik` with those cargo features; sets server_bin
+#                           (LAVIK_VM_SERVER_BIN: use that prebuilt static binary instead)
 #   vm_initramfs_root       fresh $work/initramfs with busybox; sets root
 #   vm_modules NAME...      copies the modules and their dependencies (depth-first on the
 #                           .ko's depends= field) into $root/lib/modules, load order in
@@ -56,6 +57,17 @@ vm_kernel() {
 
 vm_build_lavik() {
     local features=$1
+    # LAVIK_VM_SERVER_BIN: a static binary built before (e.g. by an earlier run at another
+    # commit; a new commit rebuilds the whole crate, build.rs embeds the commit).
+    if [ -n "${LAVIK_VM_SERVER_BIN:-}" ]; then
+        server_bin=$LAVIK_VM_SERVER_BIN
+        log "using the prebuilt $server_bin (LAVIK_VM_SERVER_BIN)"
+        [ -x "$server_bin" ] || { log "$server_bin is not executable"; exit 1; }
+        if ldd "$server_bin" 2>&1 | grep -q '=>'; then
+            log "$server_bin is dynamically linked; the guest has no libc"; exit 1
+        fi
+        return
+    fi
     # A minimal build refuses --storage=spdk / --network=dpdk (src/config/build.rs).
     log "building lavik (release, static, --features $features)"
     server_bin=$repo/target/$host_target/release/lavik

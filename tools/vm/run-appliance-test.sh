@@ -37,6 +37,9 @@
 # Environment: LAVIK_VM_DIR (work dir, default target/appliance-vm), LAVIK_VM_TIMEOUT_S
 # (whole boot, default 1500), LAVIK_VM_ACCEL (default tcg), LAVIK_VM_KERNEL_DIR (see lib.sh),
 # LAVIK_VM_PCAP=1 (tcpdump the tap's frame headers into $work/tap.pcap).
+# LAVIK_VM_BENCH=1: instead of the checks, the benchmark of
+# docs/benchmarks/appliance-vs-kernel (run_bench below; LAVIK_VM_BENCH_N requests per
+# test, default 20000; LAVIK_VM_BENCH_ARGS, more server flags). Not part of tools/test or CI.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -146,6 +149,12 @@ while read -r cmd arg rest <&3; do
         if [ $cmd = kill ]; then kill -KILL $pid; else kill -TERM $pid; fi
         wait $pid
         reply exited $? ;;
+    cpu)
+        # CPU ticks (USER_HZ) of the server (utime stime, /proc/PID/stat fields 14-15) and
+        # of the whole guest (/proc/stat's cpu line), for LAVIK_VM_BENCH.
+        set -- $(cat /proc/$pid/stat)
+        shift 13
+        reply cpu $1 $2 $(head -1 /proc/stat) ;;
     off) break ;;
     *) reply unknown $cmd ;;
     esac
@@ -375,10 +384,95 @@ run_checks() {
     [ "$ctl_reply" = 0 ] && pass "term-2" || fail "term-2: exit status $ctl_reply, want 0"
 }
 
+# --- LAVIK_VM_BENCH=1: GET and SET per guest CPU-second (docs/benchmarks/appliance-vs-kernel)
+# One server run, 2 workers, --appendfsync everysec, --cache-size 0 (every GET reads the
+# device); 100k keys x 1 KiB loaded through `redis-cli --pipe`; then redis-benchmark SET and
+# GET (random keys of those 100k, 1 KiB values, no pipelining) at 16 and 64 connections.
+# Around each: the server's CPU ticks and the whole guest's busy ticks (the `cpu` control
+# command: /proc/PID/stat utime+stime, /proc/stat user+nice+system+irq+softirq), and
+# lavik's own INFO (getrusage, cache misses, copy counters). One `BENCH ...` line per test
+# in $work/bench.txt. Not a check: nothing is compared against a bound.
+bench_n=${LAVIK_VM_BENCH_N:-20000}
+bench_keys=100000
+
+# cpu_sample: "server_ticks guest_busy_ticks guest_total_ticks".
+cpu_sample() {
+    ctl cpu cpu 60 || return 1
+    set -- $ctl_reply
+    # $1 utime $2 stime, then "cpu" user nice system idle iowait irq softirq steal ...
+    local busy=$(($4 + $5 + $6 + $9 + ${10}))
+    echo "$(($1 + $2)) $busy $((busy + $7 + $8))"
+}
+
+# info_field TEXT NAME: the value of NAME in an INFO text.
+info_field() { sed -n "s/^$2:\([0-9.]*\).*/\1/p" <<<"$1" | head -1; }
+
+bench_one() {
+    local test=$1 clients=$2 cpu0 cpu1 info0 info1 out status
+    cpu0=$(cpu_sample) || { fail "bench-$test-$clients: no cpu sample"; return; }
+    info0=$(rc INFO | tr -d '\r')
+    out=$(timeout 1200 redis-benchmark -h "$guest_ip" -p 6379 -t "$test" -n "$bench_n" \
+        -r "$bench_keys" -d 1024 -c "$clients" --csv 2>&1)
+    status=$?
+    info1=$(rc INFO | tr -d '\r')
+    cpu1=$(cpu_sample) || { fail "bench-$test-$clients: no cpu sample"; return; }
+    if [ $status != 0 ] || grep -qiE 'error|ERR ' <<<"$out"; then
+        fail "bench-$test-$clients: exit $status: $(tail -c 300 <<<"$out")"
+        return
+    fi
+    local rps
+    rps=$(grep -i "^\"$test\"" <<<"$out" | cut -d, -f2 | tr -d '"')
+    set -- $cpu0 $cpu1
+    local line
+    line=$(awk -v mode="$mode" -v test="$test" -v c="$clients" -v n="$bench_n" -v rps="$rps" \
+        -v s0="$1" -v b0="$2" -v t0="$3" -v s1="$4" -v b1="$5" -v t1="$6" \
+        -v u0="$(info_field "$info0" used_cpu_user)" -v y0="$(info_field "$info0" used_cpu_sys)" \
+        -v u1="$(info_field "$info1" used_cpu_user)" -v y1="$(info_field "$info1" used_cpu_sys)" \
+        -v m0="$(info_field "$info0" lavik_cache_misses)" -v m1="$(info_field "$info1" lavik_cache_misses)" \
+        -v p0="$(info_field "$info0" lavik_parked_reads)" -v p1="$(info_field "$info1" lavik_parked_reads)" \
+        -v q0="$(info_field "$info0" lavik_sync_reads)" -v q1="$(info_field "$info1" lavik_sync_reads)" \
+        -v rx0="$(info_field "$info0" lavik_${mode/appliance/dpdk}_rx_copied_bytes)" \
+        -v rx1="$(info_field "$info1" lavik_${mode/appliance/dpdk}_rx_copied_bytes)" \
+        -v tx0="$(info_field "$info0" lavik_${mode/appliance/dpdk}_tx_copied_bytes)" \
+        -v tx1="$(info_field "$info1" lavik_${mode/appliance/dpdk}_tx_copied_bytes)" \
+        'BEGIN {
+            hz = 100; srv = (s1 - s0) / hz; busy = (b1 - b0) / hz; wall = (t1 - t0) / hz / 2;
+            ru = (u1 - u0) + (y1 - y0);
+            printf "BENCH mode=%s test=%s clients=%d requests=%d rps=%s server_cpu_s=%.2f guest_busy_s=%.2f guest_wall_s=%.2f rusage_cpu_s=%.2f per_server_cpu_s=%.0f per_guest_cpu_s=%.0f cache_misses_per_req=%.2f parked_reads_per_req=%.2f sync_reads_per_req=%.2f copied_bytes_per_req=%.1f\n",
+                mode, test, c, n, rps, srv, busy, wall, ru,
+                (srv > 0 ? n / srv : 0), (busy > 0 ? n / busy : 0),
+                (m1 - m0) / n, (p1 - p0) / n, (q1 - q0) / n, ((rx1 - rx0) + (tx1 - tx0)) / n
+        }')
+    echo "$line" | tee -a "$work/bench.txt"
+    pass "bench-$test-$clients"
+}
+
+run_bench() {
+    if ! ctl "" ready 600; then fail "boot: the guest never reported ready"; return; fi
+    pass "boot"
+    ctl "start b --threads 2 --appendfsync everysec --cache-size 0 ${LAVIK_VM_BENCH_ARGS:-}" started 60 || { fail "start-b"; return; }
+    if ! wait_ready; then fail "ready-b: no PONG"; return; fi
+    pass "ready-b"
+    local value out
+    value=$(head -c 1024 /dev/zero | tr '\0' v)
+    out=$(awk -v v="$value" -v n=$bench_keys 'BEGIN {
+            for (i = 0; i < n; i++) printf "*3\r\n$3\r\nSET\r\n$16\r\nkey:%012d\r\n$1024\r\n%s\r\n", i, v
+        }' | timeout 1200 redis-cli -h "$guest_ip" -p 6379 --pipe 2>&1)
+    if grep -q "errors: 0, replies: $bench_keys" <<<"$out"; then pass "bench-load"; else fail "bench-load: $out"; return; fi
+    expect bench-dbsize $bench_keys DBSIZE
+    : > "$work/bench.txt"
+    for clients in 16 64; do
+        bench_one set $clients
+        bench_one get $clients
+    done
+    ctl term exited 120 || { fail "term-b"; return; }
+    [ "$ctl_reply" = 0 ] && pass "term-b" || fail "term-b: exit status $ctl_reply, want 0"
+}
+
 started_at=$SECONDS
 # Each check reports its own failure; none may end the script before the guest is off.
 set +e
-run_checks
+if [ "${LAVIK_VM_BENCH:-0}" = 1 ]; then run_bench; else run_checks; fi
 echo off >&7
 wait "$qemu_pid" || true
 qemu_pid=
