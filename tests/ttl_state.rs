@@ -219,3 +219,90 @@ fn used_memory_per_key() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+// Measurement, not a check: active expiry throughput. $EXPIRY_KEYS keys (default 500k,
+// value `v`) with PXAT deadlines spread evenly over $EXPIRY_SPREAD_MS (default 5000 ms;
+// 100k keys/s), loaded before the first deadline, into a fresh idle server
+// ($LAVIK_BIN, port $EXPIRY_PORT or a free one). Every 100 ms: keys due by the client's
+// clock, INFO stats expired_keys, and the backlog (due − expired); at the end the rate over
+// the spread and the time from the last deadline to DBSIZE 0.
+// See docs/benchmarks/ttl-state/README.md.
+#[test]
+#[ignore]
+fn active_expiry_throughput() {
+    let bin = std::env::var("LAVIK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_lavik").into());
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("EXPIRY_KEYS", 500_000);
+    let spread = env("EXPIRY_SPREAD_MS", 5000);
+    let port = env("EXPIRY_PORT", u64::from(common::free_port())) as u16;
+    let dir = common::temp_dir("ttl-rate");
+    let mut child = start_binary(&bin, &dir, port);
+    let mut c = connect(port);
+    let t0 = now_ms() + 20_000;
+    let deadline = |i: u64| t0 + i * spread / n;
+    let batch = 5000;
+    let mut i = 0;
+    while i < n {
+        let mut p = redis::pipe();
+        for j in i..(i + batch).min(n) {
+            p.cmd("SET")
+                .arg(format!("e:{j}"))
+                .arg("v")
+                .arg("PXAT")
+                .arg(deadline(j))
+                .ignore();
+        }
+        p.query::<()>(&mut c).unwrap();
+        i += batch;
+    }
+    let loaded = now_ms();
+    assert!(loaded < t0, "load took past the first deadline");
+    println!(
+        "loaded {n} keys in {} ms before the first deadline",
+        20_000 - (t0 - loaded)
+    );
+    while now_ms() < t0 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut max_backlog = 0u64;
+    let mut at_end: Option<(u64, u64)> = None;
+    loop {
+        let now = now_ms();
+        let due = if now < t0 {
+            0
+        } else {
+            (((now - t0) * n) / spread + 1).min(n)
+        };
+        let expired = info_u64(&mut c, "stats", "expired_keys");
+        let dbsize: u64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+        let backlog = due.saturating_sub(expired);
+        max_backlog = max_backlog.max(backlog);
+        println!(
+            "t={:+6} ms due={due:7} expired={expired:7} backlog={backlog:6} dbsize={dbsize}",
+            now as i64 - t0 as i64
+        );
+        if at_end.is_none() && now >= t0 + spread {
+            at_end = Some((now - t0, expired));
+        }
+        if dbsize == 0 || now > t0 + spread + 60_000 {
+            let (end_t, end_expired) = at_end.unwrap_or((now - t0, expired));
+            println!(
+                "{n} keys over {spread} ms: {end_expired} expired by t={end_t} ms \
+                 ({:.0} keys/s over the spread), max backlog {max_backlog}, DBSIZE {dbsize} \
+                 {} ms after the last deadline",
+                end_expired as f64 * 1000.0 / end_t as f64,
+                now as i64 - (t0 + spread) as i64
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
