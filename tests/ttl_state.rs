@@ -197,7 +197,10 @@ fn used_memory_per_key() {
         ("no TTL", vec![]),
     ] {
         let dir = common::temp_dir("ttl-mem");
-        let port = common::free_port();
+        let port = std::env::var("TTL_PORT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(common::free_port);
         let mut child = start_binary(&bin, &dir, port);
         let mut c = connect(port);
         let before = info_u64(&mut c, "memory", "used_memory");
