@@ -65,12 +65,13 @@ const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 const TRIM_AFTER_CLOSE_BYTES: usize = 1 << 20;
 /// Longest park when nothing is pending (active expiry, shutdown checks).
 const IDLE_WAIT_MS: u64 = 100;
-/// Background budget per round for a shard whose keys are due to expire (on top of
-/// `--background-budget-us`), and the wait between rounds while any is: a backlog of
-/// expiring keys drains at tens of thousands of keys per second per shard instead of one
-/// key per round, taking about a quarter of an otherwise idle worker.
-const EXPIRY_BACKLOG_BUDGET_US: u64 = 250;
-const EXPIRY_BACKLOG_WAIT_MS: u64 = 1;
+/// Active expiry's time per loop round while any held shard has due keys:
+/// max(`EXPIRY_MIN_US`, `EXPIRY_ROUND_PERCENT` % of the round's foreground time), shared by
+/// the shards with due keys (`docs/storage.md` "Active expiry"). While keys are due the
+/// worker does not park between rounds, so on an otherwise idle worker expiry runs
+/// continuously in 250 µs slices, and under load it takes a quarter of the round.
+const EXPIRY_MIN_US: u64 = 250;
+const EXPIRY_ROUND_PERCENT: u64 = 25;
 /// Arguments of a command kept on the stack while it runs; longer lists use the heap.
 const ARGS_INLINE: usize = 8;
 /// Data files registered with the ring (reads, chunk writes and syncs name them by
@@ -2189,13 +2190,23 @@ impl Worker {
         let budget = cli
             .background_budget_us
             .max(foreground_us * cli.background_warrant_percent / 100);
+        let due = self
+            .shards
+            .held()
+            .filter(|shard| shard.expiry_due(now))
+            .count() as u64;
+        if let Some(expiry_us) = EXPIRY_MIN_US
+            .max(foreground_us * EXPIRY_ROUND_PERCENT / 100)
+            .checked_div(due)
+        {
+            for shard in self.shards.held() {
+                if let Err(e) = shard.expire_due(now, expiry_us) {
+                    tracing::warn!("shard {} active expiry failed: {e}", shard.id());
+                }
+            }
+        }
         let mut backlog = false;
         for shard in self.shards.held() {
-            let budget = if shard.expiry_due(now) {
-                budget.max(EXPIRY_BACKLOG_BUDGET_US)
-            } else {
-                budget
-            };
             if let Err(e) = shard.background(now, budget) {
                 tracing::warn!("shard {} background work failed: {e}", shard.id());
             }
@@ -2211,7 +2222,12 @@ impl Worker {
             return;
         }
         // Invalidations from this round's background expiry go out in the next round.
-        if !self.ready.is_empty() || self.retry_pending || crate::runtime::tracking::pending() {
+        // Keys due to expire: no park (active expiry runs again next round).
+        if !self.ready.is_empty()
+            || self.retry_pending
+            || self.expiry_backlog
+            || crate::runtime::tracking::pending()
+        {
             let _ = self.ring.submit();
             if self.retry_pending {
                 std::thread::yield_now();
@@ -2242,8 +2258,6 @@ impl Worker {
             .any(|s| s.has_unflushed());
         let wait_ms = if !self.delayed_syncs.is_empty() || self.reads.has_delayed() {
             1
-        } else if self.expiry_backlog {
-            EXPIRY_BACKLOG_WAIT_MS
         } else if unflushed {
             self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
         } else {

@@ -29,6 +29,13 @@ const RESERVE_BLOCKS_PER_SHARD: usize = 2;
 const BLANK_CHECK_BYTES: u64 = 1 << 20;
 /// Recovery logs progress every this many blocks per shard.
 const PROGRESS_EVERY_BLOCKS: usize = 1024;
+/// Full-scan read-ahead (`docs/storage.md` "Recovery read-ahead"): reader threads per
+/// shard being recovered, each reading every `RECOVERY_READERS`-th block of the shard's
+/// scan order, so that many whole-block reads are in flight while the recovery thread
+/// applies the block before them.
+const RECOVERY_READERS: usize = 2;
+/// Block buffers per reader (read but not yet applied, or being read).
+const RECOVERY_BUFFERS_PER_READER: usize = 2;
 
 /// A chunk that checked out: its records (offset, header), marker and end offset.
 pub(crate) struct ParsedChunk {
@@ -846,41 +853,87 @@ impl Shard {
     ) -> Result<(Vec<BlockId>, Pending), StorageError> {
         blocks.sort_by_key(|b| b.1);
         let bs = self.shared.layout.block_size_bytes as usize;
-        let mut buf = AlignedBuf::new_zeroed(bs);
         let mut pending = Pending::default();
         let mut kept = Vec::new();
-        for (n, &(block, block_seq, kind)) in blocks.iter().enumerate() {
-            let (dev, base) = self.shared.layout.locate(block);
-            self.shared.layout.devices[dev].read_at(base, &mut buf)?;
-            self.counters.device_reads += 1;
-            self.counters.device_read_bytes += bs as u64;
-            self.blocks
-                .insert(block, BlockInfo::new(block_seq, kind, true));
-            pending.blocks_read += 1;
-            let used = self.recover_block(block, block_seq, buf.as_slice(), &mut pending)?;
-            pending.ids.seal(block);
-            if n % 32 == 31 {
-                pending.ids_peak_bytes = pending.ids_peak_bytes.max(pending.ids.memory_bytes());
+        let readers = RECOVERY_READERS.min(blocks.len()).max(1);
+        let shared = self.shared.clone();
+        std::thread::scope(|scope| -> Result<(), StorageError> {
+            // Reader r reads blocks r, r + readers, ... into its buffers and hands them over
+            // in that order; the loop below takes them round robin, so it sees the scan order.
+            let mut full = Vec::with_capacity(readers);
+            let mut free = Vec::with_capacity(readers);
+            for r in 0..readers {
+                let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<
+                    Result<AlignedBuf, StorageError>,
+                >(RECOVERY_BUFFERS_PER_READER);
+                let (free_tx, free_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+                for _ in 0..RECOVERY_BUFFERS_PER_READER {
+                    free_tx
+                        .send(AlignedBuf::new_zeroed(bs))
+                        .expect("receiver alive");
+                }
+                let mine: Vec<BlockId> = blocks
+                    .iter()
+                    .skip(r)
+                    .step_by(readers)
+                    .map(|b| b.0)
+                    .collect();
+                let shared = &shared;
+                scope.spawn(move || {
+                    for block in mine {
+                        // The applying side hung up (an error): stop.
+                        let Ok(mut buf) = free_rx.recv() else {
+                            return;
+                        };
+                        let (dev, base) = shared.layout.locate(block);
+                        let read = shared.layout.devices[dev].read_at(base, &mut buf);
+                        let failed = read.is_err();
+                        let msg = read.map(|()| buf).map_err(StorageError::from);
+                        if full_tx.send(msg).is_err() || failed {
+                            return;
+                        }
+                    }
+                });
+                full.push(full_rx);
+                free.push(free_tx);
             }
-            if used == 0 {
-                self.blocks.remove(&block);
-            } else {
-                self.blocks.get_mut(&block).expect("inserted").used_bytes = used as u32;
-                kept.push(block);
+            for (n, &(block, block_seq, kind)) in blocks.iter().enumerate() {
+                let buf = full[n % readers]
+                    .recv()
+                    .expect("a reader sends every block it was given or an error")?;
+                self.counters.device_reads += 1;
+                self.counters.device_read_bytes += bs as u64;
+                self.blocks
+                    .insert(block, BlockInfo::new(block_seq, kind, true));
+                pending.blocks_read += 1;
+                let used = self.recover_block(block, block_seq, buf.as_slice(), &mut pending)?;
+                // The reader may already be done (then the buffer is not needed).
+                let _ = free[n % readers].send(buf);
+                pending.ids.seal(block);
+                if n % 32 == 31 {
+                    pending.ids_peak_bytes = pending.ids_peak_bytes.max(pending.ids.memory_bytes());
+                }
+                if used == 0 {
+                    self.blocks.remove(&block);
+                } else {
+                    self.blocks.get_mut(&block).expect("inserted").used_bytes = used as u32;
+                    kept.push(block);
+                }
+                if let Some(p) = progress {
+                    p.blocks_done.fetch_add(1, Ordering::Relaxed);
+                    p.bytes_done.fetch_add(bs as u64, Ordering::Relaxed);
+                }
+                if (n + 1) % PROGRESS_EVERY_BLOCKS == 0 {
+                    tracing::info!(
+                        shard = self.id,
+                        blocks_done = n + 1,
+                        blocks_total = blocks.len(),
+                        "recovery progress"
+                    );
+                }
             }
-            if let Some(p) = progress {
-                p.blocks_done.fetch_add(1, Ordering::Relaxed);
-                p.bytes_done.fetch_add(bs as u64, Ordering::Relaxed);
-            }
-            if (n + 1) % PROGRESS_EVERY_BLOCKS == 0 {
-                tracing::info!(
-                    shard = self.id,
-                    blocks_done = n + 1,
-                    blocks_total = blocks.len(),
-                    "recovery progress"
-                );
-            }
-        }
+            Ok(())
+        })?;
         pending.ids_peak_bytes = pending.ids_peak_bytes.max(pending.ids.memory_bytes());
         Ok((kept, pending))
     }

@@ -29,6 +29,14 @@ const ROOT_HEADER_BYTES: usize = 24;
 const BACKGROUND_UNIT_US: u64 = 10;
 /// Work units charged for reading a whole block when a defrag job starts.
 const DEFRAG_BLOCK_READ_WORK: u64 = 50;
+/// Due entries active expiry takes from one db's expiry set at a time (one batch).
+const EXPIRY_BATCH_ENTRIES: usize = 512;
+/// Most bytes one batched expiry read covers: due records of one sealed block that lie
+/// within this span are read with one device read instead of one read each.
+const EXPIRY_SPAN_MAX_BYTES: usize = 256 * 1024;
+/// Due records of a block further apart than this start a new read (a sparse run costs
+/// one small read per record rather than reading the gap).
+const EXPIRY_GAP_MAX_BYTES: usize = 32 * 1024;
 
 /// What the shard knows about one of its blocks (a few dozen bytes per MiB of device).
 #[derive(Clone, Debug)]
@@ -122,6 +130,8 @@ pub(crate) struct Counters {
     /// Block seals that moved a command scope's staged records into the next block.
     pub scope_moves: u64,
     pub expired_keys: u64,
+    /// Device reads active expiry made for a run of due records in one block.
+    pub expiry_span_reads: u64,
     pub tombstones_written: u64,
     pub defrag_relocated_records: u64,
     pub defrag_freed_blocks: u64,
@@ -218,6 +228,8 @@ pub struct ShardStats {
     pub live_bytes: u64,
     pub used_bytes: u64,
     pub expired_keys: u64,
+    /// Device reads active expiry made for a run of due records in one block.
+    pub expiry_span_reads: u64,
     pub tombstones_written: u64,
     pub defrag_relocated_records: u64,
     pub defrag_freed_blocks: u64,
@@ -1756,6 +1768,7 @@ impl Shard {
             live_bytes: self.blocks.values().map(|b| b.live_total()).sum(),
             used_bytes: self.blocks.values().map(|b| u64::from(b.used_bytes)).sum(),
             expired_keys: c.expired_keys,
+            expiry_span_reads: c.expiry_span_reads,
             tombstones_written: c.tombstones_written,
             defrag_relocated_records: c.defrag_relocated_records,
             defrag_freed_blocks: c.defrag_freed_blocks,
@@ -3128,42 +3141,183 @@ impl Shard {
 
     // ---- background: expiry and defrag -------------------------------------------------
 
+    /// Active expiry inside `background`: one key per unit of `work`.
     fn active_expiry(&mut self, now_ms: u64, work: &mut u64) -> Result<(), StorageError> {
-        if self.expiry_earliest_ms > now_ms {
-            return Ok(());
+        while *work > 0 && self.expiry_earliest_ms <= now_ms {
+            let max = (*work).min(EXPIRY_BATCH_ENTRIES as u64) as usize;
+            let n = self.expire_batch(now_ms, max)?;
+            *work = work.saturating_sub(n as u64);
         }
-        let mut idle_dbs = 0;
+        Ok(())
+    }
+
+    /// Active expiry with a time budget, for the worker's expiry share of a loop round
+    /// (`docs/storage.md` "Active expiry"): batches of due entries until none is due or
+    /// `budget_us` has passed (checked after each batch, so at least one batch runs).
+    /// Returns the entries handled (expired keys and stale entries).
+    pub fn expire_due(&mut self, now_ms: u64, budget_us: u64) -> Result<u64, StorageError> {
+        if self.expiry_earliest_ms > now_ms {
+            return Ok(0);
+        }
+        self.last_now_ms = now_ms;
+        // Pending blind writes need no settling first: a due `prev` is settled from the
+        // record expiry reads (`expire_record`), a due `R` when it is removed
+        // (`remove_found`); see docs/index.md "Blind overwrites".
+        let started = std::time::Instant::now();
+        let mut handled = 0;
+        while self.expiry_earliest_ms <= now_ms {
+            handled += self.expire_batch(now_ms, EXPIRY_BATCH_ENTRIES)? as u64;
+            if started.elapsed().as_micros() as u64 >= budget_us {
+                break;
+            }
+        }
+        Ok(handled)
+    }
+
+    /// Takes up to `max` due entries from the next db (round robin) that has any and
+    /// expires what is still current, reading the records of a run that share a block
+    /// with one device read. When no db has a due entry, makes `expiry_earliest_ms`
+    /// exact. Returns the entries taken (0: nothing was due).
+    fn expire_batch(&mut self, now_ms: u64, max: usize) -> Result<usize, StorageError> {
         let mut due = Vec::new();
-        while *work > 0 && idle_dbs < DB_COUNT {
+        for _ in 0..DB_COUNT {
             let d = self.expiry_cursor_db;
-            due.clear();
-            let max = (*work).min(256) as usize;
             let n = self.expiry[d].pop_due(now_ms, max, &mut due);
             if n == 0 {
-                idle_dbs += 1;
                 self.expiry_cursor_db = (d + 1) % DB_COUNT;
                 continue;
             }
-            *work -= n as u64;
-            idle_dbs = 0;
-            for i in 0..due.len() {
-                if let Err(e) = self.expire_if_current(d as Db, due[i].1, now_ms) {
-                    // Keep the entries not yet handled (as before, the failing one is dropped).
-                    for &(at, addr) in &due[i + 1..] {
-                        self.expiry[d].insert(at, addr);
-                    }
-                    return Err(e);
+            self.expire_entries(d as Db, &mut due, now_ms)?;
+            return Ok(n);
+        }
+        // Nothing is due in any db: the earliest entry is the next time to look.
+        self.expiry_earliest_ms = self
+            .expiry
+            .iter()
+            .filter_map(|e| e.first().map(|(at, _)| at))
+            .min()
+            .unwrap_or(u64::MAX);
+        Ok(0)
+    }
+
+    /// Expires the current records among `due` (entries just taken from db `db`'s set), in
+    /// address order: consecutive entries of one sealed block no more than
+    /// [`EXPIRY_GAP_MAX_BYTES`] apart and within [`EXPIRY_SPAN_MAX_BYTES`] form a span whose
+    /// records not in the record cache are read with one device read. On an error the
+    /// entries not yet handled go back to the set (the failing one is dropped, as with one
+    /// read per entry).
+    fn expire_entries(
+        &mut self,
+        db: Db,
+        due: &mut [(u64, Address)],
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        due.sort_unstable_by_key(|&(_, a)| a.0);
+        let mut handled = vec![false; due.len()];
+        let mut i = 0;
+        while i < due.len() {
+            let (block, first) = self.shared.layout.split(due[i].1);
+            let mut prev = first;
+            let mut j = i + 1;
+            while j < due.len() {
+                let (b, off) = self.shared.layout.split(due[j].1);
+                if b != block
+                    || off - prev > EXPIRY_GAP_MAX_BYTES
+                    || off - first > EXPIRY_SPAN_MAX_BYTES
+                {
+                    break;
                 }
+                prev = off;
+                j += 1;
+            }
+            if let Err(e) = self.expire_span(db, &due[i..j], &mut handled[i..j], now_ms) {
+                for (k, &(at, addr)) in due.iter().enumerate() {
+                    if !handled[k] {
+                        self.expiry[db as usize].insert(at, addr);
+                    }
+                }
+                return Err(e);
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Expires the current records of `span` (address-ordered entries of one block, see
+    /// `expire_entries`), marking each in `handled` before it is tried.
+    fn expire_span(
+        &mut self,
+        db: Db,
+        span: &[(u64, Address)],
+        handled: &mut [bool],
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        let (block, _) = self.shared.layout.split(span[0].1);
+        let Some(info) = self.blocks.get(&block) else {
+            handled.fill(true);
+            return Ok(()); // freed: every entry is stale
+        };
+        if info.retiring {
+            handled.fill(true);
+            return Ok(());
+        }
+        let block_seq = info.block_seq;
+        let in_open = self.open.as_ref().is_some_and(|o| o.block == block);
+        // Entries whose record is in RAM (staging, cache) or that stand alone: one by one.
+        let mut missing = Vec::new();
+        for (k, &(_, addr)) in span.iter().enumerate() {
+            if span.len() == 1
+                || in_open
+                || !self.moved.is_empty()
+                || self.cache.contains(addr, block_seq)
+            {
+                handled[k] = true;
+                self.expire_if_current(db, addr, now_ms)?;
+            } else {
+                missing.push(k);
             }
         }
-        if idle_dbs == DB_COUNT {
-            // Nothing is due in any db: the earliest entry is the next time to look.
-            self.expiry_earliest_ms = self
-                .expiry
-                .iter()
-                .filter_map(|e| e.first().map(|(at, _)| at))
-                .min()
-                .unwrap_or(u64::MAX);
+        if let [k] = missing[..] {
+            handled[k] = true;
+            return self.expire_if_current(db, span[k].1, now_ms);
+        }
+        let (Some(&k0), Some(&k1)) = (missing.first(), missing.last()) else {
+            return Ok(());
+        };
+        let (_, first) = self.shared.layout.split(span[k0].1);
+        let (_, last) = self.shared.layout.split(span[k1].1);
+        let bs = self.block_size();
+        let aligned = first & !(CHUNK_ALIGN_BYTES as usize - 1);
+        let end = align_up(last + READ_WINDOW_BYTES).min(bs);
+        let (dev, base) = self.shared.layout.locate(block);
+        let mut buf = AlignedBuf::new_zeroed(end - aligned);
+        self.shared.layout.devices[dev].read_at(base + aligned as u64, &mut buf)?;
+        self.counters.sync_reads += 1;
+        self.counters.device_reads += 1;
+        self.counters.device_read_bytes += (end - aligned) as u64;
+        self.counters.expiry_span_reads += 1;
+        for k in missing {
+            handled[k] = true;
+            let addr = span[k].1;
+            let (_, off) = self.shared.layout.split(addr);
+            let bytes = &buf.as_slice()[off - aligned..];
+            let Some(h) = RecordHeader::decode(bytes) else {
+                continue; // no record here: the entry is stale (as a read would find)
+            };
+            if h.record_len() > bytes.len() {
+                // Longer than the window read after the span's last record: alone.
+                self.expire_if_current(db, addr, now_ms)?;
+                continue;
+            }
+            let Some(r) = decode_record(&bytes[..h.record_len()], block_seq) else {
+                continue; // fails its check: not a current record
+            };
+            let rec = OwnedRecord {
+                header: r.header,
+                key: r.key.to_vec(),
+                value: r.value.to_vec(),
+            };
+            self.expire_record(db, addr, rec, now_ms)?;
         }
         Ok(())
     }
@@ -3185,6 +3339,17 @@ impl Shard {
             Err(StorageError::Corrupt(_)) => return Ok(()),
             Err(e) => return Err(e),
         };
+        self.expire_record(db, addr, rec, now_ms)
+    }
+
+    /// Expires `rec`, read from `addr`, if it is the current, expired record of its key.
+    fn expire_record(
+        &mut self,
+        db: Db,
+        addr: Address,
+        rec: OwnedRecord,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
         if rec.header.record_type != RecordType::Put
             || rec.header.db != db
             || !is_expired(&rec.header, now_ms)
