@@ -213,6 +213,7 @@ pub fn move_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         .put(dst_db, key, v.kind, &v.bytes, v.expire_at_ms, now)
         .map_err(storage_error)?;
     shard.delete(db, key, now).map_err(storage_error)?;
+    drop_whole(v);
     r.int(1);
     Ok(())
 }
@@ -257,6 +258,20 @@ fn whole(
     }
 }
 
+/// A whole value this big, built from a paged collection and written elsewhere (RENAME,
+/// COPY, MOVE), is given back to the kernel once freed (`drop_whole`).
+const TRIM_AFTER_BYTES: usize = 8 << 20;
+
+/// Frees `v`; the heap is trimmed after a big one (glibc keeps freed memory otherwise, and
+/// RSS would stay at the command's peak: issue 13, RSS under load).
+fn drop_whole(v: crate::storage::Value) {
+    let big = v.bytes.len() >= TRIM_AFTER_BYTES;
+    drop(v);
+    if big {
+        crate::runtime::trim_heap();
+    }
+}
+
 fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, String> {
     let (db, now) = (ctx.db, ctx.now_ms);
     // Pages are read only once the move is known to happen (not for RENAMENX onto an
@@ -290,6 +305,7 @@ fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, Str
         .for_key(src)
         .delete(db, src, now)
         .map_err(storage_error)?;
+    drop_whole(v);
     ctx.notify(GENERIC, "rename_from", src);
     ctx.notify(GENERIC, "rename_to", dst);
     Ok(true)
@@ -354,6 +370,7 @@ pub fn copy(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         .for_key(dst)
         .put(dst_db, dst, v.kind, &v.bytes, v.expire_at_ms, now)
         .map_err(storage_error)?;
+    drop_whole(v);
     super::events::notify(GENERIC, "copy_to", dst, dst_db);
     r.int(1);
     Ok(())
