@@ -5,7 +5,7 @@ use super::events::GENERIC;
 use super::{eq_ic, parse_int, storage_error, CmdResult, Ctx, Glob, ERR_SYNTAX};
 use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
-use crate::storage::{Db, ValueKind};
+use crate::storage::{Collection, Db, ValueKind};
 
 const DBS: u8 = 16;
 
@@ -85,6 +85,22 @@ fn encoding_name(v: &crate::storage::Value) -> Result<&'static str, String> {
     })
 }
 
+/// OBJECT ENCODING's name for a paged collection, from its kind alone (its root is not
+/// decoded, so this holds whatever the root format): only Redis's big encodings are ever
+/// paged — a hash or set is paged only when hashtable-encoded (`collection::stays_paged`),
+/// a list only as a quicklist of two or more nodes, a sorted set only as a skiplist
+/// (`store_list`, `store_zset`) — and Redis never converts those back on the way down while
+/// lavik keeps a collection paged (a paged list of one leaf is demoted to one record first).
+fn paged_encoding_name(kind: ValueKind) -> &'static str {
+    match kind {
+        ValueKind::Hash | ValueKind::Set => "hashtable",
+        ValueKind::List => "quicklist",
+        ValueKind::ZSet => "skiplist",
+        // Strings are never paged (large ones are fragmented, not paged).
+        ValueKind::String => "raw",
+    }
+}
+
 /// OBJECT ENCODING | FREQ | IDLETIME | REFCOUNT key, OBJECT HELP.
 ///
 /// lavik keeps no per-key access time, access frequency or reference count (RAM per
@@ -137,23 +153,27 @@ pub fn object(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         ));
     }
     let (db, now) = (ctx.db, ctx.now_ms);
-    let Some(v) = ctx
+    // A paged collection answers from its root: no page is read (issue 13, RSS under load).
+    let Some(c) = ctx
         .shards
         .for_key(a[2])
-        .get(db, a[2], now)
+        .get_collection(db, a[2], now)
         .map_err(storage_error)?
     else {
         r.null();
         return Ok(());
     };
     match sub {
-        "encoding" => r.bulk_str(encoding_name(&v)?),
+        "encoding" => r.bulk_str(match &c {
+            Collection::Whole(v) => encoding_name(v)?,
+            Collection::Paged { kind, .. } => paged_encoding_name(*kind),
+        }),
         "freq" => return Err(ERR_NO_LFU.into()),
         "idletime" => r.int(0),
         _ => {
-            let shared_int = v.kind == ValueKind::String
+            let shared_int = matches!(&c, Collection::Whole(v) if v.kind == ValueKind::String
                 && v.bytes.len() <= 4
-                && parse_i64(&v.bytes).is_some_and(|n| (0..10_000).contains(&n));
+                && parse_i64(&v.bytes).is_some_and(|n| (0..10_000).contains(&n)));
             r.int(if shared_int { i32::MAX as i64 } else { 1 });
         }
     }
@@ -180,7 +200,7 @@ pub fn move_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     }
     let (db, now, key) = (ctx.db, ctx.now_ms, a[1]);
     let shard = ctx.shards.for_key(key);
-    let Some(v) = shard.get(db, key, now).map_err(storage_error)? else {
+    let Some(c) = shard.get_collection(db, key, now).map_err(storage_error)? else {
         r.int(0);
         return Ok(());
     };
@@ -188,10 +208,12 @@ pub fn move_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         r.int(0);
         return Ok(());
     }
+    let v = whole(shard, db, key, now, c)?;
     shard
         .put(dst_db, key, v.kind, &v.bytes, v.expire_at_ms, now)
         .map_err(storage_error)?;
     shard.delete(db, key, now).map_err(storage_error)?;
+    drop_whole(v);
     r.int(1);
     Ok(())
 }
@@ -212,12 +234,52 @@ pub fn type_(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     Ok(())
 }
 
+/// A value read whole, from what `get_collection` gave: a paged collection's pages are read
+/// only now, by a command that has checked it will write the value somewhere.
+fn whole(
+    shard: &mut crate::storage::Shard,
+    db: Db,
+    key: &[u8],
+    now: u64,
+    c: Collection,
+) -> Result<crate::storage::Value, String> {
+    match c {
+        Collection::Whole(v) => Ok(v),
+        Collection::Paged { .. } => {
+            shard
+                .get(db, key, now)
+                .map_err(storage_error)?
+                .ok_or_else(|| {
+                    storage_error(crate::storage::StorageError::Corrupt(
+                        "a paged collection vanished while read".into(),
+                    ))
+                })
+        }
+    }
+}
+
+/// A whole value this big, built from a paged collection and written elsewhere (RENAME,
+/// COPY, MOVE), is given back to the kernel once freed (`drop_whole`).
+const TRIM_AFTER_BYTES: usize = 8 << 20;
+
+/// Frees `v`; the heap is trimmed after a big one (glibc keeps freed memory otherwise, and
+/// RSS would stay at the command's peak: issue 13, RSS under load).
+fn drop_whole(v: crate::storage::Value) {
+    let big = v.bytes.len() >= TRIM_AFTER_BYTES;
+    drop(v);
+    if big {
+        crate::runtime::trim_heap();
+    }
+}
+
 fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, String> {
     let (db, now) = (ctx.db, ctx.now_ms);
-    let Some(v) = ctx
+    // Pages are read only once the move is known to happen (not for RENAMENX onto an
+    // existing key, nor a rename onto itself).
+    let Some(c) = ctx
         .shards
         .for_key(src)
-        .get(db, src, now)
+        .get_collection(db, src, now)
         .map_err(storage_error)?
     else {
         return Err("ERR no such key".into());
@@ -234,6 +296,7 @@ fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, Str
     {
         return Ok(false);
     }
+    let v = whole(ctx.shards.for_key(src), db, src, now, c)?;
     ctx.shards
         .for_key(dst)
         .put(db, dst, v.kind, &v.bytes, v.expire_at_ms, now)
@@ -242,6 +305,7 @@ fn move_key(ctx: &mut Ctx, src: &[u8], dst: &[u8], nx: bool) -> Result<bool, Str
         .for_key(src)
         .delete(db, src, now)
         .map_err(storage_error)?;
+    drop_whole(v);
     ctx.notify(GENERIC, "rename_from", src);
     ctx.notify(GENERIC, "rename_to", dst);
     Ok(true)
@@ -282,23 +346,31 @@ pub fn copy(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         return Err("ERR source and destination objects are the same".into());
     }
     let (db, now) = (ctx.db, ctx.now_ms);
-    let Some(v) = ctx
+    let Some(c) = ctx
         .shards
         .for_key(src)
-        .get(db, src, now)
+        .get_collection(db, src, now)
         .map_err(storage_error)?
     else {
         r.int(0);
         return Ok(());
     };
-    let shard = ctx.shards.for_key(dst);
-    if !replace && shard.exists(dst_db, dst, now).map_err(storage_error)? {
+    if !replace
+        && ctx
+            .shards
+            .for_key(dst)
+            .exists(dst_db, dst, now)
+            .map_err(storage_error)?
+    {
         r.int(0);
         return Ok(());
     }
-    shard
+    let v = whole(ctx.shards.for_key(src), db, src, now, c)?;
+    ctx.shards
+        .for_key(dst)
         .put(dst_db, dst, v.kind, &v.bytes, v.expire_at_ms, now)
         .map_err(storage_error)?;
+    drop_whole(v);
     super::events::notify(GENERIC, "copy_to", dst, dst_db);
     r.int(1);
     Ok(())
@@ -344,11 +416,12 @@ fn expire_generic(
     }
     let (db, now) = (ctx.db, ctx.now_ms);
     let shard = ctx.shards.for_key(a[1]);
-    let Some(v) = shard.get(db, a[1], now).map_err(storage_error)? else {
+    // The expiry only: a paged collection's root has it, its pages are not read.
+    let Some(c) = shard.get_collection(db, a[1], now).map_err(storage_error)? else {
         r.int(0);
         return Ok(());
     };
-    let cur = v.expire_at_ms;
+    let cur = expiry_of_collection(&c);
     let ok = match cur {
         None => !(xx || gt),
         Some(c) => !(nx || (gt && when <= c as i64) || (lt && when >= c as i64)),
@@ -383,15 +456,23 @@ pub fn pexpireat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     expire_generic(ctx, a, r, 1, true, "pexpireat")
 }
 
-/// TTL family: `Ok(None)` = missing key (-2), `Some(None)` = no TTL (-1).
+fn expiry_of_collection(c: &Collection) -> Option<u64> {
+    match c {
+        Collection::Whole(v) => v.expire_at_ms,
+        Collection::Paged { expire_at_ms, .. } => *expire_at_ms,
+    }
+}
+
+/// TTL family: `Ok(None)` = missing key (-2), `Some(None)` = no TTL (-1). A paged
+/// collection's expiry is its root's: its pages are not read.
 fn expiry_of(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Option<u64>>, String> {
     let (db, now) = (ctx.db, ctx.now_ms);
     Ok(ctx
         .shards
         .for_key(key)
-        .get(db, key, now)
+        .get_collection(db, key, now)
         .map_err(storage_error)?
-        .map(|v| v.expire_at_ms))
+        .map(|c| expiry_of_collection(&c)))
 }
 
 fn ttl_generic(
@@ -554,10 +635,14 @@ pub fn scan(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         let mut kept = Vec::with_capacity(keys.len());
         for k in keys {
             let shard = ctx.shards.for_key(&k);
-            if let Some(v) = shard.get(db, &k, now).map_err(storage_error)? {
-                if eq_ic(t, type_name(v.kind)) {
-                    kept.push(k);
-                }
+            // A paged collection's kind is in its root: its pages are not read.
+            let kind = match shard.get_collection(db, &k, now).map_err(storage_error)? {
+                Some(Collection::Whole(v)) => Some(v.kind),
+                Some(Collection::Paged { kind, .. }) => Some(kind),
+                None => None,
+            };
+            if kind.is_some_and(|kind| eq_ic(t, type_name(kind))) {
+                kept.push(k);
             }
         }
         keys = kept;

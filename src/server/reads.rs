@@ -77,7 +77,7 @@ use crate::runtime::{user_data, OpKind};
 use crate::storage::prefetch::{Fetched, ReadDone, RecordPool, RecordRead, READ_WINDOW_BYTES};
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -286,6 +286,9 @@ struct PendingRead {
     shard: u32,
     plan: RecordRead,
     buf: ReadBuf,
+    /// Other parked commands waiting for the same record (`Reads::submit_for`: a record
+    /// already on the ring is not read twice); each gets a copy, after `parked`.
+    also: Vec<usize>,
 }
 
 /// What completing a read needs from the worker: its ring and registered files (to
@@ -308,12 +311,17 @@ pub struct ReadStats {
     pub reads_submitted: u64,
     pub stale_reads: u64,
     pub waited_for_slots: u64,
+    /// Reads not submitted because the same record was already on the ring for another
+    /// parked command (it got a copy of that read's record).
+    pub shared_reads: u64,
 }
 
 pub struct Reads {
     reads: Vec<Option<PendingRead>>,
     free_reads: Vec<usize>,
     inflight: usize,
+    /// Reads on the ring by (file, offset), to find one a new plan asks for again.
+    on_ring: HashMap<(RawFd, u64), Vec<usize>>,
     parked: Vec<Option<Parked>>,
     free_parked: Vec<usize>,
     parked_count: usize,
@@ -445,6 +453,7 @@ impl Reads {
             reads: Vec::new(),
             free_reads: Vec::new(),
             inflight: 0,
+            on_ring: HashMap::new(),
             parked: Vec::new(),
             free_parked: Vec::new(),
             parked_count: 0,
@@ -560,6 +569,21 @@ impl Reads {
             let Some((shard, plan)) = unsubmitted.pop() else {
                 break;
             };
+            // The record is on the ring already for another parked command (writers of one
+            // hot collection all missing its newest leaf after a block seal): wait for that
+            // read and take a copy, instead of reading it once per command.
+            if let Some(r) = self.on_ring_read(shard, &plan) {
+                if let Some(read) = self.reads[r].as_mut() {
+                    if read.parked != idx && !read.also.contains(&idx) {
+                        read.also.push(idx);
+                        self.stats.shared_reads += 1;
+                        if let Some(p) = self.parked[idx].as_mut() {
+                            p.reads_left += 1;
+                        }
+                    }
+                }
+                continue;
+            }
             let buf = self.buf_for(plan.len_bytes);
             self.submit(
                 PendingRead {
@@ -567,6 +591,7 @@ impl Reads {
                     shard,
                     plan,
                     buf,
+                    also: Vec::new(),
                 },
                 ring,
                 fixed,
@@ -588,6 +613,19 @@ impl Reads {
         }
     }
 
+    /// The read on the ring, if any, of the record `plan` names on `shard`.
+    fn on_ring_read(&self, shard: u32, plan: &RecordRead) -> Option<usize> {
+        self.on_ring
+            .get(&(plan.fd, plan.offset_bytes))?
+            .iter()
+            .copied()
+            .find(|&r| {
+                self.reads[r]
+                    .as_ref()
+                    .is_some_and(|x| x.shard == shard && x.plan.same_record(plan))
+            })
+    }
+
     fn submit(&mut self, mut read: PendingRead, ring: &mut IoUring, fixed: &[RawFd]) {
         let idx = match self.free_reads.pop() {
             Some(i) => i,
@@ -596,6 +634,10 @@ impl Reads {
                 self.reads.len() - 1
             }
         };
+        self.on_ring
+            .entry((read.plan.fd, read.plan.offset_bytes))
+            .or_default()
+            .push(idx);
         let len = read.plan.len_bytes.min(read.buf.bytes.len());
         let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
         let off = read.plan.offset_bytes;
@@ -672,12 +714,20 @@ impl Reads {
     }
 
     fn complete(&mut self, idx: usize, res: i32, io: &mut ReadIo, ready: &mut Vec<Parked>) {
-        let Some(read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
+        let Some(mut read) = self.reads.get_mut(idx).and_then(|r| r.take()) else {
             return;
         };
         self.free_reads.push(idx);
         self.inflight -= 1;
+        let at = (read.plan.fd, read.plan.offset_bytes);
+        if let Some(v) = self.on_ring.get_mut(&at) {
+            v.retain(|&r| r != idx);
+            if v.is_empty() {
+                self.on_ring.remove(&at);
+            }
+        }
         let pidx = read.parked;
+        let also = std::mem::take(&mut read.also);
         let outcome = if res < 0 || (res as usize) < read.plan.len_bytes {
             let e = if res < 0 {
                 std::io::Error::from_raw_os_error(-res).to_string()
@@ -712,6 +762,7 @@ impl Reads {
                         shard,
                         plan,
                         buf,
+                        also,
                     },
                     io.ring,
                     io.fixed,
@@ -720,6 +771,13 @@ impl Reads {
             }
             Ok(ReadDone::Record(f)) => {
                 self.recycle(read.buf);
+                for &w in &also {
+                    if let Some(p) = self.parked[w].as_mut() {
+                        p.needs_replan |= f.is_large_root();
+                        p.fetched.push(f.clone());
+                        p.fetched_shard.push(shard);
+                    }
+                }
                 if let Some(p) = self.parked[pidx].as_mut() {
                     p.needs_replan |= f.is_large_root();
                     p.fetched.push(f);
@@ -729,27 +787,35 @@ impl Reads {
             Ok(ReadDone::Stale) => {
                 self.recycle(read.buf);
                 self.stats.stale_reads += 1;
-                if let Some(p) = self.parked[pidx].as_mut() {
-                    p.needs_replan = true;
+                for &w in std::iter::once(&pidx).chain(&also) {
+                    if let Some(p) = self.parked[w].as_mut() {
+                        p.needs_replan = true;
+                    }
                 }
             }
             Err(e) => {
                 self.recycle(read.buf);
-                if let Some(p) = self.parked[pidx].as_mut() {
-                    p.needs_replan = true;
-                    p.error.get_or_insert(e);
+                for &w in std::iter::once(&pidx).chain(&also) {
+                    if let Some(p) = self.parked[w].as_mut() {
+                        p.needs_replan = true;
+                        p.error.get_or_insert_with(|| e.clone());
+                    }
                 }
             }
         }
-        let done = match self.parked[pidx].as_mut() {
-            Some(p) => {
-                p.reads_left -= 1;
-                p.reads_left == 0 && p.unsubmitted.is_empty()
+        // The command that asked first runs first (its reply order among the others is
+        // theirs to keep: each waits on its own connection's slot).
+        for w in std::iter::once(pidx).chain(also) {
+            let done = match self.parked[w].as_mut() {
+                Some(p) => {
+                    p.reads_left -= 1;
+                    p.reads_left == 0 && p.unsubmitted.is_empty()
+                }
+                None => false,
+            };
+            if done {
+                self.replan(w, io, ready);
             }
-            None => false,
-        };
-        if done {
-            self.replan(pidx, io, ready);
         }
         self.pump(io.ring, io.fixed);
     }

@@ -63,6 +63,9 @@ const OUTPUT_HIGH_WATER_BYTES: usize = 64 << 20;
 /// A closed connection whose buffers held this much gives the freed memory back to the
 /// kernel at once (RSS returns after a slow reader leaves).
 const TRIM_AFTER_CLOSE_BYTES: usize = 1 << 20;
+/// A command whose reply reached this many bytes trims the heap after it (the value it
+/// built to answer is freed; issue 13, RSS under load).
+const TRIM_AFTER_REPLY_BYTES: usize = 8 << 20;
 /// Longest park when nothing is pending (active expiry, shutdown checks).
 const IDLE_WAIT_MS: u64 = 100;
 /// Active expiry's time per loop round while any held shard has due keys:
@@ -2388,6 +2391,12 @@ fn exec_restartable(
     if let Err(e) = res {
         r.out.truncate(mark);
         r.error(&e);
+    }
+    if r.out.len().saturating_sub(mark) >= TRIM_AFTER_REPLY_BYTES {
+        // A reply this big was built from a value about as big (HGETALL, SMEMBERS, LRANGE
+        // of a big paged collection), freed by now: give it back to the kernel, which glibc
+        // would not do for small freed chunks (RSS would stay at the command's peak).
+        crate::runtime::trim_heap();
     }
     if crate::runtime::tracking::active() {
         tracking::after_command(spec, args);

@@ -11,7 +11,15 @@
 //! evicts the first entry it finds unreferenced, clearing bits as it passes. The budget is
 //! in bytes of key + value + `ENTRY_OVERHEAD_BYTES`, per shard (the server divides
 //! `--cache-size` among its shards). A capacity of 0 turns the cache off: nothing is kept.
+//!
+//! The resident part (`docs/architecture.md`, "Restarting on a miss"): a paged collection's
+//! newest root and directory pages, kept when the block they were written to is sealed (they
+//! leave the staging buffer), whatever `--cache-size` says, within `RESIDENT_MAX_BYTES` per
+//! shard (CLOCK as well; counted in `bytes`, so in `used_memory`). A superseded root or page is
+//! dropped at once (`remove`). So a hot collection's root and directory pages stay in memory,
+//! and a command on it reads at most its leaf from the device, with the cache off too.
 
+use super::format::RecordType;
 use super::index::Address;
 use super::shard::OwnedRecord;
 use std::collections::{HashMap, VecDeque};
@@ -26,13 +34,40 @@ struct Entry {
     referenced: bool,
 }
 
+/// Budget of the resident part, per shard: the root and directory pages of a 10M-member
+/// hash (about 200 directory pages of ≤ 6 KiB) fit, and a server of 8 shards spends at most
+/// 16 MiB on them.
+pub const RESIDENT_MAX_BYTES: usize = 2 << 20;
+
+/// Whether a record being appended is kept resident at its block's seal: a paged root (a
+/// Put with `FLAG_PAGED`) or a directory page (a Page whose payload starts with a directory
+/// kind: a hash's, set's or list's, or a sorted set's).
+pub fn keeps_resident(record_type: RecordType, flags: u8, payload: &[u8]) -> bool {
+    match record_type {
+        RecordType::Put => super::paged::is_root(flags),
+        RecordType::Page => matches!(
+            payload.first(),
+            Some(&super::paged::PAGE_DIR) | Some(&super::paged_zset::PAGE_ZSET_DIR)
+        ),
+        _ => false,
+    }
+}
+
+/// Entries under one byte budget, evicted by CLOCK.
 #[derive(Default)]
-pub struct RecordCache {
+struct Pool {
     entries: HashMap<u64, Entry>,
     /// CLOCK order (addresses; an address no longer in `entries` is skipped).
     clock: VecDeque<u64>,
     bytes: usize,
     capacity_bytes: usize,
+}
+
+#[derive(Default)]
+pub struct RecordCache {
+    main: Pool,
+    /// Paged roots and directory pages kept at their block's seal (module essay).
+    resident: Pool,
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
@@ -42,85 +77,26 @@ fn charge(rec: &OwnedRecord) -> usize {
     rec.key.len() + rec.value.len() + ENTRY_OVERHEAD_BYTES
 }
 
-impl RecordCache {
-    pub fn new(capacity_bytes: usize) -> RecordCache {
-        RecordCache {
-            capacity_bytes,
-            ..RecordCache::default()
-        }
+impl Pool {
+    fn fresh(&self, addr: Address, block_seq: u64) -> Option<bool> {
+        self.entries.get(&addr.0).map(|e| e.block_seq == block_seq)
     }
 
-    pub fn capacity_bytes(&self) -> usize {
-        self.capacity_bytes
-    }
-
-    /// Bytes charged for the entries held (at most the capacity).
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Changes the budget; shrinking evicts at once.
-    pub fn set_capacity(&mut self, capacity_bytes: usize) {
-        self.capacity_bytes = capacity_bytes;
-        self.evict_to(capacity_bytes);
-        if capacity_bytes == 0 {
-            self.entries = HashMap::new();
-            self.clock = VecDeque::new();
-            self.bytes = 0;
-        }
-    }
-
-    /// The record at `addr` if cached from a block whose sequence is still `block_seq`.
-    /// Counts a hit or a miss.
-    pub fn get(&mut self, addr: Address, block_seq: u64) -> Option<&OwnedRecord> {
-        if self.capacity_bytes == 0 {
-            return None;
-        }
-        let stale = match self.entries.get(&addr.0) {
-            None => {
-                self.misses += 1;
-                return None;
-            }
-            Some(e) => e.block_seq != block_seq,
-        };
-        if stale {
-            self.remove(addr);
-            self.misses += 1;
-            return None;
-        }
-        self.hits += 1;
-        let e = self.entries.get_mut(&addr.0)?;
-        e.referenced = true;
-        Some(&e.rec)
-    }
-
-    /// True when `addr` is cached for `block_seq`, without counting or touching it.
-    pub fn contains(&self, addr: Address, block_seq: u64) -> bool {
-        self.peek(addr, block_seq).is_some()
-    }
-
-    /// The cached record, without counting a hit or setting its reference bit (planning
-    /// looks; the command that runs afterwards is what uses it).
-    pub fn peek(&self, addr: Address, block_seq: u64) -> Option<&OwnedRecord> {
+    fn peek(&self, addr: Address, block_seq: u64) -> Option<&OwnedRecord> {
         self.entries
             .get(&addr.0)
             .filter(|e| e.block_seq == block_seq)
             .map(|e| &e.rec)
     }
 
-    /// Keeps a copy of `rec` (read from `addr` in a block of sequence `block_seq`) if it
-    /// fits the budget at all, evicting others as needed.
-    pub fn insert(&mut self, addr: Address, block_seq: u64, rec: &OwnedRecord) {
+    /// Keeps `rec` if it fits the budget at all; returns the entries evicted for it.
+    fn insert(&mut self, addr: Address, block_seq: u64, rec: &OwnedRecord) -> u64 {
         let cost = charge(rec);
         if self.capacity_bytes == 0 || cost > self.capacity_bytes / 4 {
-            return;
+            return 0;
         }
         self.remove(addr);
-        self.evict_to(self.capacity_bytes - cost);
+        let evicted = self.evict_to(self.capacity_bytes - cost);
         self.entries.insert(
             addr.0,
             Entry {
@@ -132,22 +108,23 @@ impl RecordCache {
         self.clock.push_back(addr.0);
         self.bytes += cost;
         debug_assert!(self.bytes <= self.capacity_bytes);
+        evicted
     }
 
-    pub fn remove(&mut self, addr: Address) {
+    fn remove(&mut self, addr: Address) {
         if let Some(e) = self.entries.remove(&addr.0) {
             self.bytes -= charge(&e.rec);
         }
     }
 
-    /// Drops every entry (FLUSHALL / FLUSHDB: addresses stay valid, but memory goes back).
-    pub fn clear(&mut self) {
+    fn clear(&mut self) {
         self.entries.clear();
         self.clock.clear();
         self.bytes = 0;
     }
 
-    fn evict_to(&mut self, target_bytes: usize) {
+    fn evict_to(&mut self, target_bytes: usize) -> u64 {
+        let mut evicted = 0;
         while self.bytes > target_bytes {
             let Some(a) = self.clock.pop_front() else {
                 break;
@@ -161,13 +138,123 @@ impl RecordCache {
                 continue;
             }
             self.remove(Address(a));
-            self.evictions += 1;
+            evicted += 1;
         }
         // Queue slots of removed entries are dropped lazily; keep the queue bounded.
         if self.clock.len() > 2 * self.entries.len() + 64 {
             let entries = &self.entries;
             self.clock.retain(|a| entries.contains_key(a));
         }
+        evicted
+    }
+}
+
+impl RecordCache {
+    pub fn new(capacity_bytes: usize) -> RecordCache {
+        RecordCache {
+            main: Pool {
+                capacity_bytes,
+                ..Pool::default()
+            },
+            resident: Pool {
+                capacity_bytes: RESIDENT_MAX_BYTES,
+                ..Pool::default()
+            },
+            ..RecordCache::default()
+        }
+    }
+
+    pub fn capacity_bytes(&self) -> usize {
+        self.main.capacity_bytes
+    }
+
+    /// Bytes charged for the entries held (at most the capacity plus `RESIDENT_MAX_BYTES`).
+    pub fn bytes(&self) -> usize {
+        self.main.bytes + self.resident.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.main.entries.len() + self.resident.entries.len()
+    }
+
+    /// Changes the budget; shrinking evicts at once. The resident part keeps its own.
+    pub fn set_capacity(&mut self, capacity_bytes: usize) {
+        self.main.capacity_bytes = capacity_bytes;
+        self.evictions += self.main.evict_to(capacity_bytes);
+        if capacity_bytes == 0 {
+            self.main = Pool::default();
+        }
+    }
+
+    /// The record at `addr` if cached from a block whose sequence is still `block_seq`.
+    /// Counts a hit or a miss (with the cache off, a resident hit only).
+    pub fn get(&mut self, addr: Address, block_seq: u64) -> Option<&OwnedRecord> {
+        let on = self.main.capacity_bytes != 0;
+        let pool = match (
+            self.resident.fresh(addr, block_seq),
+            self.main.fresh(addr, block_seq),
+        ) {
+            (Some(true), _) => &mut self.resident,
+            (_, Some(true)) => &mut self.main,
+            (res, main) => {
+                if res == Some(false) {
+                    self.resident.remove(addr);
+                }
+                if main == Some(false) {
+                    self.main.remove(addr);
+                }
+                if on {
+                    self.misses += 1;
+                }
+                return None;
+            }
+        };
+        self.hits += 1;
+        let e = pool.entries.get_mut(&addr.0)?;
+        e.referenced = true;
+        Some(&e.rec)
+    }
+
+    /// True when `addr` is cached for `block_seq`, without counting or touching it.
+    pub fn contains(&self, addr: Address, block_seq: u64) -> bool {
+        self.peek(addr, block_seq).is_some()
+    }
+
+    /// The cached record, without counting a hit or setting its reference bit (planning
+    /// looks; the command that runs afterwards is what uses it).
+    pub fn peek(&self, addr: Address, block_seq: u64) -> Option<&OwnedRecord> {
+        self.resident
+            .peek(addr, block_seq)
+            .or_else(|| self.main.peek(addr, block_seq))
+    }
+
+    /// Keeps a copy of `rec` (read from `addr` in a block of sequence `block_seq`) if it
+    /// fits the budget at all, evicting others as needed.
+    pub fn insert(&mut self, addr: Address, block_seq: u64, rec: &OwnedRecord) {
+        if self.resident.peek(addr, block_seq).is_some() {
+            return; // already held by the resident part
+        }
+        self.evictions += self.main.insert(addr, block_seq, rec);
+    }
+
+    /// Keeps `rec`, a paged root or directory page at `addr` of a block just sealed (of
+    /// sequence `block_seq`), in the resident part.
+    pub fn insert_resident(&mut self, addr: Address, block_seq: u64, rec: &OwnedRecord) {
+        self.main.remove(addr);
+        self.evictions += self.resident.insert(addr, block_seq, rec);
+    }
+
+    /// Drops the resident record at `addr` (superseded: never looked up again).
+    pub fn remove_resident(&mut self, addr: Address) {
+        if !self.resident.entries.is_empty() {
+            self.resident.remove(addr);
+        }
+    }
+
+    /// Drops every entry (FLUSHALL / FLUSHDB: addresses stay valid, but memory goes back).
+    pub fn clear(&mut self) {
+        self.main.clear();
+        self.resident.clear();
     }
 }
 
@@ -223,6 +310,62 @@ mod tests {
         assert!(c.contains(Address(0), 1), "referenced entry kept");
         assert!(!c.contains(Address(1), 1), "oldest unreferenced evicted");
         assert_eq!(c.evictions, 1);
+    }
+
+    // The resident part works with the cache off: kept records are found (counted as
+    // hits), a stale or superseded one is dropped, and its budget holds.
+    #[test]
+    fn resident_part_with_cache_off() {
+        let mut c = RecordCache::new(0);
+        c.insert(Address(1), 1, &rec(b"k", 10));
+        assert_eq!(c.len(), 0, "cache off: a read record is not kept");
+        c.insert_resident(Address(2), 1, &rec(b"root", 100));
+        assert!(c.contains(Address(2), 1));
+        assert!(c.get(Address(2), 1).is_some());
+        assert_eq!((c.hits, c.misses), (1, 0));
+        assert!(c.get(Address(2), 2).is_none(), "block reused");
+        assert_eq!(c.len(), 0);
+        c.insert_resident(Address(3), 1, &rec(b"root", 100));
+        c.remove_resident(Address(3));
+        assert_eq!((c.len(), c.bytes()), (0, 0));
+        for a in 0..10_000 {
+            c.insert_resident(Address(a), 1, &rec(b"dir", 4000));
+        }
+        assert!(c.bytes() <= RESIDENT_MAX_BYTES);
+        assert!(c.contains(Address(9_999), 1), "the newest is kept");
+        c.set_capacity(0);
+        assert!(
+            c.contains(Address(9_999), 1),
+            "resizing keeps the resident part"
+        );
+        c.clear();
+        assert_eq!((c.len(), c.bytes()), (0, 0));
+    }
+
+    // A paged root and directory pages are kept resident; leaves and strings are not.
+    #[test]
+    fn what_stays_resident() {
+        use crate::storage::format::FLAG_PAGED;
+        assert!(keeps_resident(RecordType::Put, FLAG_PAGED, &[1]));
+        assert!(!keeps_resident(RecordType::Put, 0, b"value"));
+        let dir = crate::storage::paged::encode_dir(&[crate::storage::paged::Entry {
+            first: 0,
+            addr: 1,
+            len: 1,
+            count: 1,
+        }]);
+        assert!(keeps_resident(RecordType::Page, 0, &dir));
+        assert!(keeps_resident(
+            RecordType::Page,
+            0,
+            &[crate::storage::paged_zset::PAGE_ZSET_DIR]
+        ));
+        assert!(!keeps_resident(
+            RecordType::Page,
+            0,
+            &[crate::storage::paged_list::PAGE_LIST_LEAF]
+        ));
+        assert!(!keeps_resident(RecordType::Tombstone, FLAG_PAGED, &[]));
     }
 
     // Capacity 0 keeps nothing; shrinking evicts at once.

@@ -41,7 +41,7 @@ const DIR_MERGE_ENTRIES: usize = 64;
 
 const ROOT_VERSION: u8 = 1;
 const PAGE_LEAF: u8 = 1;
-const PAGE_DIR: u8 = 2;
+pub(crate) const PAGE_DIR: u8 = 2;
 const ENTRY_BYTES: usize = 24;
 /// Where a directory page's entries start: its kind byte and entry count.
 const DIR_ENTRIES_AT: usize = 1 + 4;

@@ -323,6 +323,9 @@ pub struct Shard {
     pub(crate) read_buf: AlignedBuf,
     /// Recently read records (see `cache.rs`).
     pub(crate) cache: RecordCache,
+    /// Paged roots and directory pages appended to the open block and still current: kept in
+    /// the cache's resident part when the block is sealed (`cache.rs`).
+    pub(crate) resident_candidates: std::collections::HashSet<u64>,
     /// Records a waiting command fetched, lent for the time it runs (see `prefetch.rs`).
     pub(crate) prefetched: Vec<Fetched>,
     pub(crate) last_now_ms: u64,
@@ -494,6 +497,7 @@ impl Shard {
             counters: Counters::default(),
             read_buf: AlignedBuf::new_zeroed(READ_WINDOW_BYTES),
             cache: RecordCache::new(cfg.cache_capacity_bytes),
+            resident_candidates: Default::default(),
             prefetched: Vec::new(),
             last_now_ms: 0,
             raider: TombRaider::new(cfg.tomb_raider_interval_ms),
@@ -2102,6 +2106,11 @@ impl Shard {
     }
 
     pub(crate) fn unaccount(&mut self, db: Db, addr: Address, len: usize) {
+        // A superseded paged root or directory page is never looked up again.
+        if !self.resident_candidates.is_empty() {
+            self.resident_candidates.remove(&addr.0);
+        }
+        self.cache.remove_resident(addr);
         let (block, _) = self.shared.layout.split(addr);
         let pct = u64::from(self.defrag_live_percent_max);
         if let Some(info) = self.blocks.get_mut(&block) {
@@ -2329,6 +2338,9 @@ impl Shard {
         let (block, used) = (ob.block, ob.write_pos as u32);
         if let Some(info) = self.blocks.get_mut(&block) {
             info.used_bytes = used;
+        }
+        if super::cache::keeps_resident(record_type, flags, value) {
+            self.resident_candidates.insert(addr.0);
         }
         self.mark_unflushed();
         Ok((addr, seq))
@@ -2590,12 +2602,42 @@ impl Shard {
 
     fn seal_open(&mut self) -> Result<(), StorageError> {
         self.write_chunk(false)?;
+        self.keep_resident_of_open();
         if let Some(ob) = self.open.take() {
             if let Some(info) = self.blocks.get_mut(&ob.block) {
                 info.sealed = true;
             }
         }
         Ok(())
+    }
+
+    /// The open block is being sealed: its current paged roots and directory pages leave the
+    /// staging buffer, so they go to the cache's resident part (`cache.rs`). Each is decoded
+    /// and verified from the staged bytes; one cut from the block (a moved command scope's
+    /// tail, past `write_pos`) or that does not verify is skipped.
+    fn keep_resident_of_open(&mut self) {
+        if self.resident_candidates.is_empty() {
+            return;
+        }
+        let Some(ob) = self.open.as_ref() else {
+            self.resident_candidates.clear();
+            return;
+        };
+        let (block, block_seq, end) = (ob.block, ob.block_seq, ob.write_pos);
+        for a in std::mem::take(&mut self.resident_candidates) {
+            let (b, off) = self.shared.layout.split(Address(a));
+            if b != block || off >= end {
+                continue;
+            }
+            if let Some(r) = decode_record(&self.staging.as_slice()[off..end], block_seq) {
+                let rec = OwnedRecord {
+                    header: r.header,
+                    key: r.key.to_vec(),
+                    value: r.value.to_vec(),
+                };
+                self.cache.insert_resident(Address(a), block_seq, &rec);
+            }
+        }
     }
 
     fn open_new_block(&mut self, use_reserve: bool) -> Result<(), StorageError> {
