@@ -1541,6 +1541,7 @@ mod tests {
             fsync: FsyncPolicy::Always,
             shard_count: 1,
             staging_limit_bytes: 64 * 1024,
+            paged_base_min_dirs: crate::storage::paged::tests::base_min_dirs(),
             ..StoreConfig::default()
         };
         open_on(vec![dev.clone() as Arc<dyn BlockDevice>], &cfg)
@@ -1919,5 +1920,16 @@ mod tests {
         for n in 0..d.len() {
             assert!(paged::decode_dir(&d[..n]).is_err(), "dir prefix {n}");
         }
+    }
+
+    // The tests above with every paged root stored as version 2 (`paged.rs` section 3a).
+    #[test]
+    fn zset_model_through_crashes_and_defrag_v2() {
+        crate::storage::paged::tests::with_v2_roots(zset_model_through_crashes_and_defrag);
+    }
+
+    #[test]
+    fn merges_are_stable_at_a_boundary_and_shrink_the_tree_v2() {
+        crate::storage::paged::tests::with_v2_roots(merges_are_stable_at_a_boundary_and_shrink_the_tree);
     }
 }

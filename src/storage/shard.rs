@@ -293,6 +293,10 @@ pub struct Shard {
     pub(crate) raider: TombRaider,
     /// Released paged roots whose pages still count as live (`paged::release_step`).
     pub(crate) releases: super::paged::PendingReleases,
+    /// Decoded base pages of version-2 paged roots (`paged::BaseCache`).
+    pub(crate) bases: super::paged::BaseCache,
+    /// A paged root listing more directory pages than this is stored as version 2.
+    pub(crate) base_min_dirs: usize,
     pub(crate) defrag_sleep_ms: u64,
     pub(crate) defrag_max_active_per_device: u32,
     pub(crate) defrag_record_sleep_us: u64,
@@ -460,6 +464,8 @@ impl Shard {
             defrag_sleep_ms: cfg.defrag_sleep_ms,
             defrag_max_active_per_device: cfg.defrag_max_active_per_device,
             defrag_record_sleep_us: cfg.defrag_record_sleep_us,
+            bases: Default::default(),
+            base_min_dirs: cfg.paged_base_min_dirs,
             defrag_next_record: None,
             last_defrag_ms: None,
             defrag_job: None,
@@ -895,9 +901,11 @@ impl Shard {
         let kind = ValueKind::from_u8(hdr.value_kind).ok_or_else(|| {
             StorageError::Corrupt(format!("unknown value kind {}", hdr.value_kind))
         })?;
+        // A version-2 root comes back in the version-1 form (its base page applied).
+        let root = super::paged::expand_stored(self, db, key, found.rec.value)?;
         Ok(Some(super::Collection::Paged {
             kind,
-            root: found.rec.value,
+            root,
             expire_at_ms: (hdr.expire_at_ms != 0).then_some(hdr.expire_at_ms),
         }))
     }
@@ -1015,7 +1023,29 @@ impl Shard {
         self.last_now_ms = now_ms;
         let expire = expire_at_ms.unwrap_or(0);
         let h = self.hash(db, key);
-        let old = self.find(db, key, h)?;
+        let mut old = self.find(db, key, h)?;
+        // The stored form (version 2 above `base_min_dirs` directory pages, which may
+        // append a new base page first: then the old record is looked up again, a seal
+        // may have moved it).
+        let old_root = old
+            .as_ref()
+            .filter(|f| f.rec.header.record_type == RecordType::Put)
+            .filter(|f| f.rec.header.flags & FLAG_PAGED != 0)
+            .map(|f| f.rec.value.as_slice());
+        let (root, dead_base, appended) = super::paged::stored_form(
+            self,
+            db,
+            key,
+            kind,
+            root,
+            old_root,
+            shares_pages,
+            seq,
+        )?;
+        if appended {
+            old = self.find(db, key, h)?;
+        }
+        let root = root.as_slice();
         let created = crate::runtime::events::flags() & crate::runtime::events::NEW != 0
             && old
                 .as_ref()
@@ -1038,6 +1068,9 @@ impl Shard {
                 .as_ref()
                 .is_some_and(|f| f.rec.header.flags & FLAG_PAGED != 0));
         self.install(db, h, old, addr, len, expire, retire);
+        if let Some((a, l)) = dead_base {
+            self.unaccount_page(db, Address(a), key.len(), l);
+        }
         if !visible {
             return Ok(());
         }
