@@ -639,7 +639,9 @@ pub(crate) fn stored_form(
     let payload = encode_base(&new.dirs);
     let addr = shard.append_page(db, key, kind, &payload, seq)?.0;
     if let Some(s) = block_seq_of(shard, addr) {
-        shard.bases.put(addr, s, std::sync::Arc::new(new.dirs.clone()));
+        shard
+            .bases
+            .put(addr, s, std::sync::Arc::new(new.dirs.clone()));
     }
     let based = BasedRoot {
         encoding: new.encoding,
@@ -1632,6 +1634,15 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
         let Ok(based) = BasedRoot::decode(&root_rec.value) else {
             return;
         };
+        let base_addr = shard.current_address(Address(based.base_addr)).0;
+        let cached = block_seq_of(shard, base_addr).and_then(|s| shard.bases.get(base_addr, s));
+        if let Some(root) = cached.and_then(|base| based.apply(&base).ok()) {
+            // The base is in the cache: no read needed, the base stops counting now and the
+            // directory pages are queued as a version-1 root's.
+            shard.unaccount_page(db, Address(base_addr), root_rec.key.len(), based.base_len);
+            queue_release(shard, db, &root_rec.key, &root);
+            return;
+        }
         let block_seq_max = shard
             .blocks
             .values()
@@ -1639,7 +1650,6 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
             .max()
             .unwrap_or(0);
         shard.releases.dirs += 1;
-        let base_addr = shard.current_address(Address(based.base_addr)).0;
         shard.releases.queue.push_back(Released {
             db,
             key: root_rec.key.clone(),
@@ -1653,6 +1663,11 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
     let Ok(root) = Root::decode(&root_rec.value) else {
         return;
     };
+    queue_release(shard, db, &root_rec.key, &root);
+}
+
+/// Queues the directory pages of `root` (of db/key) for the background release.
+fn queue_release(shard: &mut Shard, db: Db, key: &[u8], root: &Root) {
     let block_seq_max = shard
         .blocks
         .values()
@@ -1662,7 +1677,7 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
     shard.releases.dirs += root.dirs.len() as u64;
     shard.releases.queue.push_back(Released {
         db,
-        key: root_rec.key.clone(),
+        key: key.to_vec(),
         // A root loaded before a seal moved this scope's records names old addresses.
         dirs: root
             .dirs
@@ -2221,7 +2236,17 @@ pub(crate) fn relocate_page(
             }
             based.base_addr = new;
             based.base_len = base_len;
-            shard.put_paged_root_as(db, key, kind, &based.encode(), expire, now, seq, true, false)?;
+            shard.put_paged_root_as(
+                db,
+                key,
+                kind,
+                &based.encode(),
+                expire,
+                now,
+                seq,
+                true,
+                false,
+            )?;
             return Ok(true);
         }
     }
@@ -2423,7 +2448,12 @@ pub(crate) mod tests {
 
     /// Runs `test` with every paged root stored as version 2 (base page + change list).
     pub(crate) fn with_v2_roots(test: impl FnOnce()) {
-        BASE_MIN.with(|c| c.set(0));
+        with_base_min_dirs(0, test);
+    }
+
+    /// Runs `test` with roots of more than `n` directory pages stored as version 2.
+    pub(crate) fn with_base_min_dirs(n: usize, test: impl FnOnce()) {
+        BASE_MIN.with(|c| c.set(n));
         test();
         BASE_MIN.with(|c| c.set(BASE_MIN_DIRS));
     }

@@ -1658,6 +1658,8 @@ mod tests {
 
     #[test]
     fn queue_keeps_directory_pages_bounded_and_small_pages_merge_v2() {
-        crate::storage::paged::tests::with_v2_roots(queue_keeps_directory_pages_bounded_and_small_pages_merge);
+        crate::storage::paged::tests::with_v2_roots(
+            queue_keeps_directory_pages_bounded_and_small_pages_merge,
+        );
     }
 }

@@ -1032,16 +1032,8 @@ impl Shard {
             .filter(|f| f.rec.header.record_type == RecordType::Put)
             .filter(|f| f.rec.header.flags & FLAG_PAGED != 0)
             .map(|f| f.rec.value.as_slice());
-        let (root, dead_base, appended) = super::paged::stored_form(
-            self,
-            db,
-            key,
-            kind,
-            root,
-            old_root,
-            shares_pages,
-            seq,
-        )?;
+        let (root, dead_base, appended) =
+            super::paged::stored_form(self, db, key, kind, root, old_root, shares_pages, seq)?;
         if appended {
             old = self.find(db, key, h)?;
         }
