@@ -112,6 +112,10 @@ pub(crate) struct Found {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Counters {
+    /// Record bytes appended by defrag (relocated records, pages and the roots rewritten
+    /// for them): part of `device_write_bytes`, reported apart (INFO
+    /// `lavik_defrag_write_bytes`).
+    pub defrag_write_bytes: u64,
     pub device_reads: u64,
     /// Device reads made synchronously by `read_record` (the worker waited for them).
     pub sync_reads: u64,
@@ -188,6 +192,8 @@ pub struct ShardStats {
     pub device_read_bytes: u64,
     pub device_writes: u64,
     pub device_write_bytes: u64,
+    /// Record bytes appended by defrag (`Counters::defrag_write_bytes`).
+    pub defrag_write_bytes: u64,
     pub flushes: u64,
     pub fsyncs: u64,
     pub blocks_used: u64,
@@ -297,6 +303,8 @@ pub struct Shard {
     pub(crate) bases: super::paged::BaseCache,
     /// A paged root listing more directory pages than this is stored as version 2.
     pub(crate) base_min_dirs: usize,
+    /// Set while a defrag step runs: its appends count in `defrag_write_bytes`.
+    in_defrag: bool,
     pub(crate) defrag_sleep_ms: u64,
     pub(crate) defrag_max_active_per_device: u32,
     pub(crate) defrag_record_sleep_us: u64,
@@ -466,6 +474,7 @@ impl Shard {
             defrag_record_sleep_us: cfg.defrag_record_sleep_us,
             bases: Default::default(),
             base_min_dirs: cfg.paged_base_min_dirs,
+            in_defrag: false,
             defrag_next_record: None,
             last_defrag_ms: None,
             defrag_job: None,
@@ -1509,6 +1518,7 @@ impl Shard {
             device_read_bytes: c.device_read_bytes,
             device_writes: c.device_writes,
             device_write_bytes: c.device_write_bytes,
+            defrag_write_bytes: c.defrag_write_bytes,
             flushes: c.flushes,
             fsyncs: c.fsyncs,
             blocks_used: self.blocks.len() as u64,
@@ -1958,6 +1968,9 @@ impl Shard {
         seq: Option<u64>,
         use_reserve: bool,
     ) -> Result<(Address, u64), StorageError> {
+        if self.in_defrag {
+            self.counters.defrag_write_bytes += record_len(key.len(), value.len()) as u64;
+        }
         let group = match record_type {
             RecordType::Put | RecordType::Tombstone => self.current_group(),
             _ => None,
@@ -2950,6 +2963,13 @@ impl Shard {
     /// tombstones) or reads it and lists its records; each step then relocates what still
     /// matters, at most one record per unit of `work`, and the last step retires the block.
     fn defrag_step(&mut self, work: &mut u64) -> Result<(), StorageError> {
+        self.in_defrag = true;
+        let r = self.defrag_step_inner(work);
+        self.in_defrag = false;
+        r
+    }
+
+    fn defrag_step_inner(&mut self, work: &mut u64) -> Result<(), StorageError> {
         let job = match self.defrag_job.take() {
             Some(job) => job,
             None => match self.start_defrag_job()? {
