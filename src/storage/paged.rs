@@ -407,7 +407,7 @@ impl BasedRoot {
                 dirs.push(self.upserts[ui]);
                 ui += 1;
             }
-            while di < self.deletes.len() && self.deletes[di] < b.first {
+            if di < self.deletes.len() && self.deletes[di] < b.first {
                 return Err(corrupt("change list deletes an entry not in the base"));
             }
             let deleted = di < self.deletes.len() && self.deletes[di] == b.first;
@@ -606,16 +606,20 @@ pub(crate) fn stored_form(
     old: Option<&[u8]>,
     shares: bool,
     seq: u64,
-) -> Result<(Vec<u8>, Option<(u64, u32)>, bool), StorageError> {
+) -> Result<StoredRoot, StorageError> {
     let old_base = if shares { old.and_then(base_of) } else { None };
     if root_version(root) == Some(ROOT_VERSION_BASED) {
         // Already in the stored form (defrag's relocation of a base page).
         let keeps = base_of(root);
-        return Ok((root.to_vec(), old_base.filter(|b| Some(*b) != keeps), false));
+        return Ok(StoredRoot::new(
+            root.to_vec(),
+            old_base.filter(|b| Some(*b) != keeps),
+            false,
+        ));
     }
     let new = Root::decode(root)?;
     if new.dirs.len() <= shard.base_min_dirs {
-        return Ok((root.to_vec(), old_base, false));
+        return Ok(StoredRoot::new(root.to_vec(), old_base, false));
     }
     if let Some((addr, len)) = old_base {
         let cur = shard.current_address(Address(addr)).0;
@@ -632,7 +636,7 @@ pub(crate) fn stored_form(
                     upserts,
                     deletes,
                 };
-                return Ok((based.encode(), None, false));
+                return Ok(StoredRoot::new(based.encode(), None, false));
             }
         }
     }
@@ -652,7 +656,27 @@ pub(crate) fn stored_form(
         upserts: Vec::new(),
         deletes: Vec::new(),
     };
-    Ok((based.encode(), old_base, true))
+    Ok(StoredRoot::new(based.encode(), old_base, true))
+}
+
+/// What `stored_form` decided.
+pub(crate) struct StoredRoot {
+    /// The root payload to append.
+    pub(crate) payload: Vec<u8>,
+    /// The old root's base page (address, length), no longer named.
+    pub(crate) dead_base: Option<(u64, u32)>,
+    /// A base page was appended.
+    pub(crate) appended: bool,
+}
+
+impl StoredRoot {
+    fn new(payload: Vec<u8>, dead_base: Option<(u64, u32)>, appended: bool) -> StoredRoot {
+        StoredRoot {
+            payload,
+            dead_base,
+            appended,
+        }
+    }
 }
 
 pub(crate) fn encode_dir(entries: &[Entry]) -> Vec<u8> {

@@ -1041,12 +1041,12 @@ impl Shard {
             .filter(|f| f.rec.header.record_type == RecordType::Put)
             .filter(|f| f.rec.header.flags & FLAG_PAGED != 0)
             .map(|f| f.rec.value.as_slice());
-        let (root, dead_base, appended) =
+        let stored =
             super::paged::stored_form(self, db, key, kind, root, old_root, shares_pages, seq)?;
-        if appended {
+        if stored.appended {
             old = self.find(db, key, h)?;
         }
-        let root = root.as_slice();
+        let (root, dead_base) = (stored.payload.as_slice(), stored.dead_base);
         let created = crate::runtime::events::flags() & crate::runtime::events::NEW != 0
             && old
                 .as_ref()
