@@ -198,6 +198,7 @@ fn main() {
         recovery_progress: Some(progress.clone()),
         debug_hash_mask: settings.cli.debug_hash_mask,
         blind_writes: settings.blind_writes,
+        paged_base_min_dirs: settings.cli.paged_base_min_dirs,
         ..StoreConfig::default()
     };
     // Recovery runs beside the workers: they listen at once and answer

@@ -134,6 +134,10 @@ pub struct Cli {
     /// (`docs/index.md`, "Blind overwrites") (yes|no).
     #[arg(long, default_value = "yes")]
     pub blind_writes: String,
+    /// A paged collection's root listing more directory pages than this is stored as a
+    /// version-2 root (base page + change list); tests lower it to reach that form small.
+    #[arg(long, default_value_t = 64, hide = true)]
+    pub paged_base_min_dirs: usize,
     /// Test hook: each group-commit `fdatasync` counts as done this long after it
     /// completes (to see that replies wait for it).
     #[arg(long, default_value_t = 0, hide = true)]

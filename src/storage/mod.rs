@@ -166,6 +166,9 @@ pub struct StoreConfig {
     /// index position holds one record not in memory replaces it without reading it first;
     /// whether it was the same key is settled later. On by default.
     pub blind_writes: bool,
+    /// A paged collection's root listing more directory pages than this is stored as a
+    /// version-2 root (base page + change list, `docs/collections.md` section 3a).
+    pub paged_base_min_dirs: usize,
 }
 
 impl Default for StoreConfig {
@@ -190,6 +193,7 @@ impl Default for StoreConfig {
             recovery_progress: None,
             debug_hash_mask: u64::MAX,
             blind_writes: true,
+            paged_base_min_dirs: paged::BASE_MIN_DIRS,
         }
     }
 }

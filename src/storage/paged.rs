@@ -292,6 +292,393 @@ impl Root {
     }
 }
 
+// ---- version-2 roots: base page + change list (`docs/collections.md` section 3a) ----------
+
+const ROOT_VERSION_BASED: u8 = 2;
+/// Page kind of a version-2 root's base page: the directory entries as of its write.
+pub(crate) const PAGE_BASE: u8 = 6;
+/// A root listing more directory pages than this is written as version 2 (default of
+/// `StoreConfig::paged_base_min_dirs`).
+pub const BASE_MIN_DIRS: usize = 64;
+/// A version-2 root's change list is kept while its entries take at most this many bytes;
+/// past it the next root write writes a new base page.
+pub const CHANGE_MAX_BYTES: usize = 2 * 1024;
+/// Budget of the per-shard cache of decoded base pages.
+const BASE_CACHE_BYTES: usize = 1 << 20;
+const ROOT_V2_HEADER_BYTES: usize = 1 + 1 + 8 + 8 + 8 + 4;
+
+/// A version-2 root as it is on the device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BasedRoot {
+    pub(crate) encoding: u8,
+    pub(crate) count: u64,
+    pub(crate) bytes: u64,
+    pub(crate) base_addr: u64,
+    pub(crate) base_len: u32,
+    /// Entries replacing or inserting the base's entry of the same first position.
+    pub(crate) upserts: Vec<Entry>,
+    /// First positions of base entries removed (strictly ascending).
+    pub(crate) deletes: Vec<u64>,
+}
+
+impl BasedRoot {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            ROOT_V2_HEADER_BYTES + 8 + self.upserts.len() * ENTRY_BYTES + self.deletes.len() * 8,
+        );
+        out.push(ROOT_VERSION_BASED);
+        out.push(self.encoding);
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.extend_from_slice(&self.bytes.to_le_bytes());
+        out.extend_from_slice(&self.base_addr.to_le_bytes());
+        out.extend_from_slice(&self.base_len.to_le_bytes());
+        // `put_entries` refuses nothing; an empty change list is a count of 0.
+        out.extend_from_slice(&(self.upserts.len() as u32).to_le_bytes());
+        for e in &self.upserts {
+            out.extend_from_slice(&e.first.to_le_bytes());
+            out.extend_from_slice(&e.addr.to_le_bytes());
+            out.extend_from_slice(&e.len.to_le_bytes());
+            out.extend_from_slice(&e.count.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.deletes.len() as u32).to_le_bytes());
+        for f in &self.deletes {
+            out.extend_from_slice(&f.to_le_bytes());
+        }
+        out
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Result<BasedRoot, StorageError> {
+        let mut r = Reader { b, at: 0 };
+        if r.u8()? != ROOT_VERSION_BASED {
+            return Err(corrupt("not a version-2 root"));
+        }
+        let encoding = r.u8()?;
+        let count = r.u64()?;
+        let bytes = r.u64()?;
+        let base_addr = r.u64()?;
+        let base_len = r.u32()?;
+        let n = r.u32()? as usize;
+        if n.saturating_mul(ENTRY_BYTES) > b.len() - r.at {
+            return Err(corrupt("bad change count"));
+        }
+        let mut upserts: Vec<Entry> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let e = Entry {
+                first: r.u64()?,
+                addr: r.u64()?,
+                len: r.u32()?,
+                count: r.u32()?,
+            };
+            if upserts.last().is_some_and(|p| p.first >= e.first) || e.count == 0 {
+                return Err(corrupt("changes out of order or empty"));
+            }
+            upserts.push(e);
+        }
+        let n = r.u32()? as usize;
+        if n.saturating_mul(8) > b.len() - r.at {
+            return Err(corrupt("bad delete count"));
+        }
+        let mut deletes: Vec<u64> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let f = r.u64()?;
+            if deletes.last().is_some_and(|&p| p >= f) {
+                return Err(corrupt("deletes out of order"));
+            }
+            deletes.push(f);
+        }
+        r.done()?;
+        Ok(BasedRoot {
+            encoding,
+            count,
+            bytes,
+            base_addr,
+            base_len,
+            upserts,
+            deletes,
+        })
+    }
+
+    /// The directory list: `base` with the changes applied, checked as a version-1 root.
+    pub(crate) fn apply(&self, base: &[Entry]) -> Result<Root, StorageError> {
+        let mut dirs = Vec::with_capacity(base.len() + self.upserts.len());
+        let (mut ui, mut di) = (0, 0);
+        for b in base {
+            while ui < self.upserts.len() && self.upserts[ui].first < b.first {
+                dirs.push(self.upserts[ui]);
+                ui += 1;
+            }
+            if di < self.deletes.len() && self.deletes[di] < b.first {
+                return Err(corrupt("change list deletes an entry not in the base"));
+            }
+            let deleted = di < self.deletes.len() && self.deletes[di] == b.first;
+            if deleted {
+                di += 1;
+            }
+            if ui < self.upserts.len() && self.upserts[ui].first == b.first {
+                dirs.push(self.upserts[ui]);
+                ui += 1;
+            } else if !deleted {
+                dirs.push(*b);
+            }
+        }
+        dirs.extend_from_slice(&self.upserts[ui..]);
+        if di != self.deletes.len() {
+            return Err(corrupt("change list deletes an entry not in the base"));
+        }
+        let root = Root {
+            encoding: self.encoding,
+            count: self.count,
+            bytes: self.bytes,
+            dirs,
+        };
+        // The version-1 rules (order, first entry 0, counts) hold for the result.
+        Root::decode(&root.encode())
+    }
+
+    /// The change list turning `base` into `dirs` (both strictly ascending by first).
+    pub(crate) fn diff(base: &[Entry], dirs: &[Entry]) -> (Vec<Entry>, Vec<u64>) {
+        let (mut upserts, mut deletes) = (Vec::new(), Vec::new());
+        let (mut i, mut j) = (0, 0);
+        while i < base.len() || j < dirs.len() {
+            match (base.get(i), dirs.get(j)) {
+                (Some(b), Some(d)) if b.first == d.first => {
+                    if b != d {
+                        upserts.push(*d);
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(b), Some(d)) if b.first < d.first => {
+                    deletes.push(b.first);
+                    i += 1;
+                }
+                (Some(b), None) => {
+                    deletes.push(b.first);
+                    i += 1;
+                }
+                (_, Some(d)) => {
+                    upserts.push(*d);
+                    j += 1;
+                }
+                (None, None) => unreachable!("loop condition"),
+            }
+        }
+        (upserts, deletes)
+    }
+
+    fn change_bytes(upserts: &[Entry], deletes: &[u64]) -> usize {
+        upserts.len() * ENTRY_BYTES + deletes.len() * 8
+    }
+}
+
+/// The version byte of a root payload (1 or 2), if any.
+pub(crate) fn root_version(payload: &[u8]) -> Option<u8> {
+    payload.first().copied()
+}
+
+/// The base page (address, payload length) a root payload names, if it is version 2.
+pub(crate) fn base_of(payload: &[u8]) -> Option<(u64, u32)> {
+    (root_version(payload) == Some(ROOT_VERSION_BASED))
+        .then(|| BasedRoot::decode(payload).ok())
+        .flatten()
+        .map(|b| (b.base_addr, b.base_len))
+}
+
+pub(crate) fn encode_base(entries: &[Entry]) -> Vec<u8> {
+    let mut out = vec![PAGE_BASE];
+    put_entries(&mut out, entries);
+    out
+}
+
+fn decode_base(b: &[u8]) -> Result<Vec<Entry>, StorageError> {
+    let mut r = Reader { b, at: 0 };
+    if r.u8()? != PAGE_BASE {
+        return Err(corrupt("not a base page"));
+    }
+    let v = read_entries(&mut r)?;
+    r.done()?;
+    Ok(v)
+}
+
+/// The shard's cache of decoded base pages, keyed by (address, sequence number of the
+/// address's block): an entry is the contents of the page at that address for as long as
+/// its block is not reused, so a hit never needs checking against the device.
+#[derive(Default)]
+pub(crate) struct BaseCache {
+    map: std::collections::HashMap<(u64, u64), std::sync::Arc<Vec<Entry>>>,
+    bytes: usize,
+}
+
+impl BaseCache {
+    fn get(&self, addr: u64, block_seq: u64) -> Option<std::sync::Arc<Vec<Entry>>> {
+        self.map.get(&(addr, block_seq)).cloned()
+    }
+
+    fn put(&mut self, addr: u64, block_seq: u64, v: std::sync::Arc<Vec<Entry>>) {
+        let add = v.len() * ENTRY_BYTES;
+        if add > BASE_CACHE_BYTES {
+            return;
+        }
+        if self.bytes + add > BASE_CACHE_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        if let Some(old) = self.map.insert((addr, block_seq), v) {
+            self.bytes -= old.len() * ENTRY_BYTES;
+        }
+        self.bytes += add;
+    }
+}
+
+fn block_seq_of(shard: &Shard, addr: u64) -> Option<u64> {
+    let (block, _) = shard.shared.layout.split(Address(addr));
+    shard.blocks.get(&block).map(|b| b.block_seq)
+}
+
+/// The entries of (db, key)'s base page at `addr` (`len` bytes of payload): from the cache,
+/// else read (on the asynchronous path a miss defers the command like any page).
+pub(crate) fn base_entries(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    addr: u64,
+    len: u32,
+) -> Result<std::sync::Arc<Vec<Entry>>, StorageError> {
+    let addr = shard.current_address(Address(addr)).0;
+    let seq = block_seq_of(shard, addr).ok_or_else(|| corrupt("base page in no block"))?;
+    if let Some(v) = shard.bases.get(addr, seq) {
+        return Ok(v);
+    }
+    let rec = read_page(shard, db, key, addr)?;
+    if rec.value.len() != len as usize {
+        return Err(corrupt("base page length differs from its root's"));
+    }
+    let v = std::sync::Arc::new(decode_base(&rec.value)?);
+    shard.bases.put(addr, seq, v.clone());
+    Ok(v)
+}
+
+/// A root payload as on the device decoded to the version-1 form every reader uses (a
+/// version-2 root's base page is read, or found in the cache).
+pub(crate) fn decode_stored(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    payload: &[u8],
+) -> Result<Root, StorageError> {
+    if root_version(payload) != Some(ROOT_VERSION_BASED) {
+        return Root::decode(payload);
+    }
+    let based = BasedRoot::decode(payload)?;
+    let base = base_entries(shard, db, key, based.base_addr, based.base_len)?;
+    based.apply(&base)
+}
+
+/// `decode_stored`, re-encoded as a version-1 payload (what `Shard::get_collection` hands
+/// to commands); a version-1 payload is returned as it is.
+pub(crate) fn expand_stored(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    payload: Vec<u8>,
+) -> Result<Vec<u8>, StorageError> {
+    if root_version(&payload) != Some(ROOT_VERSION_BASED) {
+        return Ok(payload);
+    }
+    Ok(decode_stored(shard, db, key, &payload)?.encode())
+}
+
+/// The payload to append for a root whose version-1 form is `root` (`Shard::put_paged_root_as`):
+/// version 1 up to `base_min_dirs` directory pages; else version 2 keeping the base of
+/// `old` (the key's current root, when the new one was derived from it: `shares`) if it is
+/// cached and the change list fits, or a new base page appended now under `seq`. Also
+/// returns the old base page (address, length) when the new root no longer names it and
+/// `shares` (the caller stops counting it once the new root is installed; without
+/// `shares` the old root's release covers it), and whether a base page was appended.
+/// Never reads the device.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stored_form(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    kind: ValueKind,
+    root: &[u8],
+    old: Option<&[u8]>,
+    shares: bool,
+    seq: u64,
+) -> Result<StoredRoot, StorageError> {
+    let old_base = if shares { old.and_then(base_of) } else { None };
+    if root_version(root) == Some(ROOT_VERSION_BASED) {
+        // Already in the stored form (defrag's relocation of a base page).
+        let keeps = base_of(root);
+        return Ok(StoredRoot::new(
+            root.to_vec(),
+            old_base.filter(|b| Some(*b) != keeps),
+            false,
+        ));
+    }
+    let new = Root::decode(root)?;
+    if new.dirs.len() <= shard.base_min_dirs {
+        return Ok(StoredRoot::new(root.to_vec(), old_base, false));
+    }
+    if let Some((addr, len)) = old_base {
+        let cur = shard.current_address(Address(addr)).0;
+        let cached = block_seq_of(shard, cur).and_then(|s| shard.bases.get(cur, s));
+        if let Some(base) = cached {
+            let (upserts, deletes) = BasedRoot::diff(&base, &new.dirs);
+            if BasedRoot::change_bytes(&upserts, &deletes) <= CHANGE_MAX_BYTES {
+                let based = BasedRoot {
+                    encoding: new.encoding,
+                    count: new.count,
+                    bytes: new.bytes,
+                    base_addr: cur,
+                    base_len: len,
+                    upserts,
+                    deletes,
+                };
+                return Ok(StoredRoot::new(based.encode(), None, false));
+            }
+        }
+    }
+    let payload = encode_base(&new.dirs);
+    let addr = shard.append_page(db, key, kind, &payload, seq)?.0;
+    if let Some(s) = block_seq_of(shard, addr) {
+        shard
+            .bases
+            .put(addr, s, std::sync::Arc::new(new.dirs.clone()));
+    }
+    let based = BasedRoot {
+        encoding: new.encoding,
+        count: new.count,
+        bytes: new.bytes,
+        base_addr: addr,
+        base_len: payload.len() as u32,
+        upserts: Vec::new(),
+        deletes: Vec::new(),
+    };
+    Ok(StoredRoot::new(based.encode(), old_base, true))
+}
+
+/// What `stored_form` decided.
+pub(crate) struct StoredRoot {
+    /// The root payload to append.
+    pub(crate) payload: Vec<u8>,
+    /// The old root's base page (address, length), no longer named.
+    pub(crate) dead_base: Option<(u64, u32)>,
+    /// A base page was appended.
+    pub(crate) appended: bool,
+}
+
+impl StoredRoot {
+    fn new(payload: Vec<u8>, dead_base: Option<(u64, u32)>, appended: bool) -> StoredRoot {
+        StoredRoot {
+            payload,
+            dead_base,
+            appended,
+        }
+    }
+}
+
 pub(crate) fn encode_dir(entries: &[Entry]) -> Vec<u8> {
     let mut out = vec![PAGE_DIR];
     put_entries(&mut out, entries);
@@ -476,9 +863,21 @@ pub(crate) fn rebase_addresses(
         }
         changed
     };
-    if root {
+    if root && root_version(payload) == Some(ROOT_VERSION_BASED) {
+        let mut r = BasedRoot::decode(payload).ok()?;
+        let a = map(r.base_addr);
+        let changed = remap(&mut r.upserts) | (a != r.base_addr);
+        r.base_addr = a;
+        changed.then(|| r.encode())
+    } else if root {
         let mut r = Root::decode(payload).ok()?;
         remap(&mut r.dirs).then(|| r.encode())
+    } else if payload.first() == Some(&PAGE_BASE) {
+        let mut entries = decode_base(payload).ok()?;
+        if !remap(&mut entries) {
+            return None;
+        }
+        Some(encode_base(&entries))
     } else if matches!(
         payload.first(),
         Some(&PAGE_DIR) | Some(&super::paged_zset::PAGE_ZSET_DIR)
@@ -1159,6 +1558,18 @@ pub fn pages_of(
     Ok(out)
 }
 
+/// `pages_of` of a root record as stored, its base page (version 2) included.
+pub(crate) fn pages_of_stored(
+    shard: &mut Shard,
+    rec: &OwnedRecord,
+) -> Result<Vec<(u64, u32)>, StorageError> {
+    let db = rec.header.db;
+    let root = decode_stored(shard, db, &rec.key, &rec.value)?;
+    let mut out = pages_of(shard, db, &rec.key, &root)?;
+    out.extend(base_of(&rec.value));
+    Ok(out)
+}
+
 /// A paged root that stopped being current (deleted, expired or overwritten) whose pages
 /// still count as live: the background job reads its directory pages one by one and stops
 /// counting them and their leaves (`docs/collections.md` section 7a).
@@ -1172,6 +1583,9 @@ struct Released {
     /// be in a block of this sequence number or older (a block reused since has a newer
     /// one, and is never unaccounted for this root).
     block_seq_max: u64,
+    /// A version-2 root whose base page (at the address given) is not read yet: the first
+    /// step reads it, fills `dirs` and stops counting the base.
+    based: Option<(u64, BasedRoot)>,
 }
 
 /// Background work units charged per directory page a release reads (a device read).
@@ -1192,6 +1606,11 @@ impl PendingReleases {
     pub(crate) fn rebase(&mut self, map: impl Fn(u64) -> u64, block_seq: u64) {
         for r in &mut self.queue {
             let mut changed = false;
+            if let Some((a, _)) = &mut r.based {
+                let m = map(*a);
+                changed |= m != *a;
+                *a = m;
+            }
             for d in r.dirs.iter_mut().skip(r.next) {
                 let a = map(d.0);
                 changed |= a != d.0;
@@ -1223,7 +1642,7 @@ impl PendingReleases {
         self.dirs = self
             .queue
             .iter()
-            .map(|r| (r.dirs.len() - r.next) as u64)
+            .map(|r| (r.dirs.len() - r.next) as u64 + u64::from(r.based.is_some()))
             .sum();
     }
 }
@@ -1233,9 +1652,46 @@ impl PendingReleases {
 /// root's tombstone (or the new value) is already the commit, and the root joins the
 /// shard's queue of pending releases, which `release_step` works off in the background.
 pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
+    if root_version(&root_rec.value) == Some(ROOT_VERSION_BASED) {
+        // A version-2 root: its directory list needs the base page, which the background
+        // job reads first (`release_step`).
+        let Ok(based) = BasedRoot::decode(&root_rec.value) else {
+            return;
+        };
+        let base_addr = shard.current_address(Address(based.base_addr)).0;
+        let cached = block_seq_of(shard, base_addr).and_then(|s| shard.bases.get(base_addr, s));
+        if let Some(root) = cached.and_then(|base| based.apply(&base).ok()) {
+            // The base is in the cache: no read needed, the base stops counting now and the
+            // directory pages are queued as a version-1 root's.
+            shard.unaccount_page(db, Address(base_addr), root_rec.key.len(), based.base_len);
+            queue_release(shard, db, &root_rec.key, &root);
+            return;
+        }
+        let block_seq_max = shard
+            .blocks
+            .values()
+            .map(|b| b.block_seq)
+            .max()
+            .unwrap_or(0);
+        shard.releases.dirs += 1;
+        shard.releases.queue.push_back(Released {
+            db,
+            key: root_rec.key.clone(),
+            dirs: Vec::new(),
+            next: 0,
+            block_seq_max,
+            based: Some((base_addr, based)),
+        });
+        return;
+    }
     let Ok(root) = Root::decode(&root_rec.value) else {
         return;
     };
+    queue_release(shard, db, &root_rec.key, &root);
+}
+
+/// Queues the directory pages of `root` (of db/key) for the background release.
+fn queue_release(shard: &mut Shard, db: Db, key: &[u8], root: &Root) {
     let block_seq_max = shard
         .blocks
         .values()
@@ -1245,7 +1701,7 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
     shard.releases.dirs += root.dirs.len() as u64;
     shard.releases.queue.push_back(Released {
         db,
-        key: root_rec.key.clone(),
+        key: key.to_vec(),
         // A root loaded before a seal moved this scope's records names old addresses.
         dirs: root
             .dirs
@@ -1254,6 +1710,7 @@ pub(crate) fn release(shard: &mut Shard, db: Db, root_rec: &OwnedRecord) {
             .collect(),
         next: 0,
         block_seq_max,
+        based: None,
     });
 }
 
@@ -1279,6 +1736,35 @@ pub(crate) fn release_step(shard: &mut Shard, work: &mut u64) {
         let Some(r) = shard.releases.queue.front_mut() else {
             return;
         };
+        if let Some((base_addr, based)) = r.based.take() {
+            let (db, seq_max, key) = (r.db, r.block_seq_max, r.key.clone());
+            shard.releases.dirs -= 1;
+            *work = work.saturating_sub(RELEASE_DIR_WORK);
+            if !page_block_unchanged(shard, base_addr, seq_max) {
+                shard.releases.queue.pop_front();
+                continue;
+            }
+            let dirs = base_entries(shard, db, &key, base_addr, based.base_len)
+                .and_then(|base| based.apply(&base));
+            shard.unaccount_page(db, Address(base_addr), key.len(), based.base_len);
+            let r = shard.releases.queue.front_mut().expect("front");
+            match dirs {
+                Ok(root) if !root.dirs.is_empty() => {
+                    r.dirs = root.dirs.iter().map(|d| (d.addr, d.len)).collect();
+                    shard.releases.dirs += r.dirs.len() as u64;
+                }
+                other => {
+                    if let Err(e) = other {
+                        tracing::warn!(
+                            shard = shard.id(),
+                            "released paged root's base page unreadable: {e}"
+                        );
+                    }
+                    shard.releases.queue.pop_front();
+                }
+            }
+            continue;
+        }
         let (addr, len) = r.dirs[r.next];
         r.next += 1;
         let (db, seq_max) = (r.db, r.block_seq_max);
@@ -1321,7 +1807,7 @@ pub(crate) fn release_all(shard: &mut Shard) {
 /// The one-record bytes of a paged collection (for GET-like generic readers: RENAME, COPY,
 /// MOVE, DUMP read whole values).
 pub(crate) fn materialize(shard: &mut Shard, rec: &OwnedRecord) -> Result<Vec<u8>, StorageError> {
-    let root = Root::decode(&rec.value)?;
+    let root = decode_stored(shard, rec.header.db, &rec.key, &rec.value)?;
     let db = rec.header.db;
     if ValueKind::from_u8(rec.header.value_kind) == Some(ValueKind::List) {
         // Lists have their own leaves (quicklist nodes, `paged_list.rs`).
@@ -1755,13 +2241,42 @@ pub(crate) fn relocate_page(
     if found.rec.header.record_type != RecordType::Put || !is_root(found.rec.header.flags) {
         return Ok(false);
     }
-    let Ok(mut root) = Root::decode(&found.rec.value) else {
-        return Ok(false);
-    };
     let kind = ValueKind::from_u8(found.rec.header.value_kind)
         .ok_or_else(|| corrupt("unknown value kind of a paged root"))?;
     let expire = (found.rec.header.expire_at_ms != 0).then_some(found.rec.header.expire_at_ms);
     let now = shard.last_now_ms;
+    if let Some((base_addr, base_len)) = base_of(&found.rec.value) {
+        if shard.current_address(Address(base_addr)) == addr {
+            // The base page of a version-2 root: copied, and the root (same change list)
+            // pointed at the copy; `put_paged_root_as` stops counting the old base.
+            let Ok(entries) = decode_base(payload) else {
+                return Ok(false);
+            };
+            let mut based = BasedRoot::decode(&found.rec.value)?;
+            let seq = shard.reserve_seq();
+            let new = shard.append_page(db, key, kind, payload, seq)?.0;
+            if let Some(s) = block_seq_of(shard, new) {
+                shard.bases.put(new, s, std::sync::Arc::new(entries));
+            }
+            based.base_addr = new;
+            based.base_len = base_len;
+            shard.put_paged_root_as(
+                db,
+                key,
+                kind,
+                &based.encode(),
+                expire,
+                now,
+                seq,
+                true,
+                false,
+            )?;
+            return Ok(true);
+        }
+    }
+    let Ok(mut root) = decode_stored(shard, db, key, &found.rec.value) else {
+        return Ok(false);
+    };
     let mut dead: Vec<(u64, u32)> = Vec::new();
     let seq;
     if let Some(di) = root.dirs.iter().position(|d| d.addr == addr.0) {
@@ -1852,9 +2367,14 @@ impl RecoveredPages {
     /// The pages of the paged root `rec`, if every one is a committed page record of its db.
     fn complete(&self, shard: &mut Shard, rec: &OwnedRecord) -> Option<Vec<(u64, u32)>> {
         let db = rec.header.db;
-        Root::decode(&rec.value)
+        if let Some((a, _)) = base_of(&rec.value) {
+            // The base page must be committed before it is read.
+            if self.pages.get(&a) != Some(&db) {
+                return None;
+            }
+        }
+        pages_of_stored(shard, rec)
             .ok()
-            .and_then(|root| pages_of(shard, db, &rec.key, &root).ok())
             .filter(|pages| pages.iter().all(|(a, _)| self.pages.get(a) == Some(&db)))
     }
 }
@@ -1945,12 +2465,34 @@ pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
+    thread_local! {
+        /// `StoreConfig::paged_base_min_dirs` of the shards this test thread opens.
+        static BASE_MIN: std::cell::Cell<usize> = const { std::cell::Cell::new(BASE_MIN_DIRS) };
+    }
+
+    /// Runs `test` with every paged root stored as version 2 (base page + change list).
+    pub(crate) fn with_v2_roots(test: impl FnOnce()) {
+        with_base_min_dirs(0, test);
+    }
+
+    /// Runs `test` with roots of more than `n` directory pages stored as version 2.
+    pub(crate) fn with_base_min_dirs(n: usize, test: impl FnOnce()) {
+        BASE_MIN.with(|c| c.set(n));
+        test();
+        BASE_MIN.with(|c| c.set(BASE_MIN_DIRS));
+    }
+
+    pub(crate) fn base_min_dirs() -> usize {
+        BASE_MIN.with(|c| c.get())
+    }
+
     fn cfg() -> StoreConfig {
         StoreConfig {
             block_size_bytes: 256 * 1024,
             fsync: FsyncPolicy::Always,
             shard_count: 1,
             staging_limit_bytes: 256 * 1024,
+            paged_base_min_dirs: base_min_dirs(),
             ..StoreConfig::default()
         }
     }
@@ -2022,8 +2564,7 @@ pub(crate) mod tests {
             };
             want += f.rec.header.record_len() as u64;
             if is_root(f.rec.header.flags) {
-                let root = Root::decode(&f.rec.value).unwrap();
-                for (_, len) in pages_of(s, 0, k, &root).unwrap() {
+                for (_, len) in pages_of_stored(s, &f.rec).unwrap() {
                     want += super::super::format::record_len(k.len(), len as usize) as u64;
                 }
             }
@@ -2637,5 +3178,41 @@ pub(crate) mod tests {
             "nothing read synchronously"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // The tests above with every paged root stored as version 2 (section 3a).
+    #[test]
+    fn hash_model_through_crashes_v2() {
+        with_v2_roots(hash_model_through_crashes);
+    }
+
+    #[test]
+    fn set_update_writes_few_pages_and_delete_releases_v2() {
+        with_v2_roots(set_update_writes_few_pages_and_delete_releases);
+    }
+
+    #[test]
+    fn crash_keeping_later_chunks_falls_back_to_a_complete_root_v2() {
+        with_v2_roots(crash_keeping_later_chunks_falls_back_to_a_complete_root);
+    }
+
+    #[test]
+    fn defrag_relocates_pages_v2() {
+        with_v2_roots(defrag_relocates_pages);
+    }
+
+    #[test]
+    fn defrag_reads_one_directory_page_per_leaf_v2() {
+        with_v2_roots(defrag_reads_one_directory_page_per_leaf);
+    }
+
+    #[test]
+    fn shrink_with_spread_removals_merges_without_loss_v2() {
+        with_v2_roots(shrink_with_spread_removals_merges_without_loss);
+    }
+
+    #[test]
+    fn delete_releases_pages_in_the_background_v2() {
+        with_v2_roots(delete_releases_pages_in_the_background);
     }
 }

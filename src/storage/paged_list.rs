@@ -1273,6 +1273,7 @@ mod tests {
             fsync: FsyncPolicy::Always,
             shard_count: 1,
             staging_limit_bytes: u64::from(block),
+            paged_base_min_dirs: crate::storage::paged::tests::base_min_dirs(),
             ..StoreConfig::default()
         };
         open_on(vec![dev.clone() as Arc<dyn BlockDevice>], &cfg)
@@ -1647,5 +1648,18 @@ mod tests {
         let mut other = b.clone();
         other[0] = 1;
         assert!(decode_leaf(&other).is_err());
+    }
+
+    // The tests above with every paged root stored as version 2 (`paged.rs` section 3a).
+    #[test]
+    fn list_model_through_crashes_and_defrag_v2() {
+        crate::storage::paged::tests::with_v2_roots(list_model_through_crashes_and_defrag);
+    }
+
+    #[test]
+    fn queue_keeps_directory_pages_bounded_and_small_pages_merge_v2() {
+        crate::storage::paged::tests::with_v2_roots(
+            queue_keeps_directory_pages_bounded_and_small_pages_merge,
+        );
     }
 }

@@ -119,6 +119,10 @@ pub(crate) struct Found {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Counters {
+    /// Record bytes appended by defrag (relocated records, pages and the roots rewritten
+    /// for them): part of `device_write_bytes`, reported apart (INFO
+    /// `lavik_defrag_write_bytes`).
+    pub defrag_write_bytes: u64,
     pub device_reads: u64,
     /// Device reads made synchronously by `read_record` (the worker waited for them).
     pub sync_reads: u64,
@@ -220,6 +224,8 @@ pub struct ShardStats {
     pub device_read_bytes: u64,
     pub device_writes: u64,
     pub device_write_bytes: u64,
+    /// Record bytes appended by defrag (`Counters::defrag_write_bytes`).
+    pub defrag_write_bytes: u64,
     pub flushes: u64,
     pub fsyncs: u64,
     pub blocks_used: u64,
@@ -332,6 +338,12 @@ pub struct Shard {
     pub(crate) raider: TombRaider,
     /// Released paged roots whose pages still count as live (`paged::release_step`).
     pub(crate) releases: super::paged::PendingReleases,
+    /// Decoded base pages of version-2 paged roots (`paged::BaseCache`).
+    pub(crate) bases: super::paged::BaseCache,
+    /// A paged root listing more directory pages than this is stored as version 2.
+    pub(crate) base_min_dirs: usize,
+    /// Set while a defrag step runs: its appends count in `defrag_write_bytes`.
+    in_defrag: bool,
     pub(crate) defrag_sleep_ms: u64,
     pub(crate) defrag_max_active_per_device: u32,
     pub(crate) defrag_record_sleep_us: u64,
@@ -505,6 +517,9 @@ impl Shard {
             defrag_sleep_ms: cfg.defrag_sleep_ms,
             defrag_max_active_per_device: cfg.defrag_max_active_per_device,
             defrag_record_sleep_us: cfg.defrag_record_sleep_us,
+            bases: Default::default(),
+            base_min_dirs: cfg.paged_base_min_dirs,
+            in_defrag: false,
             defrag_next_record: None,
             last_defrag_ms: None,
             defrag_job: None,
@@ -1165,9 +1180,11 @@ impl Shard {
         let kind = ValueKind::from_u8(hdr.value_kind).ok_or_else(|| {
             StorageError::Corrupt(format!("unknown value kind {}", hdr.value_kind))
         })?;
+        // A version-2 root comes back in the version-1 form (its base page applied).
+        let root = super::paged::expand_stored(self, db, key, found.rec.value)?;
         Ok(Some(super::Collection::Paged {
             kind,
-            root: found.rec.value,
+            root,
             expire_at_ms: (hdr.expire_at_ms != 0).then_some(hdr.expire_at_ms),
         }))
     }
@@ -1285,7 +1302,21 @@ impl Shard {
         self.last_now_ms = now_ms;
         let expire = expire_at_ms.unwrap_or(0);
         let h = self.hash(db, key);
-        let old = self.find(db, key, h)?;
+        let mut old = self.find(db, key, h)?;
+        // The stored form (version 2 above `base_min_dirs` directory pages, which may
+        // append a new base page first: then the old record is looked up again, a seal
+        // may have moved it).
+        let old_root = old
+            .as_ref()
+            .filter(|f| f.rec.header.record_type == RecordType::Put)
+            .filter(|f| f.rec.header.flags & FLAG_PAGED != 0)
+            .map(|f| f.rec.value.as_slice());
+        let stored =
+            super::paged::stored_form(self, db, key, kind, root, old_root, shares_pages, seq)?;
+        if stored.appended {
+            old = self.find(db, key, h)?;
+        }
+        let (root, dead_base) = (stored.payload.as_slice(), stored.dead_base);
         let created = crate::runtime::events::flags() & crate::runtime::events::NEW != 0
             && old
                 .as_ref()
@@ -1308,6 +1339,9 @@ impl Shard {
                 .as_ref()
                 .is_some_and(|f| f.rec.header.flags & FLAG_PAGED != 0));
         self.install(db, h, old, addr, len, expire, retire);
+        if let Some((a, l)) = dead_base {
+            self.unaccount_page(db, Address(a), key.len(), l);
+        }
         if !visible {
             return Ok(());
         }
@@ -1765,6 +1799,7 @@ impl Shard {
             device_read_bytes: c.device_read_bytes,
             device_writes: c.device_writes,
             device_write_bytes: c.device_write_bytes,
+            defrag_write_bytes: c.defrag_write_bytes,
             flushes: c.flushes,
             fsyncs: c.fsyncs,
             blocks_used: self.blocks.len() as u64,
@@ -2235,6 +2270,9 @@ impl Shard {
         seq: Option<u64>,
         use_reserve: bool,
     ) -> Result<(Address, u64), StorageError> {
+        if self.in_defrag {
+            self.counters.defrag_write_bytes += record_len(key.len(), value.len()) as u64;
+        }
         let group = match record_type {
             RecordType::Put | RecordType::Tombstone => self.current_group(),
             _ => None,
@@ -3414,6 +3452,13 @@ impl Shard {
     /// tombstones) or reads it and lists its records; each step then relocates what still
     /// matters, at most one record per unit of `work`, and the last step retires the block.
     fn defrag_step(&mut self, work: &mut u64) -> Result<(), StorageError> {
+        self.in_defrag = true;
+        let r = self.defrag_step_inner(work);
+        self.in_defrag = false;
+        r
+    }
+
+    fn defrag_step_inner(&mut self, work: &mut u64) -> Result<(), StorageError> {
         let job = match self.defrag_job.take() {
             Some(job) => job,
             None => match self.start_defrag_job()? {

@@ -1680,8 +1680,7 @@ mod scoped_pages {
             };
             want += f.rec.header.record_len() as u64;
             if paged::is_root(f.rec.header.flags) {
-                let root = paged::Root::decode(&f.rec.value).unwrap();
-                for (_, len) in paged::pages_of(s, 0, k, &root).unwrap() {
+                for (_, len) in paged::pages_of_stored(s, &f.rec).unwrap() {
                     want += format::record_len(k.len(), len as usize) as u64;
                 }
             }

@@ -158,8 +158,14 @@ impl Server {
     pub fn launch(&mut self) {
         let log =
             std::fs::File::create(self.dir.join(format!("stderr-{}.log", self.port))).unwrap();
+        // `LAVIK_TEST_EXTRA_ARGS` (whitespace-separated) runs every test's server with more
+        // flags, e.g. `--paged-base-min-dirs 0` to store every paged root as version 2.
+        let extra: Vec<String> = std::env::var("LAVIK_TEST_EXTRA_ARGS")
+            .map(|v| v.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default();
         let child = Command::new(env!("CARGO_BIN_EXE_lavik"))
             .args(&self.args)
+            .args(&extra)
             .current_dir(&self.dir)
             .stdout(Stdio::null())
             .stderr(log)
