@@ -681,16 +681,6 @@ impl Worker {
         copies
             .dpdk_idle_wait_us
             .fetch_add(wait_us, Ordering::Relaxed);
-        let ts = io_uring::types::Timespec::new()
-            .sec(wait_us / 1_000_000)
-            .nsec(((wait_us % 1_000_000) * 1000) as u32);
-        let args = io_uring::types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => {}
-            Err(e)
-                if e.raw_os_error() == Some(libc::ETIME)
-                    || e.raw_os_error() == Some(libc::EINTR) => {}
-            Err(e) => tracing::error!("io_uring wait failed: {e}"),
-        }
+        self.wait_ring_us(wait_us);
     }
 }

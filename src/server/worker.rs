@@ -2271,9 +2271,15 @@ impl Worker {
             Some(d) => wait_ms.min(d.saturating_sub(now_ms()).max(1)),
             None => wait_ms,
         };
+        self.wait_ring_us(wait_ms * 1000);
+    }
+
+    /// Waits in the ring for a completion or `wait_us`, whichever comes first (a timeout
+    /// or a signal is not an error).
+    pub(super) fn wait_ring_us(&mut self, wait_us: u64) {
         let ts = types::Timespec::new()
-            .sec(wait_ms / 1000)
-            .nsec(((wait_ms % 1000) * 1_000_000) as u32);
+            .sec(wait_us / 1_000_000)
+            .nsec(((wait_us % 1_000_000) * 1000) as u32);
         let args = types::SubmitArgs::new().timespec(&ts);
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => {}

@@ -243,6 +243,12 @@ fn read_entries(r: &mut Reader) -> Result<Vec<Entry>, StorageError> {
     if n == 0 || n.saturating_mul(ENTRY_BYTES) > r.b.len() - r.at {
         return Err(corrupt("bad entry count"));
     }
+    read_entry_run(r, n, "entries out of order or empty")
+}
+
+/// `n` directory entries in order of their first member, none empty (`what`: the error
+/// otherwise).
+fn read_entry_run(r: &mut Reader, n: usize, what: &str) -> Result<Vec<Entry>, StorageError> {
     let mut v: Vec<Entry> = Vec::with_capacity(n);
     for _ in 0..n {
         let e = Entry {
@@ -252,7 +258,7 @@ fn read_entries(r: &mut Reader) -> Result<Vec<Entry>, StorageError> {
             count: r.u32()?,
         };
         if v.last().is_some_and(|p| p.first >= e.first) || e.count == 0 {
-            return Err(corrupt("entries out of order or empty"));
+            return Err(corrupt(what));
         }
         v.push(e);
     }
@@ -361,19 +367,7 @@ impl BasedRoot {
         if n.saturating_mul(ENTRY_BYTES) > b.len() - r.at {
             return Err(corrupt("bad change count"));
         }
-        let mut upserts: Vec<Entry> = Vec::with_capacity(n);
-        for _ in 0..n {
-            let e = Entry {
-                first: r.u64()?,
-                addr: r.u64()?,
-                len: r.u32()?,
-                count: r.u32()?,
-            };
-            if upserts.last().is_some_and(|p| p.first >= e.first) || e.count == 0 {
-                return Err(corrupt("changes out of order or empty"));
-            }
-            upserts.push(e);
-        }
+        let upserts = read_entry_run(&mut r, n, "changes out of order or empty")?;
         let n = r.u32()? as usize;
         if n.saturating_mul(8) > b.len() - r.at {
             return Err(corrupt("bad delete count"));
