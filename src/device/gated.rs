@@ -67,7 +67,11 @@ impl BlockDevice for GatedDevice {
         self.inner.sync()
     }
     fn describe(&self) -> String {
-        format!("{} (held while {} exists)", self.inner.describe(), self.hold.display())
+        format!(
+            "{} (held while {} exists)",
+            self.inner.describe(),
+            self.hold.display()
+        )
     }
     fn write_range_at(
         &self,
@@ -120,7 +124,9 @@ impl AsyncReads for GatedDevice {
         let mut events = 0;
         for (token, offset_bytes, len_bytes) in todo {
             let mut buf = AlignedBuf::new_zeroed(len_bytes.max(IO_ALIGN_BYTES));
-            let result = self.inner.read_range_at(offset_bytes, &mut buf, 0..len_bytes);
+            let result = self
+                .inner
+                .read_range_at(offset_bytes, &mut buf, 0..len_bytes);
             if result.is_ok() {
                 on_event(ReadEvent::Data {
                     token,

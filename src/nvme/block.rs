@@ -992,8 +992,9 @@ impl NvmeBlockDevice {
                     r.outstanding -= 1;
                     reads.held -= b.is_some() as usize;
                     pool.extend(b);
-                    r.error
-                        .get_or_insert_with(|| DeviceError::Io(std::io::Error::other(e.to_string())));
+                    r.error.get_or_insert_with(|| {
+                        DeviceError::Io(std::io::Error::other(e.to_string()))
+                    });
                 }
             }
         }
@@ -1092,7 +1093,9 @@ impl NvmeBlockDevice {
                     if e.is_retryable()
                         && c.buffer.is_some()
                         && r.error.is_none()
-                        && r.retries < RETRIES_PER_COMMAND_MAX * r.len_bytes.div_ceil(self.chunk_bytes) as u32 =>
+                        && r.retries
+                            < RETRIES_PER_COMMAND_MAX
+                                * r.len_bytes.div_ceil(self.chunk_bytes) as u32 =>
                 {
                     tracing::warn!(
                         "{}: {e} at byte {}; retrying",

@@ -720,7 +720,9 @@ impl Reads {
             match self.devices.get(dev).and_then(|d| d.async_reads()) {
                 Some(a) => a.submit_read(idx as u64, off, len),
                 None => {
-                    tracing::error!("read planned on device {dev}, which has no asynchronous reads");
+                    tracing::error!(
+                        "read planned on device {dev}, which has no asynchronous reads"
+                    );
                     self.device_done.push((idx, -libc::EIO));
                 }
             }
