@@ -18,11 +18,13 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
+/// Reads submitted and not yet reported, per submitting thread: (token, offset, len).
+type Queued = HashMap<ThreadId, Vec<(u64, u64, usize)>>;
+
 pub struct GatedDevice {
     inner: FileDevice,
     hold: PathBuf,
-    /// Reads submitted and not yet reported, per submitting thread: (token, offset, len).
-    queued: Mutex<HashMap<ThreadId, Vec<(u64, u64, usize)>>>,
+    queued: Mutex<Queued>,
 }
 
 impl GatedDevice {
@@ -44,7 +46,7 @@ impl GatedDevice {
         }
     }
 
-    fn queued(&self) -> std::sync::MutexGuard<'_, HashMap<ThreadId, Vec<(u64, u64, usize)>>> {
+    fn queued(&self) -> std::sync::MutexGuard<'_, Queued> {
         self.queued.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

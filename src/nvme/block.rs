@@ -999,10 +999,7 @@ impl NvmeBlockDevice {
             }
         }
         'reads: while let Some(&slot) = reads.waiting.front() {
-            loop {
-                let Some(r) = reads.slots[slot as usize].as_mut() else {
-                    break;
-                };
+            while let Some(r) = reads.slots[slot as usize].as_mut() {
                 if r.next >= r.len_bytes || r.error.is_some() {
                     break;
                 }
@@ -1355,5 +1352,73 @@ mod tests {
         );
         assert_eq!(d.max_completions_per_poll, 8);
         assert_eq!(d.bounce_count(2 << 20, 63), DEFAULT_BOUNCE_BUFFERS);
+    }
+
+    // Proves asynchronous reads' tags round-trip (slot, chunk offset), never collide with
+    // a synchronous request's tag (its byte offset), and that the reserve leaves the
+    // synchronous path at least one bounce buffer.
+    #[test]
+    fn async_tags_and_reserve() {
+        for (slot, at) in [(0u32, 0usize), (1, 4096), (1023, (1 << 31) - 4096)] {
+            assert_eq!(async_untag(async_tag(slot, at)), Some((slot, at)));
+        }
+        assert_eq!(async_untag(0), None);
+        assert_eq!(async_untag((5 << 20) + 4096), None);
+        const { assert!(ASYNC_READ_BYTES_MAX < 1 << 32) };
+        assert_eq!(sync_reserve(1), 1);
+        assert_eq!(sync_reserve(16), 4);
+        for total in 1..64 {
+            assert!(sync_reserve(total) >= 1 && sync_reserve(total) <= total);
+        }
+    }
+
+    // Proves the bookkeeping of a read whose command is lost in a reset: the read fails,
+    // nothing stays counted as in flight or held, and a synchronous tag is not taken for one.
+    #[test]
+    fn async_read_lost_in_reset_fails() {
+        let mut st = AsyncState::default();
+        let slot = st
+            .insert(AsyncRead {
+                owner: 3,
+                token: 7,
+                offset_bytes: 0,
+                len_bytes: 8192,
+                next: 8192,
+                outstanding: 1,
+                retries: 0,
+                error: None,
+            })
+            .unwrap();
+        st.held = 1;
+        st.in_flight = 1;
+        assert!(!st.lost(4096, true), "a synchronous request's tag");
+        assert!(st.lost(async_tag(slot, 0), true));
+        assert_eq!((st.held, st.in_flight), (0, 0));
+        let r = st.slots[slot as usize].as_ref().unwrap();
+        assert!(r.finished() && r.error.is_some());
+    }
+
+    // Proves the slot bound: reads beyond ASYNC_READS_PER_QUEUE_MAX are refused, and a
+    // freed slot is reused.
+    #[test]
+    fn async_slots_are_bounded() {
+        let mut st = AsyncState::default();
+        let read = |token| AsyncRead {
+            owner: 0,
+            token,
+            offset_bytes: 0,
+            len_bytes: 4096,
+            next: 0,
+            outstanding: 0,
+            retries: 0,
+            error: None,
+        };
+        for t in 0..ASYNC_READS_PER_QUEUE_MAX as u64 {
+            assert!(st.insert(read(t)).is_some());
+        }
+        assert!(st.insert(read(9999)).is_none());
+        st.slots[5] = None;
+        st.free.push(5);
+        assert_eq!(st.insert(read(9999)), Some(5));
     }
 }
