@@ -211,11 +211,12 @@ fn main() {
         ..lavik::nvme::block::NvmeOptions::from_env()
     });
     let load_delay_ms = settings.cli.debug_load_delay_ms;
+    let hold = settings.cli.debug_async_device_hold.clone();
     let (opened_tx, opened_rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("lavik-recovery".into())
         .spawn(move || {
-            let result = open_store(&store_cfg, spdk.as_ref());
+            let result = open_store(&store_cfg, spdk.as_ref(), hold.as_deref());
             std::thread::sleep(Duration::from_millis(load_delay_ms));
             let _ = opened_tx.send(result);
         })
@@ -419,7 +420,21 @@ fn main() {
 fn open_store(
     cfg: &StoreConfig,
     spdk: Option<&lavik::nvme::block::NvmeOptions>,
+    hold: Option<&std::path::Path>,
 ) -> Result<OpenedStore, String> {
+    if let (None, Some(hold)) = (spdk, hold) {
+        let mut devices: Vec<std::sync::Arc<dyn lavik::device::BlockDevice>> = Vec::new();
+        for path in &cfg.data_files {
+            let dev =
+                lavik::device::FileDevice::open(path, cfg.direct_io, Some(cfg.create_size_bytes))
+                    .map_err(|e| format!("cannot open store: {e}"))?;
+            devices.push(std::sync::Arc::new(lavik::device::GatedDevice::new(
+                dev,
+                hold.to_path_buf(),
+            )));
+        }
+        return storage::open_on(devices, cfg).map_err(|e| format!("cannot open store: {e}"));
+    }
     match spdk {
         Some(options) => {
             let uris: Vec<String> = cfg

@@ -146,6 +146,11 @@ pub struct Cli {
     /// completes (to see that other connections are served meanwhile).
     #[arg(long, default_value_t = 0, hide = true)]
     pub debug_read_delay_ms: u64,
+    /// Test hook: the data files are read the way NVMe namespaces are (no descriptor,
+    /// asynchronous reads polled on the worker's own queue, `device::GatedDevice`), and no
+    /// read completes while this file exists.
+    #[arg(long, hide = true)]
+    pub debug_async_device_hold: Option<PathBuf>,
     /// Slow log threshold in microseconds (negative: off), as Redis's.
     #[arg(long, default_value_t = 10_000, allow_hyphen_values = true)]
     pub slowlog_log_slower_than: i64,

@@ -9,17 +9,76 @@
 //! `AlignedBuf` (4096-aligned start, length a multiple of 4096), so the same buffers are valid
 //! for `O_DIRECT` and for DMA. Nothing written is durable until `sync()` returns `Ok`.
 //!
-//! Deliberately missing: the io_uring asynchronous path (registered buffers and files) and the
-//! userspace NVMe backend; both will implement this same trait.
+//! Asynchronous reads: kernel files are read asynchronously by the worker's own io_uring
+//! (`raw_fd`); a device without a file descriptor may offer `AsyncReads` instead (the
+//! userspace NVMe driver, `nvme::block`: the worker submits to its own I/O queue pair and
+//! polls it every round). Writes are synchronous through this trait on such devices.
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ops::Range;
 use std::ptr::NonNull;
 
 mod file;
+mod gated;
 mod mem;
 
 pub use file::FileDevice;
+pub use gated::GatedDevice;
 pub use mem::{MemDevice, TearLastWrite};
+
+/// What `AsyncReads::poll_reads` reports.
+pub enum ReadEvent<'a> {
+    /// Bytes of read `token`, to be placed at byte `at` of the caller's buffer for it.
+    Data {
+        token: u64,
+        at: usize,
+        bytes: &'a [u8],
+    },
+    /// Read `token` is over (every `Data` event of it came before): all its bytes were
+    /// delivered when `result` is `Ok`.
+    Done {
+        token: u64,
+        result: Result<(), DeviceError>,
+    },
+}
+
+/// Reads submitted now and completed later, by polling on the calling thread (a worker's
+/// round). Every method works on the calling thread's own queue: a read is polled for by
+/// the thread that submitted it, and `token`s need only be unique per thread.
+pub trait AsyncReads: Send + Sync {
+    /// Queues a read of `len_bytes` at `offset_bytes`; never waits for the device. A read
+    /// that cannot start now (no free command slot or buffer) starts in a later poll; a
+    /// read that cannot be done at all reports its error as its `Done` event.
+    fn submit_read(&self, token: u64, offset_bytes: u64, len_bytes: usize);
+    /// Reaps completions of the calling thread's reads (at most the device's per-poll cap
+    /// of device completions), starts queued ones, and reports what finished. Returns the
+    /// number of events reported.
+    fn poll_reads(&self, on_event: &mut dyn FnMut(ReadEvent<'_>)) -> usize;
+    /// Reads of the calling thread submitted and not yet reported `Done`.
+    fn reads_outstanding(&self) -> usize;
+}
+
+/// The stand-in file descriptor that names device number `dev` of a store in a planned
+/// read (`storage::prefetch::RecordRead::fd`) when the device has no descriptor but reads
+/// asynchronously (`AsyncReads`): -2, -3, ... (-1 stays "no descriptor").
+pub fn async_device_fd(dev: usize) -> std::os::fd::RawFd {
+    -2 - dev as std::os::fd::RawFd
+}
+
+/// The device number an `async_device_fd` names (`None` for a real descriptor or -1).
+pub fn async_device_index(fd: std::os::fd::RawFd) -> Option<usize> {
+    (fd <= -2).then(|| (-2 - fd) as usize)
+}
+
+/// The errno a device error stands for, for completion results (negative errno) shared
+/// with io_uring's reads.
+pub fn error_errno(e: &DeviceError) -> i32 {
+    match e {
+        DeviceError::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        DeviceError::OutOfRange { .. } | DeviceError::Misaligned { .. } => libc::EINVAL,
+        DeviceError::Timeout => libc::ETIMEDOUT,
+        DeviceError::Media(_) | DeviceError::Injected(_) => libc::EIO,
+    }
+}
 
 /// Alignment of every buffer and of every transfer offset, in bytes.
 pub const IO_ALIGN_BYTES: usize = 4096;
@@ -152,6 +211,12 @@ pub trait BlockDevice: Send + Sync {
     /// The file descriptor to read with the caller's own io_uring, when the
     /// backend is a kernel file or block device (`None` otherwise).
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    /// The asynchronous read interface of a backend without a file descriptor that has one
+    /// (the userspace NVMe driver), for the worker's asynchronous command path.
+    fn async_reads(&self) -> Option<&dyn AsyncReads> {
         None
     }
 

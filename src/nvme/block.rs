@@ -24,7 +24,7 @@ use super::queue::{CommandError, ErrorClass, SubmitError};
 use super::spec::{reg, ControllerStatus};
 use super::vfio::{Bar0, DmaBacking, DmaBuffer, PciAddress, VfioDevice};
 use super::NvmeError;
-use crate::device::{AlignedBuf, BlockDevice, DeviceError};
+use crate::device::{AlignedBuf, AsyncReads, BlockDevice, DeviceError, ReadEvent};
 
 /// Default cap on completions reaped per poll (`--spdk-max-completions-per-poll`).
 pub const DEFAULT_MAX_COMPLETIONS_PER_POLL: usize = 8;
@@ -189,6 +189,138 @@ pub fn parse_spdk_data_files(uris: &[&str]) -> Result<Vec<SpdkUri>, NvmeError> {
 struct QueueState {
     queue: Option<IoQueue>,
     pool: Vec<DmaBuffer>,
+    /// Bounce buffers allocated for this queue (in `pool` or lent to commands).
+    pool_total: usize,
+    /// The asynchronous reads of the threads whose home this queue is.
+    reads: AsyncState,
+}
+
+/// Tags of asynchronous reads' commands carry this bit; the rest is the read's slot
+/// (bits 32..63) and the chunk's byte offset in the read (bits 0..32). Synchronous
+/// requests tag a command with its byte offset in the request, always below this bit.
+const ASYNC_TAG: u64 = 1 << 63;
+/// Asynchronous reads per queue (slots); more are refused with an error.
+pub const ASYNC_READS_PER_QUEUE_MAX: usize = 1024;
+/// Largest asynchronous read (its chunk offsets fit the tag's 32 bits).
+const ASYNC_READ_BYTES_MAX: usize = u32::MAX as usize / 2;
+
+fn async_tag(slot: u32, at: usize) -> u64 {
+    ASYNC_TAG | (u64::from(slot) << 32) | at as u64
+}
+
+fn async_untag(tag: u64) -> Option<(u32, usize)> {
+    (tag & ASYNC_TAG != 0).then_some((((tag & !ASYNC_TAG) >> 32) as u32, tag as u32 as usize))
+}
+
+/// Bounce buffers of a queue that asynchronous reads leave free, so a synchronous request
+/// (a group-commit write, a flush, a handler's read) always has some and never waits for
+/// an asynchronous read's owner to poll.
+fn sync_reserve(pool_total: usize) -> usize {
+    (pool_total / 4).max(1)
+}
+
+/// One asynchronous read: split into commands of at most the transfer limit like a
+/// synchronous request, submitted as buffers and command slots allow.
+struct AsyncRead {
+    /// `thread_home_index` of the thread that submitted it (and polls for it).
+    owner: usize,
+    token: u64,
+    offset_bytes: u64,
+    len_bytes: usize,
+    /// Byte offset of the next chunk to submit.
+    next: usize,
+    /// Commands in flight or reaped and not handled yet.
+    outstanding: u32,
+    retries: u32,
+    error: Option<DeviceError>,
+}
+
+impl AsyncRead {
+    fn finished(&self) -> bool {
+        self.outstanding == 0 && (self.next >= self.len_bytes || self.error.is_some())
+    }
+}
+
+/// A command completion of an asynchronous read, reaped and not handled yet.
+struct Reaped {
+    slot: u32,
+    at: usize,
+    result: Result<u32, CommandError>,
+    after_timeout: bool,
+    buffer: Option<DmaBuffer>,
+}
+
+/// The asynchronous reads of one queue. Completions are reaped by whichever path polls
+/// the queue (the owner's `poll_reads`, or a synchronous request of any thread on this
+/// queue) into `reaped`, holding their buffers, and handled — data copied out, buffer
+/// back to the pool — only by the owner's `poll_reads`.
+#[derive(Default)]
+struct AsyncState {
+    slots: Vec<Option<AsyncRead>>,
+    free: Vec<u32>,
+    /// Reads with chunks to submit, oldest first.
+    waiting: std::collections::VecDeque<u32>,
+    /// Chunks to submit again after a retryable status, with their buffers.
+    retry: Vec<(u32, usize, DmaBuffer)>,
+    reaped: Vec<Reaped>,
+    /// Bounce buffers held by asynchronous reads (in flight, reaped, or to retry).
+    held: usize,
+    /// Commands of asynchronous reads on the device.
+    in_flight: usize,
+    /// When a poll last looked for overdue commands and a fatal controller.
+    last_check: Option<Instant>,
+    /// Reads refused for want of a slot: (owner, token), reported failed at its poll.
+    refused: Vec<(usize, u64)>,
+}
+
+impl AsyncState {
+    fn insert(&mut self, r: AsyncRead) -> Option<u32> {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None if self.slots.len() < ASYNC_READS_PER_QUEUE_MAX => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+            None => return None,
+        };
+        self.slots[slot as usize] = Some(r);
+        Some(slot)
+    }
+
+    /// A command of a read was reaped by some poll.
+    fn reap(&mut self, c: super::controller::IoCompletion) -> bool {
+        let Some((slot, at)) = async_untag(c.tag) else {
+            return false;
+        };
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.reaped.push(Reaped {
+            slot,
+            at,
+            result: c.result,
+            after_timeout: c.after_timeout,
+            buffer: c.buffer,
+        });
+        true
+    }
+
+    /// A command of a read was lost in a controller reset (the caller takes its buffer
+    /// back: `held` counts it no more).
+    fn lost(&mut self, tag: u64, had_buffer: bool) -> bool {
+        let Some((slot, _)) = async_untag(tag) else {
+            return false;
+        };
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if had_buffer {
+            self.held = self.held.saturating_sub(1);
+        }
+        if let Some(r) = self.slots.get_mut(slot as usize).and_then(Option::as_mut) {
+            r.outstanding = r.outstanding.saturating_sub(1);
+            r.error.get_or_insert_with(|| {
+                DeviceError::Io(std::io::Error::other("NVMe controller reset"))
+            });
+        }
+        true
+    }
 }
 
 /// Why a request stopped early.
@@ -264,7 +396,9 @@ impl NvmeBlockDevice {
                 .collect::<Result<Vec<_>, _>>()?;
             queues.push(Mutex::new(QueueState {
                 queue: Some(queue),
+                pool_total: pool.len(),
                 pool,
+                reads: AsyncState::default(),
             }));
         }
         tracing::info!(
@@ -387,7 +521,11 @@ impl NvmeBlockDevice {
         match outcome {
             Ok(lost) => {
                 for (g, lost) in guards.iter_mut().zip(lost) {
-                    g.pool.extend(lost.into_iter().filter_map(|(b, _)| b));
+                    let QueueState { pool, reads, .. } = &mut **g;
+                    for (b, tag) in lost {
+                        reads.lost(tag, b.is_some());
+                        pool.extend(b);
+                    }
                 }
             }
             Err(e) => {
@@ -434,7 +572,9 @@ impl NvmeBlockDevice {
     ) -> Result<(), Stop> {
         let len = data.len();
         let chunk = self.chunk_bytes;
-        let QueueState { queue, pool } = qs;
+        let QueueState {
+            queue, pool, reads, ..
+        } = qs;
         let queue = queue.as_mut().ok_or_else(|| Stop::Failed(self.failed()))?;
         let (mut next, mut outstanding) = (0usize, 0usize);
         let mut first_error: Option<DeviceError> = None;
@@ -480,6 +620,10 @@ impl NvmeBlockDevice {
                 break;
             }
             let polled = queue.poll(self.options.max_completions_per_poll, |mut c| {
+                if async_untag(c.tag).is_some() {
+                    reads.reap(c);
+                    return;
+                }
                 outstanding -= 1;
                 let at = c.tag as usize;
                 let n = chunk.min(len - at);
@@ -574,10 +718,8 @@ impl NvmeBlockDevice {
     }
 
     fn flush_on(&self, qs: &mut QueueState) -> Result<(), Stop> {
-        let queue = qs
-            .queue
-            .as_mut()
-            .ok_or_else(|| Stop::Failed(self.failed()))?;
+        let QueueState { queue, reads, .. } = qs;
+        let queue = queue.as_mut().ok_or_else(|| Stop::Failed(self.failed()))?;
         let deadline = self.deadline_ns();
         queue
             .submit(IoOp::Flush, 0, 0, None, 0, deadline)
@@ -589,7 +731,11 @@ impl NvmeBlockDevice {
         loop {
             let mut result = None;
             match queue.poll(self.options.max_completions_per_poll, |c| {
-                result = Some(c.result)
+                if async_untag(c.tag).is_none() {
+                    result = Some(c.result);
+                } else {
+                    reads.reap(c);
+                }
             }) {
                 Ok(0) => self.check_stuck(queue, &mut idle_since)?,
                 Ok(_) => {}
@@ -699,6 +845,351 @@ impl BlockDevice for NvmeBlockDevice {
     }
     fn describe(&self) -> String {
         self.uri.to_string()
+    }
+    fn async_reads(&self) -> Option<&dyn AsyncReads> {
+        Some(self)
+    }
+}
+
+/// The worker loop's asynchronous reads (see `docs/nvme.md`, "Asynchronous reads"): a
+/// thread submits to and polls its home queue only (`thread_home_index` modulo the queue
+/// count — each worker its own queue pair when there are as many as workers), so nothing
+/// waits for the device. Bounds: `ASYNC_READS_PER_QUEUE_MAX` reads per queue; commands
+/// in flight for them at most the queue's capacity and the bounce buffers less
+/// `sync_reserve`; at most `max_completions_per_poll` completions reaped per poll.
+impl AsyncReads for NvmeBlockDevice {
+    fn submit_read(&self, token: u64, offset_bytes: u64, len_bytes: usize) {
+        let owner = thread_home_index();
+        let mut q = lock(&self.queues[owner % self.queues.len()]);
+        let error = if len_bytes > ASYNC_READ_BYTES_MAX {
+            Some(DeviceError::Io(std::io::Error::other(format!(
+                "{}: asynchronous read of {len_bytes} bytes is too long",
+                self.uri
+            ))))
+        } else {
+            self.check_range(offset_bytes, len_bytes as u64).err()
+        };
+        let failed = error.is_some();
+        let read = AsyncRead {
+            owner,
+            token,
+            offset_bytes,
+            len_bytes,
+            next: if failed { len_bytes } else { 0 },
+            outstanding: 0,
+            retries: 0,
+            error,
+        };
+        match q.reads.insert(read) {
+            Some(slot) if !failed && len_bytes > 0 => {
+                q.reads.waiting.push_back(slot);
+                self.start_async(&mut q);
+            }
+            Some(_) => {}
+            None => {
+                // No slot: the read fails, reported at the owner's next poll.
+                tracing::error!(
+                    "{}: more than {ASYNC_READS_PER_QUEUE_MAX} asynchronous reads on one queue",
+                    self.uri
+                );
+                q.reads.refused.push((owner, token));
+            }
+        }
+    }
+
+    fn poll_reads(&self, on_event: &mut dyn FnMut(ReadEvent<'_>)) -> usize {
+        let owner = thread_home_index();
+        let seen_resets = self.resets.load(Ordering::Acquire);
+        let mut q = lock(&self.queues[owner % self.queues.len()]);
+        let mut needs_reset = false;
+        if q.queue.is_some() {
+            self.start_async(&mut q);
+            let QueueState { queue, reads, .. } = &mut *q;
+            if let Some(queue) = queue.as_mut() {
+                if reads.in_flight > 0 {
+                    match queue.poll(self.options.max_completions_per_poll, |c| {
+                        reads.reap(c);
+                    }) {
+                        Ok(0) => needs_reset = self.async_stuck(queue, reads),
+                        Ok(_) => reads.last_check = None,
+                        Err(e) => {
+                            tracing::error!("{}: {e}", self.uri);
+                            needs_reset = true;
+                        }
+                    }
+                }
+            }
+        } else {
+            // The device failed: every read of ours ends with that error.
+            let err = || self.failed();
+            for r in q.reads.slots.iter_mut().flatten() {
+                if r.owner == owner {
+                    r.outstanding = 0;
+                    r.error.get_or_insert_with(err);
+                }
+            }
+        }
+        let events = self.deliver_async(&mut q, owner, on_event);
+        if q.queue.is_some() {
+            self.start_async(&mut q);
+        }
+        drop(q);
+        if needs_reset {
+            self.reset_controller(seen_resets);
+        }
+        events
+    }
+
+    fn reads_outstanding(&self) -> usize {
+        let owner = thread_home_index();
+        let q = lock(&self.queues[owner % self.queues.len()]);
+        q.reads
+            .slots
+            .iter()
+            .flatten()
+            .filter(|r| r.owner == owner)
+            .count()
+    }
+}
+
+impl NvmeBlockDevice {
+    /// Submits what fits of the queue's waiting asynchronous reads (retries first), then
+    /// rings the doorbell once.
+    fn start_async(&self, qs: &mut QueueState) {
+        let QueueState {
+            queue,
+            pool,
+            pool_total,
+            reads,
+        } = qs;
+        let Some(queue) = queue.as_mut() else {
+            return;
+        };
+        let limit = pool_total.saturating_sub(sync_reserve(*pool_total));
+        let bs = self.namespace.block_size_bytes as u64;
+        let mut submitted = false;
+        while let Some((slot, at, buf)) = reads.retry.pop() {
+            let Some(r) = reads.slots[slot as usize].as_mut() else {
+                reads.held -= 1;
+                pool.push(buf);
+                continue;
+            };
+            let n = self.chunk_bytes.min(r.len_bytes - at);
+            let lba = (r.offset_bytes + at as u64) / bs;
+            match queue.submit(
+                IoOp::Read,
+                lba,
+                (n as u64 / bs) as u32,
+                Some(buf),
+                async_tag(slot, at),
+                self.deadline_ns(),
+            ) {
+                Ok(_) => {
+                    reads.in_flight += 1;
+                    submitted = true;
+                }
+                Err((e, b)) => {
+                    r.outstanding -= 1;
+                    reads.held -= b.is_some() as usize;
+                    pool.extend(b);
+                    r.error.get_or_insert_with(|| {
+                        DeviceError::Io(std::io::Error::other(e.to_string()))
+                    });
+                }
+            }
+        }
+        'reads: while let Some(&slot) = reads.waiting.front() {
+            while let Some(r) = reads.slots[slot as usize].as_mut() {
+                if r.next >= r.len_bytes || r.error.is_some() {
+                    break;
+                }
+                if reads.held >= limit || queue.in_flight() >= queue.capacity() {
+                    break 'reads;
+                }
+                let Some(buf) = pool.pop() else {
+                    break 'reads;
+                };
+                let at = r.next;
+                let n = self.chunk_bytes.min(r.len_bytes - at);
+                let lba = (r.offset_bytes + at as u64) / bs;
+                match queue.submit(
+                    IoOp::Read,
+                    lba,
+                    (n as u64 / bs) as u32,
+                    Some(buf),
+                    async_tag(slot, at),
+                    self.deadline_ns(),
+                ) {
+                    Ok(_) => {
+                        r.next += n;
+                        r.outstanding += 1;
+                        reads.held += 1;
+                        reads.in_flight += 1;
+                        submitted = true;
+                    }
+                    Err((NvmeError::Submit(SubmitError::Full), b)) => {
+                        pool.extend(b);
+                        break 'reads;
+                    }
+                    Err((e, b)) => {
+                        pool.extend(b);
+                        r.error.get_or_insert_with(|| {
+                            DeviceError::Io(std::io::Error::other(e.to_string()))
+                        });
+                    }
+                }
+            }
+            reads.waiting.pop_front();
+        }
+        if submitted {
+            queue.ring();
+        }
+    }
+
+    /// Handles the reaped completions of `owner`'s reads (data out, buffers back, retries
+    /// queued) and reports every read of `owner` that is over.
+    fn deliver_async(
+        &self,
+        qs: &mut QueueState,
+        owner: usize,
+        on_event: &mut dyn FnMut(ReadEvent<'_>),
+    ) -> usize {
+        let QueueState { pool, reads, .. } = qs;
+        let mut events = 0;
+        let mut i = 0;
+        let mut touched: Vec<u32> = Vec::new();
+        while i < reads.reaped.len() {
+            let slot = reads.reaped[i].slot;
+            let Some(r) = reads.slots.get_mut(slot as usize).and_then(Option::as_mut) else {
+                let c = reads.reaped.swap_remove(i);
+                reads.held -= c.buffer.is_some() as usize;
+                pool.extend(c.buffer);
+                continue;
+            };
+            if r.owner != owner {
+                i += 1;
+                continue;
+            }
+            let mut c = reads.reaped.swap_remove(i);
+            let n = self.chunk_bytes.min(r.len_bytes - c.at);
+            match &c.result {
+                Ok(_) if c.after_timeout => {
+                    r.error.get_or_insert(DeviceError::Timeout);
+                }
+                Ok(_) => {
+                    if let (Some(b), None) = (&c.buffer, &r.error) {
+                        on_event(ReadEvent::Data {
+                            token: r.token,
+                            at: c.at,
+                            bytes: &b.as_slice()[..n],
+                        });
+                        events += 1;
+                    }
+                }
+                Err(e)
+                    if e.is_retryable()
+                        && c.buffer.is_some()
+                        && r.error.is_none()
+                        && r.retries
+                            < RETRIES_PER_COMMAND_MAX
+                                * r.len_bytes.div_ceil(self.chunk_bytes) as u32 =>
+                {
+                    tracing::warn!(
+                        "{}: {e} at byte {}; retrying",
+                        self.uri,
+                        r.offset_bytes + c.at as u64
+                    );
+                    self.retries.fetch_add(1, Ordering::Relaxed);
+                    r.retries += 1;
+                    if let Some(b) = c.buffer.take() {
+                        reads.retry.push((slot, c.at, b));
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    let e = *e;
+                    let at = r.offset_bytes + c.at as u64;
+                    r.error
+                        .get_or_insert_with(|| self.map_command_error(e, at, n as u64));
+                }
+            }
+            r.outstanding = r.outstanding.saturating_sub(1);
+            reads.held -= c.buffer.is_some() as usize;
+            pool.extend(c.buffer);
+            if !touched.contains(&slot) {
+                touched.push(slot);
+            }
+        }
+        // Reads that were failed without a completion (submission refused, a reset, a
+        // failed device) are over too.
+        for (slot, r) in reads.slots.iter().enumerate() {
+            if let Some(r) = r {
+                if r.owner == owner && r.finished() && !touched.contains(&(slot as u32)) {
+                    touched.push(slot as u32);
+                }
+            }
+        }
+        let mut k = 0;
+        while k < reads.refused.len() {
+            if reads.refused[k].0 != owner {
+                k += 1;
+                continue;
+            }
+            let (_, token) = reads.refused.swap_remove(k);
+            on_event(ReadEvent::Done {
+                token,
+                result: Err(DeviceError::Io(std::io::Error::other(format!(
+                    "{}: too many asynchronous reads",
+                    self.uri
+                )))),
+            });
+            events += 1;
+        }
+        for slot in touched {
+            let over = reads.slots[slot as usize]
+                .as_ref()
+                .is_some_and(|r| r.finished());
+            if !over {
+                continue;
+            }
+            if let Some(r) = reads.slots[slot as usize].take() {
+                reads.free.push(slot);
+                on_event(ReadEvent::Done {
+                    token: r.token,
+                    result: r.error.map_or(Ok(()), Err),
+                });
+                events += 1;
+            }
+        }
+        events
+    }
+
+    /// A poll found nothing while asynchronous reads are on the device: at most once per
+    /// millisecond, looks for overdue commands and a fatal or vanished controller. True:
+    /// reset the controller (the reads in flight then fail).
+    fn async_stuck(&self, queue: &mut IoQueue, reads: &mut AsyncState) -> bool {
+        let now = Instant::now();
+        match reads.last_check {
+            Some(t) if now.duration_since(t).as_millis() < 1 => return false,
+            Some(_) => {}
+            None => {
+                reads.last_check = Some(now);
+                return false;
+            }
+        }
+        reads.last_check = Some(now);
+        let timed_out = queue.expire(now_ns(), |_| {});
+        let csts = ControllerStatus(self.registers.read32(reg::CSTS));
+        let fatal = csts.fatal() || csts.is_all_ones();
+        if timed_out == 0 && !fatal {
+            return false;
+        }
+        tracing::error!(
+            "{}: {timed_out} command(s) timed out, CSTS {:#x} (asynchronous reads)",
+            self.uri,
+            csts.0
+        );
+        true
     }
 }
 
@@ -861,5 +1352,73 @@ mod tests {
         );
         assert_eq!(d.max_completions_per_poll, 8);
         assert_eq!(d.bounce_count(2 << 20, 63), DEFAULT_BOUNCE_BUFFERS);
+    }
+
+    // Proves asynchronous reads' tags round-trip (slot, chunk offset), never collide with
+    // a synchronous request's tag (its byte offset), and that the reserve leaves the
+    // synchronous path at least one bounce buffer.
+    #[test]
+    fn async_tags_and_reserve() {
+        for (slot, at) in [(0u32, 0usize), (1, 4096), (1023, (1 << 31) - 4096)] {
+            assert_eq!(async_untag(async_tag(slot, at)), Some((slot, at)));
+        }
+        assert_eq!(async_untag(0), None);
+        assert_eq!(async_untag((5 << 20) + 4096), None);
+        const { assert!(ASYNC_READ_BYTES_MAX < 1 << 32) };
+        assert_eq!(sync_reserve(1), 1);
+        assert_eq!(sync_reserve(16), 4);
+        for total in 1..64 {
+            assert!(sync_reserve(total) >= 1 && sync_reserve(total) <= total);
+        }
+    }
+
+    // Proves the bookkeeping of a read whose command is lost in a reset: the read fails,
+    // nothing stays counted as in flight or held, and a synchronous tag is not taken for one.
+    #[test]
+    fn async_read_lost_in_reset_fails() {
+        let mut st = AsyncState::default();
+        let slot = st
+            .insert(AsyncRead {
+                owner: 3,
+                token: 7,
+                offset_bytes: 0,
+                len_bytes: 8192,
+                next: 8192,
+                outstanding: 1,
+                retries: 0,
+                error: None,
+            })
+            .unwrap();
+        st.held = 1;
+        st.in_flight = 1;
+        assert!(!st.lost(4096, true), "a synchronous request's tag");
+        assert!(st.lost(async_tag(slot, 0), true));
+        assert_eq!((st.held, st.in_flight), (0, 0));
+        let r = st.slots[slot as usize].as_ref().unwrap();
+        assert!(r.finished() && r.error.is_some());
+    }
+
+    // Proves the slot bound: reads beyond ASYNC_READS_PER_QUEUE_MAX are refused, and a
+    // freed slot is reused.
+    #[test]
+    fn async_slots_are_bounded() {
+        let mut st = AsyncState::default();
+        let read = |token| AsyncRead {
+            owner: 0,
+            token,
+            offset_bytes: 0,
+            len_bytes: 4096,
+            next: 0,
+            outstanding: 0,
+            retries: 0,
+            error: None,
+        };
+        for t in 0..ASYNC_READS_PER_QUEUE_MAX as u64 {
+            assert!(st.insert(read(t)).is_some());
+        }
+        assert!(st.insert(read(9999)).is_none());
+        st.slots[5] = None;
+        st.free.push(5);
+        assert_eq!(st.insert(read(9999)), Some(5));
     }
 }

@@ -1058,6 +1058,7 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             &st.foreground_budget_cuts,
             &st.parked_commands,
             &st.parked_reads,
+            &st.device_queue_reads,
             &st.restart_reads,
             &st.restarts,
             &st.restart_fallbacks,
@@ -1332,7 +1333,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let pubsub_counts = sh.pubsub.read().expect("pubsub lock").counts();
         let tracking_counts = super::tracking::info_counts();
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_restart_reads:{}\r\nlavik_restarts:{}\r\nlavik_restart_fallbacks:{}\r\nlavik_sync_reads:{}\r\nlavik_batch_read_waits:{}\r\nlavik_cross_prefetches:{}\r\nlavik_cross_prefetch_retries:{}\r\nlavik_cross_prefetch_fallbacks:{}\r\n{}\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_restart_reads:{}\r\nlavik_restarts:{}\r\nlavik_restart_fallbacks:{}\r\nlavik_sync_reads:{}\r\nlavik_device_queue_reads:{}\r\nlavik_batch_read_waits:{}\r\nlavik_cross_prefetches:{}\r\nlavik_cross_prefetch_retries:{}\r\nlavik_cross_prefetch_fallbacks:{}\r\n{}\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
@@ -1361,6 +1362,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             st.restarts.load(Ordering::Relaxed),
             st.restart_fallbacks.load(Ordering::Relaxed),
             shard_stats.iter().map(|(_, s)| s.cache.sync_reads).sum::<u64>(),
+            st.device_queue_reads.load(Ordering::Relaxed),
             st.batch_read_waits.load(Ordering::Relaxed),
             st.cross_prefetches.load(Ordering::Relaxed),
             st.cross_prefetch_retries.load(Ordering::Relaxed),

@@ -189,6 +189,10 @@ pub struct Stats {
     /// Clients closed for exceeding `client-output-buffer-limit`.
     pub client_output_limit_closes: AtomicU64,
     pub parked_reads: AtomicU64,
+    /// Of the reads above: those completed from a device's own queue (`AsyncReads`: the
+    /// userspace NVMe driver's queue pair, polled in the worker's round) instead of the
+    /// worker's io_uring.
+    pub device_queue_reads: AtomicU64,
     /// Of `parked_reads`: reads a restartable run wanted (records below the declared keys'
     /// own, e.g. a collection's pages; `reads.rs`, "Restarting on a miss").
     pub restart_reads: AtomicU64,

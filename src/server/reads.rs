@@ -70,7 +70,7 @@
 use super::ConnToken;
 use crate::commands::table::key_positions;
 use crate::commands::{CommandSpec, ShardSet};
-use crate::device::AlignedBuf;
+use crate::device::{AlignedBuf, BlockDevice, ReadEvent};
 use crate::resp::Proto;
 use crate::runtime::ring::{file_target, push_sqe, FileTarget};
 use crate::runtime::{user_data, OpKind};
@@ -79,6 +79,7 @@ use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Device reads in flight per worker.
@@ -314,6 +315,9 @@ pub struct ReadStats {
     /// Reads not submitted because the same record was already on the ring for another
     /// parked command (it got a copy of that read's record).
     pub shared_reads: u64,
+    /// Reads submitted to a device's own queue (`AsyncReads`: the userspace NVMe driver)
+    /// instead of the ring.
+    pub device_reads_submitted: u64,
 }
 
 pub struct Reads {
@@ -340,6 +344,13 @@ pub struct Reads {
     pool: RecordPool,
     spare_plans: Vec<Vec<(u32, RecordRead)>>,
     spare_fetched: Vec<(Vec<Fetched>, Vec<u32>)>,
+    /// The store's devices (`set_devices`); a plan's stand-in descriptor
+    /// (`device::async_device_fd`) names one that reads through `AsyncReads`.
+    devices: Vec<Arc<dyn BlockDevice>>,
+    /// Reads on `AsyncReads` devices not reported done yet (part of `inflight`).
+    device_inflight: usize,
+    /// Completions collected during one device poll: (read index, result).
+    device_done: Vec<(usize, i32)>,
 }
 
 /// The reads `spec` with `args` needs on the shards `own` accepts (the worker's own
@@ -465,7 +476,70 @@ impl Reads {
             pool: RecordPool::default(),
             spare_plans: Vec::new(),
             spare_fetched: Vec::new(),
+            devices: Vec::new(),
+            device_inflight: 0,
+            device_done: Vec::new(),
         }
+    }
+
+    /// The store's devices, for reads planned on devices without a file descriptor
+    /// that read asynchronously (the userspace NVMe driver).
+    pub fn set_devices(&mut self, devices: &[Arc<dyn BlockDevice>]) {
+        if self.devices.len() < devices.len() {
+            self.devices = devices.to_vec();
+        }
+    }
+
+    /// Reads on `AsyncReads` devices (the NVMe queue) not done yet: the worker polls
+    /// them every round and never parks while there are any.
+    pub fn device_inflight(&self) -> usize {
+        self.device_inflight
+    }
+
+    /// Polls every `AsyncReads` device with reads of ours outstanding (each reaps at most
+    /// its per-poll cap of completions) and completes the reads that are over. Returns
+    /// the number of reads completed.
+    pub fn poll_devices(&mut self, io: &mut ReadIo, ready: &mut Vec<Parked>) -> usize {
+        if self.device_inflight == 0 {
+            return 0;
+        }
+        let mut done = std::mem::take(&mut self.device_done);
+        {
+            let Reads { devices, reads, .. } = self;
+            for dev in devices.iter() {
+                let Some(a) = dev.async_reads() else {
+                    continue;
+                };
+                a.poll_reads(&mut |ev| match ev {
+                    ReadEvent::Data { token, at, bytes } => {
+                        if let Some(r) = reads.get_mut(token as usize).and_then(Option::as_mut) {
+                            let dst = r.buf.bytes.as_mut_slice();
+                            let end = (at + bytes.len()).min(dst.len());
+                            if at < end {
+                                dst[at..end].copy_from_slice(&bytes[..end - at]);
+                            }
+                        }
+                    }
+                    ReadEvent::Done { token, result } => {
+                        let res = match (result, reads.get(token as usize)) {
+                            (Ok(()), Some(Some(r))) => r.plan.len_bytes as i32,
+                            (Ok(()), _) => -libc::EIO,
+                            (Err(e), _) => -crate::device::error_errno(&e),
+                        };
+                        done.push((token as usize, res));
+                    }
+                });
+            }
+        }
+        let n = done.len();
+        for (idx, res) in done.drain(..) {
+            self.device_inflight = self.device_inflight.saturating_sub(1);
+            self.on_completion(idx, res, io, ready);
+        }
+        // Reads whose submission failed while completing these wait for the next poll.
+        done.append(&mut self.device_done);
+        self.device_done = done;
+        n
     }
 
     /// An empty plan vector (a reused one when there is one); hand it back with
@@ -639,8 +713,27 @@ impl Reads {
             .or_default()
             .push(idx);
         let len = read.plan.len_bytes.min(read.buf.bytes.len());
-        let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
         let off = read.plan.offset_bytes;
+        if let Some(dev) = crate::device::async_device_index(read.plan.fd) {
+            // The userspace NVMe driver (or its stand-in): submitted to this thread's
+            // own queue pair, completed by `poll_devices` in a later round.
+            match self.devices.get(dev).and_then(|d| d.async_reads()) {
+                Some(a) => a.submit_read(idx as u64, off, len),
+                None => {
+                    tracing::error!(
+                        "read planned on device {dev}, which has no asynchronous reads"
+                    );
+                    self.device_done.push((idx, -libc::EIO));
+                }
+            }
+            self.reads[idx] = Some(read);
+            self.inflight += 1;
+            self.device_inflight += 1;
+            self.stats.reads_submitted += 1;
+            self.stats.device_reads_submitted += 1;
+            return;
+        }
+        let ptr = read.buf.bytes.as_mut_slice().as_mut_ptr();
         let sqe = match (file_target(fixed, read.plan.fd), read.buf.fixed) {
             (FileTarget::Fixed(f), Some(b)) => {
                 opcode::ReadFixed::new(types::Fixed(f), ptr, len as u32, b)
@@ -946,6 +1039,12 @@ impl BatchReads {
             if todo.is_empty() {
                 planner(shards, fetched, &mut todo);
             }
+            if todo.is_empty() {
+                break;
+            }
+            // Reads on a device without a descriptor (NVMe) are left to the handler's
+            // synchronous read: this ring cannot reach that device's queue.
+            todo.retain(|(_, r)| crate::device::async_device_index(r.fd).is_none());
             if todo.is_empty() {
                 break;
             }

@@ -290,6 +290,9 @@ impl Worker {
     /// hands shards over); files already registered are skipped.
     fn register_shard_files(&mut self) {
         let mut fds: Vec<RawFd> = Vec::new();
+        if let Some(shard) = self.shards.slots.iter().flatten().next() {
+            self.reads.set_devices(shard.devices());
+        }
         for shard in self.shards.slots.iter().flatten() {
             for fd in shard.device_fds() {
                 if !fds.contains(&fd) {
@@ -326,6 +329,7 @@ impl Worker {
             self.fsync = super::fsync_from_u8(self.shared.fsync_policy.load(Ordering::Relaxed));
             self.refresh_slowlog_threshold();
             self.reap(now);
+            self.poll_device_reads(now);
             if !self.delayed_syncs.is_empty() {
                 self.release_delayed_syncs(now);
             }
@@ -378,7 +382,13 @@ impl Worker {
             || ((self.reads.inflight() > 0 || !self.commit.inflight.is_empty())
                 && Instant::now() < deadline)
         {
-            if self.delayed_syncs.is_empty() && !self.reads.has_delayed() {
+            if self.reads.device_inflight() > 0 {
+                // Reads on the NVMe queue: polled, not waited for in the ring.
+                let _ = self.ring.submit();
+                std::thread::yield_now();
+                self.poll_device_reads(now_ms());
+                self.release_delayed_reads(now_ms());
+            } else if self.delayed_syncs.is_empty() && !self.reads.has_delayed() {
                 let _ = self.ring.submit_and_wait(1);
             } else {
                 let _ = self.ring.submit();
@@ -1826,6 +1836,36 @@ impl Worker {
         self.ready_parked = ready;
     }
 
+    /// Polls the device queues of reads that do not go through the ring (the userspace
+    /// NVMe driver's queue pair, `AsyncReads`): each device reaps at most
+    /// `--spdk-max-completions-per-poll` completions; commands whose reads are all back
+    /// run now, as from `on_read`.
+    fn poll_device_reads(&mut self, now: u64) {
+        if self.reads.device_inflight() == 0 {
+            return;
+        }
+        let (n, id) = (self.shared.workers.len(), self.id);
+        let own = move |s: u32| s as usize % n == id;
+        let mut ready = std::mem::take(&mut self.ready_parked);
+        let mut io = ReadIo {
+            ring: &mut self.ring,
+            fixed: &self.fixed_files,
+            shards: &mut self.shards,
+            own: &own,
+        };
+        let done = self.reads.poll_devices(&mut io, &mut ready);
+        if done > 0 {
+            self.shared
+                .stats
+                .device_queue_reads
+                .fetch_add(done as u64, Ordering::Relaxed);
+        }
+        for p in ready.drain(..) {
+            self.run_parked(p, now);
+        }
+        self.ready_parked = ready;
+    }
+
     /// `--debug-read-delay-ms`: read completions whose delay is over are handled now.
     fn release_delayed_reads(&mut self, now: u64) {
         let (n, id) = (self.shared.workers.len(), self.id);
@@ -2226,9 +2266,11 @@ impl Worker {
         }
         // Invalidations from this round's background expiry go out in the next round.
         // Keys due to expire: no park (active expiry runs again next round).
+        // Reads on a device's own queue (NVMe) complete only by polling: no park.
         if !self.ready.is_empty()
             || self.retry_pending
             || self.expiry_backlog
+            || self.reads.device_inflight() > 0
             || crate::runtime::tracking::pending()
         {
             let _ = self.ring.submit();

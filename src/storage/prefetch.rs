@@ -209,8 +209,13 @@ impl Shard {
             return; // not ours: the synchronous path reports the corruption
         };
         let (dev, base) = self.shared.layout.locate(block);
-        let Some(fd) = self.shared.layout.devices[dev].raw_fd() else {
-            return;
+        // A device without a descriptor that reads asynchronously (NVMe) is named by a
+        // stand-in descriptor; one that does neither is read synchronously by the handler.
+        let device = &self.shared.layout.devices[dev];
+        let fd = match device.raw_fd() {
+            Some(fd) => fd,
+            None if device.async_reads().is_some() => crate::device::async_device_fd(dev),
+            None => return,
         };
         let bs = self.shared.layout.block_size_bytes as usize;
         let aligned = off & !(IO_ALIGN_BYTES - 1);

@@ -2829,6 +2829,11 @@ impl Shard {
         }
     }
 
+    /// The store's devices, in the order `crate::device::async_device_fd` numbers them.
+    pub fn devices(&self) -> &[std::sync::Arc<dyn crate::device::BlockDevice>] {
+        &self.shared.layout.devices
+    }
+
     /// The file descriptors of the store's devices that have one (for io_uring file
     /// registration).
     pub fn device_fds(&self) -> Vec<RawFd> {

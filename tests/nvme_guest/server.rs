@@ -506,10 +506,20 @@ fn restart_phase(
         return Err(format!("recovered {recovered} keys, want {}", model.len()));
     }
     let seen = verify(&mut c, model, deleted)?;
+    // After a restart nothing is cached: the GETs' reads went to the NVMe queue pair
+    // asynchronously (parked commands completed from the worker's poll of its queue).
+    let stats = info(&mut c, "stats")?;
+    let queue_reads = field(&stats, "lavik_device_queue_reads")?;
+    let sync_reads = field(&stats, "lavik_sync_reads")?;
+    if queue_reads == 0 {
+        return Err(format!(
+            "lavik_device_queue_reads 0 (sync reads {sync_reads}): no read went through the worker's NVMe queue"
+        ));
+    }
     drop(c);
     server.stop(false)?;
     Ok(format!(
-        "{recovered} recovered (BYCORF_EAL_ARGS=--no-huge); {seen}; SIGTERM exit 0"
+        "{recovered} recovered (BYCORF_EAL_ARGS=--no-huge); {seen}; {queue_reads} reads from the worker's NVMe queue, {sync_reads} synchronous; SIGTERM exit 0"
     ))
 }
 
