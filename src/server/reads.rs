@@ -104,6 +104,8 @@ const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
 const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
 const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
 const _: () = assert!(READS_INFLIGHT_MAX <= PARKED_MAX);
+// A round completing every read on the ring finds its record vectors in the pool.
+const _: () = assert!(crate::storage::prefetch::RECORD_POOL_MAX >= READS_INFLIGHT_MAX);
 // One round of read-ahead fits the ring at once.
 const _: () = assert!(crate::storage::prefetch::READAHEAD_READS_MAX <= READS_INFLIGHT_MAX);
 /// Emptied vectors of finished commands kept for the next ones (each kind).
@@ -1181,4 +1183,22 @@ fn register_read_bufs(ring: &IoUring, bufs: Vec<AlignedBuf>) -> Vec<ReadBuf> {
             fixed: registered.then_some(i as u16),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves an argument list built in a reused buffer holds exactly the new arguments
+    // (nothing of what the buffer held before) and keeps the buffer's allocation.
+    #[test]
+    fn arg_list_in_reused_buffer() {
+        let old = ArgList::new(&[b"SET", b"a-much-longer-key", &[1u8; 200]]);
+        let ptr = old.data.as_ptr();
+        let args: [&[u8]; 2] = [b"GET", b"k"];
+        let new = ArgList::new_in(old.data, &args);
+        assert_eq!(new.data.as_ptr(), ptr);
+        assert_eq!(new.iter().collect::<Vec<_>>(), args.to_vec());
+        new.with_refs(|a| assert_eq!(a, &args[..]));
+    }
 }
