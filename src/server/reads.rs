@@ -105,10 +105,15 @@ const READ_BUFFER_BYTES: usize = READ_WINDOW_BYTES;
 const FIXED_READ_BUFFERS: usize = READS_INFLIGHT_MAX;
 const _: () = assert!(FIXED_READ_BUFFERS <= u16::MAX as usize);
 const _: () = assert!(READS_INFLIGHT_MAX <= PARKED_MAX);
+// A round completing every read on the ring finds its record vectors in the pool.
+const _: () = assert!(crate::storage::prefetch::RECORD_POOL_MAX >= READS_INFLIGHT_MAX);
 // One round of read-ahead fits the ring at once.
 const _: () = assert!(crate::storage::prefetch::READAHEAD_READS_MAX <= READS_INFLIGHT_MAX);
 /// Emptied vectors of finished commands kept for the next ones (each kind).
 const SPARE_VECS_MAX: usize = 64;
+/// A finished command's argument buffer is kept for reuse only up to this capacity
+/// (a big SET's value is not held on to).
+const SPARE_ARGS_BYTES_MAX: usize = 4096;
 
 /// Where a parked command's reply goes.
 #[derive(Clone, Copy, Debug)]
@@ -125,7 +130,10 @@ pub enum ReadDest {
 }
 
 /// A parked command's arguments in one allocation: each argument's length (4 bytes,
-/// little-endian) followed by its bytes.
+/// little-endian) followed by its bytes. `Reads::arg_list` builds one in a buffer a
+/// finished command left behind (`Reads::recycle_args`), so parking a GET allocates
+/// nothing in the steady state.
+#[derive(Default)]
 pub struct ArgList {
     data: Vec<u8>,
     count: usize,
@@ -136,8 +144,14 @@ const ARGS_ON_STACK: usize = 16;
 
 impl ArgList {
     pub fn new(args: &[&[u8]]) -> ArgList {
+        ArgList::new_in(Vec::new(), args)
+    }
+
+    /// `new` in the buffer `data` (emptied first; it grows only if it is too small).
+    pub fn new_in(mut data: Vec<u8>, args: &[&[u8]]) -> ArgList {
         let total = args.iter().map(|a| a.len() + 4).sum();
-        let mut data = Vec::with_capacity(total);
+        data.clear();
+        data.reserve(total);
         for a in args {
             data.extend_from_slice(&(a.len() as u32).to_le_bytes());
             data.extend_from_slice(a);
@@ -351,6 +365,11 @@ pub struct Reads {
     device_inflight: usize,
     /// Completions collected during one device poll: (read index, result).
     device_done: Vec<(usize, i32)>,
+    /// Argument buffers of finished commands (`arg_list`, `recycle_args`).
+    spare_args: Vec<Vec<u8>>,
+    /// Emptied `on_ring` lists, so a read's entry allocates nothing (at most one per
+    /// read that can be in flight).
+    spare_on_ring: Vec<Vec<usize>>,
 }
 
 /// The reads `spec` with `args` needs on the shards `own` accepts (the worker's own
@@ -436,9 +455,16 @@ pub fn plan_keys(
 }
 
 /// The sum of `change_signature` over the distinct shards `reads` touch.
+/// (No vector of the ids is built: this runs for every parked command.)
 fn plan_signature(shards: &ShardSet, reads: &[(u32, RecordRead)]) -> u64 {
-    let ids: Vec<u32> = reads.iter().map(|(id, _)| *id).collect();
-    shard_signature(shards, &ids)
+    let mut sum = 0u64;
+    for (i, (id, _)) in reads.iter().enumerate() {
+        if reads[..i].iter().any(|(o, _)| o == id) {
+            continue;
+        }
+        sum = sum.wrapping_add(signature_of(shards, *id));
+    }
+    sum
 }
 
 /// The sum of `change_signature` over the distinct shards in `ids`.
@@ -448,11 +474,15 @@ pub fn shard_signature(shards: &ShardSet, ids: &[u32]) -> u64 {
         if ids[..i].contains(id) {
             continue;
         }
-        if let Some(s) = shards.slots[*id as usize].as_ref() {
-            sum = sum.wrapping_add(s.change_signature());
-        }
+        sum = sum.wrapping_add(signature_of(shards, *id));
     }
     sum
+}
+
+fn signature_of(shards: &ShardSet, id: u32) -> u64 {
+    shards.slots[id as usize]
+        .as_ref()
+        .map_or(0, |s| s.change_signature())
 }
 
 impl Reads {
@@ -479,6 +509,8 @@ impl Reads {
             devices: Vec::new(),
             device_inflight: 0,
             device_done: Vec::new(),
+            spare_args: Vec::new(),
+            spare_on_ring: Vec::new(),
         }
     }
 
@@ -552,6 +584,20 @@ impl Reads {
         if self.spare_plans.len() < SPARE_VECS_MAX {
             v.clear();
             self.spare_plans.push(v);
+        }
+    }
+
+    /// `args` copied for a command about to park, in a reused buffer when there is one.
+    pub fn arg_list(&mut self, args: &[&[u8]]) -> ArgList {
+        ArgList::new_in(self.spare_args.pop().unwrap_or_default(), args)
+    }
+
+    /// A finished command's argument buffer, kept for the next `arg_list` (small ones, up
+    /// to `SPARE_VECS_MAX` of them).
+    pub fn recycle_args(&mut self, args: ArgList) {
+        let data = args.data;
+        if data.capacity() <= SPARE_ARGS_BYTES_MAX && self.spare_args.len() < SPARE_VECS_MAX {
+            self.spare_args.push(data);
         }
     }
 
@@ -708,9 +754,10 @@ impl Reads {
                 self.reads.len() - 1
             }
         };
+        let spare = &mut self.spare_on_ring;
         self.on_ring
             .entry((read.plan.fd, read.plan.offset_bytes))
-            .or_default()
+            .or_insert_with(|| spare.pop().unwrap_or_default())
             .push(idx);
         let len = read.plan.len_bytes.min(read.buf.bytes.len());
         let off = read.plan.offset_bytes;
@@ -816,7 +863,11 @@ impl Reads {
         if let Some(v) = self.on_ring.get_mut(&at) {
             v.retain(|&r| r != idx);
             if v.is_empty() {
-                self.on_ring.remove(&at);
+                if let Some(v) = self.on_ring.remove(&at) {
+                    if self.spare_on_ring.len() < READS_INFLIGHT_MAX {
+                        self.spare_on_ring.push(v);
+                    }
+                }
             }
         }
         let pidx = read.parked;
@@ -1231,4 +1282,22 @@ fn register_read_bufs(ring: &IoUring, bufs: Vec<AlignedBuf>) -> Vec<ReadBuf> {
             fixed: registered.then_some(i as u16),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves an argument list built in a reused buffer holds exactly the new arguments
+    // (nothing of what the buffer held before) and keeps the buffer's allocation.
+    #[test]
+    fn arg_list_in_reused_buffer() {
+        let old = ArgList::new(&[b"SET", b"a-much-longer-key", &[1u8; 200]]);
+        let ptr = old.data.as_ptr();
+        let args: [&[u8]; 2] = [b"GET", b"k"];
+        let new = ArgList::new_in(old.data, &args);
+        assert_eq!(new.data.as_ptr(), ptr);
+        assert_eq!(new.iter().collect::<Vec<_>>(), args.to_vec());
+        new.with_refs(|a| assert_eq!(a, &args[..]));
+    }
 }

@@ -1,9 +1,7 @@
 //! The worker loop. See the module essay in `mod.rs`.
 
 use super::conn::{Conn, Slot, Transport};
-use super::reads::{
-    plan, restartable, with_lent_in, ArgList, BatchReads, Parked, ReadDest, ReadIo, Reads,
-};
+use super::reads::{plan, restartable, with_lent_in, BatchReads, Parked, ReadDest, ReadIo, Reads};
 use super::{now_ms, ClientEntry, ConnToken, Msg, Shared};
 use crate::commands::table::key_positions;
 use crate::commands::{lookup, CommandSpec, Ctx, Kind, ShardSet};
@@ -189,6 +187,10 @@ pub struct Worker {
     output_limit_pubsub: crate::config::output_limits::ClassLimit,
     /// What this worker last added to `Stats::mem_clients_normal`.
     reported_client_bytes: u64,
+    /// The round clock (ms) of the last pass of `enforce_output_limits`: the pass visits
+    /// every connection, so it runs once per millisecond, not once per round (a loaded
+    /// worker with 200 connections runs several rounds per millisecond).
+    output_limits_ms: Option<u64>,
     /// `slowlog-log-slower-than` as of this round (negative: off), read from the runtime
     /// configuration once per round and after each connection/server command (CONFIG
     /// SET is one) rather than under its lock for every command.
@@ -267,6 +269,7 @@ impl Worker {
             output_limit: Default::default(),
             output_limit_pubsub: Default::default(),
             reported_client_bytes: 0,
+            output_limits_ms: None,
             #[cfg(feature = "dpdk")]
             dpdk: None,
         };
@@ -1459,7 +1462,7 @@ impl Worker {
                     if wanted.is_empty() {
                         self.reads.give_plan_vec(wanted);
                     } else {
-                        let p = Parked::new(dest, spec, ArgList::new(args), db, proto);
+                        let p = Parked::new(dest, spec, self.reads.arg_list(args), db, proto);
                         let writes = p.is_write();
                         self.park_restarted(p, wanted, true);
                         let seq = conn.reserve();
@@ -1781,7 +1784,7 @@ impl Worker {
             self.reads.give_plan_vec(reads);
             return Start::RunNow;
         }
-        let mut p = Parked::new(dest, spec, ArgList::new(args), db, proto);
+        let mut p = Parked::new(dest, spec, self.reads.arg_list(args), db, proto);
         p.note_plan(&self.shards, &reads);
         let writes = p.is_write();
         self.shared
@@ -1976,6 +1979,7 @@ impl Worker {
             super::blocking::set_current(None);
             self.reads.recycle_fetched(fetched, fetched_shard);
         }
+        self.reads.recycle_args(std::mem::take(&mut p.args));
         let blocked = super::blocking::take_blocked();
         match p.dest {
             ReadDest::Local { token, seq } => {
@@ -2061,7 +2065,7 @@ impl Worker {
                     Some(&mut wanted),
                 );
                 if !wanted.is_empty() {
-                    let p = Parked::new(dest, spec, ArgList::new(&refs), req.db, req.proto);
+                    let p = Parked::new(dest, spec, self.reads.arg_list(&refs), req.db, req.proto);
                     let writes = p.is_write();
                     crate::runtime::tracking::set_current(prev);
                     self.park_restarted(p, wanted, true);
@@ -2134,6 +2138,13 @@ impl Worker {
     /// client without sending what it has queued) and reports the clients' buffer memory.
     fn enforce_output_limits(&mut self, now: u64) {
         use crate::config::output_limits::Verdict;
+        // Once per millisecond of the round clock: a limit is enforced (and
+        // `mem_clients_normal` updated) at most ~1 ms late; a client over its hard limit
+        // meanwhile is back-pressured at `OUTPUT_HIGH_WATER_BYTES` like any slow reader.
+        if self.output_limits_ms == Some(now) {
+            return;
+        }
+        self.output_limits_ms = Some(now);
         let (normal, pubsub) = (self.output_limit, self.output_limit_pubsub);
         let mut total = 0u64;
         let mut close = Vec::new();
