@@ -13,14 +13,13 @@ use std::time::Duration;
 
 const LOOP: &str = "while true do end";
 const WRITE_THEN_LOOP: &str = "redis.call('set', KEYS[1], 'new') while true do end";
-const LIBRARY: &str = "#!lua name=busylib\nredis.register_function('spin', function() while true do end end)";
+const LIBRARY: &str =
+    "#!lua name=busylib\nredis.register_function('spin', function() while true do end end)";
 
 /// PING until the reply is not +PONG (the script has started and passed the threshold).
 fn until_busy(c: &mut RespConn) -> Vec<u8> {
     loop {
-        eprintln!("until_busy ping");
         let r = c.call(&[b"PING"]);
-        eprintln!("until_busy got {:?}", String::from_utf8_lossy(&r));
         if r != b"+PONG\r\n" {
             return r;
         }
@@ -74,13 +73,9 @@ fn busy_transcript(port: u16, others: usize, keys: &[String]) -> Vec<Vec<u8>> {
     for c in &mut conns {
         t.push(until_busy(c));
     }
-    eprintln!("fn: script kill");
     t.push(conns[0].call(&[b"SCRIPT", b"KILL"]));
-    eprintln!("fn: function kill");
     t.push(conns.last_mut().unwrap().call(&[b"FUNCTION", b"KILL"]));
-    eprintln!("fn: runner");
     t.push(runner.reply());
-    eprintln!("fn: admin");
     t.push(admin.call(&[b"PING"]));
     t
 }
@@ -159,10 +154,8 @@ fn busy_script_that_wrote_ends_with_shutdown_nosave() {
     wait_gone(redis.port);
     drop(redis);
     for threads in ["1", "2"] {
-        let mut lavik = common::Server::start(
-            "busy-w",
-            &["--threads", threads, "--appendfsync", "always"],
-        );
+        let mut lavik =
+            common::Server::start("busy-w", &["--threads", threads, "--appendfsync", "always"]);
         assert_eq!(unkillable_transcript(lavik.port, 3, "wk"), expected);
         wait_gone(lavik.port);
         lavik.restart_after_kill();

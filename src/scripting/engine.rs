@@ -426,7 +426,10 @@ impl Engine {
                     }
                     return Ok(mlua::VmState::Continue);
                 }
-                if !hook_run.killed.get() && !hook_run.missed.get() && past_threshold(&hook_run, &hook_catalog) {
+                if !hook_run.killed.get()
+                    && !hook_run.missed.get()
+                    && past_threshold(&hook_run, &hook_catalog)
+                {
                     // Past busy-reply-threshold: the worker answers everybody else once
                     // (through this run's `redis.call`, which holds the run's `Ctx`).
                     if let Ok(Value::Function(call)) = hook_redis.raw_get::<Value>("call") {
@@ -975,9 +978,9 @@ fn inner_call(
 /// Whether the running script has run longer than `busy-reply-threshold` (read by the
 /// hook every `KILL_CHECK_INSTRUCTIONS` instructions: one clock read).
 fn past_threshold(run: &RunState, catalog: &Catalog) -> bool {
-    run.started.get().is_some_and(|t| {
-        t.elapsed() >= Duration::from_millis(catalog.busy_threshold_ms())
-    })
+    run.started
+        .get()
+        .is_some_and(|t| t.elapsed() >= Duration::from_millis(catalog.busy_threshold_ms()))
 }
 
 /// The server is shutting down (SHUTDOWN NOSAVE in a busy round, or a signal) while the

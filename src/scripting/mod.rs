@@ -32,8 +32,12 @@
 //! - **Running scripts** (`Catalog::script_started`): what SCRIPT KILL, FUNCTION KILL,
 //!   FUNCTION STATS and the workers' `-BUSY` check (`busy-reply-threshold`) look at.
 //!
-//! Deliberately missing (see `docs/scripting.md`): `-BUSY` from the worker running the
-//! script (the engine does not yield to the worker's loop), the script debugger,
+//! - **Busy rounds**: past `busy-reply-threshold` the instruction hook asks the worker, through
+//!   the run's `Ctx::busy_round`, to answer its other connections once (-BUSY, SCRIPT KILL,
+//!   FUNCTION KILL, SHUTDOWN NOSAVE), as Redis processes events from its script hook.
+//!
+//! Deliberately missing (see `docs/scripting.md`): a script that misses a page after its
+//! first write still reads it synchronously (no suspension of the Lua run), the script debugger,
 //! calling connection/server commands (PING, INFO, ...) or whole-keyspace commands from a
 //! script, and `math.random`'s sequence is per worker (Redis has one per server).
 

@@ -1332,7 +1332,10 @@ impl Worker {
         // (marked too, `in_ready`); the outer round serving one again later is harmless.
         self.ready.clear();
         for slot in 0..self.conns.len() as u32 {
-            if !self.conns[slot as usize].as_deref().is_some_and(|c| c.in_ready) {
+            if !self.conns[slot as usize]
+                .as_deref()
+                .is_some_and(|c| c.in_ready)
+            {
                 continue;
             }
             // A connection with nothing unsent but cleared bytes gets its busy-round
@@ -1340,7 +1343,7 @@ impl Worker {
             // this round's unsent replies (which may wait for a sync) keeps them back.
             let clean = self.conns[slot as usize]
                 .as_deref()
-                .is_some_and(|c| c.held.is_empty() && c.out_cleared >= c.out.len());
+                .is_some_and(|c| self.may_send_in_busy_round(c));
             self.run_slot(slot, now);
             if let Some(c) = self.conns[slot as usize].as_deref_mut().filter(|_| clean) {
                 c.out_cleared = c.out.len();
@@ -1349,7 +1352,7 @@ impl Worker {
         for slot in 0..self.conns.len() {
             let cleared = self.conns[slot]
                 .as_deref()
-                .is_some_and(|c| c.held.is_empty() && c.out_cleared >= c.out.len());
+                .is_some_and(|c| self.may_send_in_busy_round(c));
             if cleared {
                 self.push_send(slot);
             }
@@ -1358,6 +1361,13 @@ impl Worker {
         crate::runtime::tracking::set_current(caller);
         self.busy_depth -= 1;
         self.shared.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Whether a busy round may send what `c` has unsent: nothing held for a sync, and
+    /// with `appendfsync always` nothing of this round's that `gate_replies` has not
+    /// cleared (it may wait for the round's sync). Other policies hold no reply.
+    fn may_send_in_busy_round(&self, c: &Conn) -> bool {
+        c.held.is_empty() && (self.fsync != FsyncPolicy::Always || c.out_cleared >= c.out.len())
     }
 
     /// After a script (or a wait for shards): the connections busy rounds held back run.
@@ -2587,7 +2597,9 @@ fn exec_on(
     max_bulk: usize,
     out: &mut Vec<u8>,
 ) {
-    exec_restartable(shards, spec, args, db, proto, now, max_bulk, out, None, None);
+    exec_restartable(
+        shards, spec, args, db, proto, now, max_bulk, out, None, None,
+    );
 }
 
 /// `exec_on`; with `wanted`, as a restartable run (`reads.rs`, "Restarting on a miss"): a
