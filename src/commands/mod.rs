@@ -63,6 +63,16 @@ impl ShardSet {
     pub fn held(&mut self) -> impl Iterator<Item = &mut Shard> {
         self.slots.iter_mut().flatten()
     }
+
+    /// A set of the same size holding no shard (what a worker keeps while a running
+    /// script owns its shards, `server::worker` "busy rounds").
+    pub fn empty_like(&self) -> ShardSet {
+        ShardSet {
+            slots: (0..self.slots.len()).map(|_| None).collect(),
+            shard_count: self.shard_count,
+            groups: Default::default(),
+        }
+    }
 }
 
 pub struct Ctx<'a> {
@@ -71,6 +81,11 @@ pub struct Ctx<'a> {
     pub now_ms: u64,
     /// `proto-max-bulk-len`: the largest string a command may create.
     pub max_bulk: usize,
+    /// A script's "busy round" (`docs/scripting.md`, busy-reply-threshold): the worker
+    /// answers its other connections once, from the script's instruction hook, while the
+    /// script owns the shards. Returns true when the server is shutting down. Set only
+    /// for scripts run by a worker; `None` elsewhere.
+    pub busy_round: Option<&'a mut dyn FnMut() -> bool>,
 }
 
 impl Ctx<'_> {

@@ -63,8 +63,9 @@ pub fn evalsha_ro(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     eval_common(ctx, a, r, true, EvalMode::ReadOnly)
 }
 
-/// SCRIPT LOAD / EXISTS / FLUSH / KILL. KILL reaches a script running on another worker
-/// (the script's own worker is busy running it); DEBUG is not implemented.
+/// SCRIPT LOAD / EXISTS / FLUSH / KILL. KILL reaches a script on any worker (on the
+/// script's own worker it runs in a busy round, `docs/scripting.md`); DEBUG is not
+/// implemented.
 pub fn script(_ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let sub = a[1];
     if eq_ic(sub, "load") {

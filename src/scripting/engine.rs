@@ -157,6 +157,9 @@ struct RunState {
     wrote: Cell<bool>,
     /// SCRIPT KILL stopped this script: every hook and every `pcall` raises again.
     killed: Cell<bool>,
+    /// When the run started (`Catalog::script_started`): the hook compares it with
+    /// `busy-reply-threshold` to start busy rounds.
+    started: Cell<Option<Instant>>,
     /// A call of this run met a record that is not in memory in a restartable run
     /// (`storage::prefetch::run_missed`): the run will be discarded and run again after the
     /// read, so it is stopped as a killed one is — every later `redis.call`, `pcall` and
@@ -165,6 +168,17 @@ struct RunState {
 }
 
 const ERR_KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+/// What a script stopped by SHUTDOWN NOSAVE (or a shutdown signal) raises before the server
+/// stops (Redis exits at once; its client sees the connection close).
+const ERR_SHUTDOWN: &str = "ERR Script killed by SHUTDOWN NOSAVE";
+/// The one value the instruction hook passes to the run's `redis.call` to ask it for a busy
+/// round (`Ctx::busy_round`): a light userdata at this static's address, which no script
+/// can make (scripts get no light userdata but `cjson.null`, the null pointer).
+static BUSY_ROUND_TOKEN: u8 = 0;
+
+fn busy_round_token() -> mlua::LightUserData {
+    mlua::LightUserData(std::ptr::addr_of!(BUSY_ROUND_TOKEN) as *mut std::ffi::c_void)
+}
 /// What a discarded run (`RunState::missed`) raises; the worker drops the run's reply.
 const ERR_MISSED: &str = "ERR script stopped: a record is being read (it runs again)";
 /// The chunk name Redis gives library code (errors read `user_function:LINE:`).
@@ -402,7 +416,7 @@ impl Engine {
             }
             Ok(t)
         })?;
-        let (hook_run, hook_catalog) = (run.clone(), catalog.clone());
+        let (hook_run, hook_catalog, hook_redis) = (run.clone(), catalog.clone(), redis.clone());
         lua.set_hook(
             mlua::HookTriggers::new().every_nth_instruction(KILL_CHECK_INSTRUCTIONS),
             move |_, _| {
@@ -411,6 +425,19 @@ impl Engine {
                         return raise_table("ERR FUNCTION LOAD timeout");
                     }
                     return Ok(mlua::VmState::Continue);
+                }
+                if !hook_run.killed.get()
+                    && !hook_run.missed.get()
+                    && past_threshold(&hook_run, &hook_catalog)
+                {
+                    // Past busy-reply-threshold: the worker answers everybody else once
+                    // (through this run's `redis.call`, which holds the run's `Ctx`).
+                    if let Ok(Value::Function(call)) = hook_redis.raw_get::<Value>("call") {
+                        let stop: bool = call.call(Value::LightUserData(busy_round_token()))?;
+                        if stop {
+                            return stop_for_shutdown(&hook_run);
+                        }
+                    }
                 }
                 if hook_run.killed.get()
                     || (!hook_run.wrote.get()
@@ -571,9 +598,9 @@ impl Engine {
         self.run.wrote.set(false);
         self.run.killed.set(false);
         self.run.missed.set(false);
-        self.run
-            .run_id
-            .set(self.catalog.script_started(function, command));
+        let (run_id, started) = self.catalog.script_started(function, command);
+        self.run.run_id.set(run_id);
+        self.run.started.set(Some(started));
         let ctx_cell = RefCell::new(ctx);
         let run = self.run.clone();
         let (xpcall, handler, redis) = (&self.xpcall, &self.handler, &self.redis);
@@ -593,6 +620,7 @@ impl Engine {
             out
         });
         self.catalog.script_ended(self.run.run_id.get());
+        self.run.started.set(None);
         let out = outcome.map_err(lua_err)?;
         let mut vals = out.into_iter();
         let ok = matches!(vals.next(), Some(Value::Boolean(true)));
@@ -833,6 +861,16 @@ fn inner_call(
             Ok(Value::Table(tbl))
         }
     };
+    if let Some(Value::LightUserData(token)) = args.front() {
+        if *token == busy_round_token() {
+            // The instruction hook asks for a busy round (see `Ctx::busy_round`).
+            let mut ctx = ctx
+                .try_borrow_mut()
+                .map_err(|_| mlua::Error::runtime("busy round inside redis.call"))?;
+            let stop = ctx.busy_round.as_mut().is_some_and(|round| round());
+            return Ok(Value::Boolean(stop));
+        }
+    }
     if run.missed.get() {
         return raise_table(ERR_MISSED);
     }
@@ -935,6 +973,29 @@ fn inner_call(
     }
     let mut pos = 0;
     reply_to_lua(lua, &out, &mut pos)
+}
+
+/// Whether the running script has run longer than `busy-reply-threshold` (read by the
+/// hook every `KILL_CHECK_INSTRUCTIONS` instructions: one clock read).
+fn past_threshold(run: &RunState, catalog: &Catalog) -> bool {
+    run.started
+        .get()
+        .is_some_and(|t| t.elapsed() >= Duration::from_millis(catalog.busy_threshold_ms()))
+}
+
+/// The server is shutting down (SHUTDOWN NOSAVE in a busy round, or a signal) while the
+/// script runs. One that has not written is stopped with an error, and the shutdown goes on
+/// as usual. One that has written cannot be undone nor finished: the process exits now, as
+/// Redis's SHUTDOWN NOSAVE does, before the script's write group is closed, so after the
+/// restart none of its writes is there (`docs/atomic-writes.md`: an unclosed group is
+/// discarded by recovery, as after a crash).
+fn stop_for_shutdown(run: &RunState) -> mlua::Result<mlua::VmState> {
+    if run.wrote.get() {
+        tracing::warn!("SHUTDOWN NOSAVE while a script that wrote runs: exiting now");
+        std::process::exit(0);
+    }
+    run.killed.set(true);
+    raise_table(ERR_SHUTDOWN)
 }
 
 /// A `redis.call` / `redis.acl_check_cmd` argument list as Redis converts it: strings as

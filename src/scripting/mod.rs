@@ -32,8 +32,12 @@
 //! - **Running scripts** (`Catalog::script_started`): what SCRIPT KILL, FUNCTION KILL,
 //!   FUNCTION STATS and the workers' `-BUSY` check (`busy-reply-threshold`) look at.
 //!
-//! Deliberately missing (see `docs/scripting.md`): `-BUSY` from the worker running the
-//! script (the engine does not yield to the worker's loop), the script debugger,
+//! - **Busy rounds**: past `busy-reply-threshold` the instruction hook asks the worker, through
+//!   the run's `Ctx::busy_round`, to answer its other connections once (-BUSY, SCRIPT KILL,
+//!   FUNCTION KILL, SHUTDOWN NOSAVE), as Redis processes events from its script hook.
+//!
+//! Deliberately missing (see `docs/scripting.md`): a script that misses a page after its
+//! first write still reads it synchronously (no suspension of the Lua run), the script debugger,
 //! calling connection/server commands (PING, INFO, ...) or whole-keyspace commands from a
 //! script, and `math.random`'s sequence is per worker (Redis has one per server).
 
@@ -185,18 +189,23 @@ impl Catalog {
     }
 
     /// Registers a run; the id goes to `script_wrote`, `take_kill_request`, `script_ended`.
-    pub(crate) fn script_started(&self, function: Option<String>, command: Vec<Vec<u8>>) -> u64 {
+    pub(crate) fn script_started(
+        &self,
+        function: Option<String>,
+        command: Vec<Vec<u8>>,
+    ) -> (u64, Instant) {
         let id = self.next_run.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         self.runs().push(Run {
             id,
-            started: Instant::now(),
+            started,
             function,
             command,
             wrote: false,
             kill: false,
         });
         self.running.fetch_add(1, Ordering::AcqRel);
-        id
+        (id, started)
     }
 
     pub(crate) fn script_wrote(&self, id: u64) {
@@ -287,15 +296,18 @@ impl Catalog {
     }
 }
 
-/// Commands Redis runs while a script is busy (`allow_busy`); the rest get -BUSY.
+/// Commands Redis runs while a script is busy (`allow_busy`); the rest get -BUSY (EXEC
+/// -EXECABORT with the -BUSY text, as Redis's `rejectCommand`).
 pub fn allowed_while_busy(name: &str, args: &[&[u8]]) -> bool {
     let sub = |s: &str| {
         args.get(1)
             .is_some_and(|a| a.eq_ignore_ascii_case(s.as_bytes()))
     };
     match name {
-        "auth" | "hello" | "quit" | "reset" | "multi" | "exec" | "discard" | "watch"
-        | "unwatch" | "shutdown" | "replconf" => true,
+        "auth" | "hello" | "quit" | "reset" | "multi" | "discard" | "watch" | "unwatch"
+        | "replconf" => true,
+        // Redis's `shutdownCommand` answers -BUSY itself unless NOSAVE is given.
+        "shutdown" => args[1..].iter().any(|a| a.eq_ignore_ascii_case(b"nosave")),
         "script" => sub("kill"),
         "function" => sub("kill") || sub("stats"),
         _ => false,

@@ -248,6 +248,7 @@ fn serve_keys(shards: &mut ShardSet, keys: Vec<(u8, Vec<u8>)>, now_ms: u64, max_
                     db,
                     now_ms,
                     max_bulk,
+                    busy_round: None,
                 };
                 set_may_block(false);
                 let mut r = ReplyBuf::new(&mut out, e.waiter.proto);

@@ -78,6 +78,15 @@ const ARGS_INLINE: usize = 8;
 /// Data files registered with the ring (reads, chunk writes and syncs name them by
 /// index: no file lookup and reference count per operation); more use plain fds.
 const FIXED_FILES_MAX: u32 = 16;
+/// While this worker waits for shards (lent out, or asked of a worker running a script),
+/// how often it checks for a script past `busy-reply-threshold` and serves a busy round.
+const BUSY_WAIT_SLICE: Duration = Duration::from_millis(1);
+
+/// EVAL, EVALSHA, their `_RO` forms, FCALL and FCALL_RO: the commands that run a script
+/// (a busy round may run from their instruction hook). Two compares for other commands.
+fn is_script(spec: &CommandSpec) -> bool {
+    spec.movable.is_some() && spec.group == "scripting"
+}
 
 /// The order of one remote connection's requests on this worker (see `remote_request`):
 /// its parked commands, and requests that must wait for them.
@@ -195,6 +204,19 @@ pub struct Worker {
     /// configuration once per round and after each connection/server command (CONFIG
     /// SET is one) rather than under its lock for every command.
     slowlog_threshold_us: i64,
+    /// What `shards` becomes while a script runs (the script owns the real set, see
+    /// `with_script_shards`): the same size, no shard. Kept to swap in without allocating.
+    spare_shards: ShardSet,
+    /// Nesting of busy rounds (`busy_round`): while above 0, `dispatch` runs only what
+    /// Redis allows during a busy script and holds the rest back.
+    busy_depth: u32,
+    /// Connections a busy round stopped at a command that must wait for the script;
+    /// marked ready when it has ended.
+    busy_blocked: Vec<u32>,
+    /// Completions a busy round took from the ring but may not handle while the script
+    /// owns the shards (device reads, syncs, chunk writes) or whose connection is the
+    /// script's own (out of its slot): handled first by the next `reap`, in order.
+    stashed_cqes: Vec<(u64, i32, u32)>,
     /// The DPDK port and TCP stack this worker drives (`--network=dpdk`, worker 0).
     #[cfg(feature = "dpdk")]
     dpdk: Option<DpdkNet>,
@@ -228,6 +250,7 @@ impl Worker {
         let bufring = BufRing::new(&ring, RECV_BUFFERS, RECV_BUFFER_BYTES)?;
         let reads = Reads::new(&ring, shared.settings.cli.debug_read_delay_ms);
         let workers = shared.workers.len();
+        let spare_shards = shards.empty_like();
         let mut w = Worker {
             id,
             run_connection_command,
@@ -270,6 +293,10 @@ impl Worker {
             output_limit_pubsub: Default::default(),
             reported_client_bytes: 0,
             output_limits_ms: None,
+            spare_shards,
+            busy_depth: 0,
+            busy_blocked: Vec::new(),
+            stashed_cqes: Vec::new(),
             #[cfg(feature = "dpdk")]
             dpdk: None,
         };
@@ -472,6 +499,39 @@ impl Worker {
     }
 
     fn reap(&mut self, now: u64) {
+        if !self.stashed_cqes.is_empty() {
+            for (ud, res, flags) in std::mem::take(&mut self.stashed_cqes) {
+                self.on_cqe(ud, res, flags, now);
+            }
+        }
+        let mut cqes = std::mem::take(&mut self.cqes);
+        cqes.clear();
+        for cqe in self.ring.completion() {
+            cqes.push((cqe.user_data(), cqe.result(), cqe.flags()));
+        }
+        for &(ud, res, flags) in &cqes {
+            self.on_cqe(ud, res, flags, now);
+        }
+        self.cqes = cqes;
+    }
+
+    fn on_cqe(&mut self, ud: u64, res: i32, flags: u32, now: u64) {
+        let (kind, token) = split_user_data(ud);
+        match kind {
+            k if k == OpKind::Accept as u8 => self.on_accept(token as usize, res, flags, now),
+            k if k == OpKind::Recv as u8 => self.on_recv(token, res, flags),
+            k if k == OpKind::Send as u8 => self.on_send(token, res),
+            k if k == OpKind::Wake as u8 => self.arm_wake(),
+            k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
+            k if k == OpKind::Fsync as u8 => self.on_fsync(token, res, now),
+            k if k == OpKind::ChunkWrite as u8 => self.on_chunk_write(token, res, now),
+            _ => tracing::error!("unknown completion kind {kind}"),
+        }
+    }
+
+    /// `reap` for a busy round: only accepts, wakes, and receives and sends of connections
+    /// in their slots are handled; the rest is stashed for the next `reap`.
+    fn reap_busy(&mut self, now: u64) {
         let mut cqes = std::mem::take(&mut self.cqes);
         cqes.clear();
         for cqe in self.ring.completion() {
@@ -479,15 +539,20 @@ impl Worker {
         }
         for &(ud, res, flags) in &cqes {
             let (kind, token) = split_user_data(ud);
-            match kind {
-                k if k == OpKind::Accept as u8 => self.on_accept(token as usize, res, flags, now),
-                k if k == OpKind::Recv as u8 => self.on_recv(token, res, flags),
-                k if k == OpKind::Send as u8 => self.on_send(token, res),
-                k if k == OpKind::Wake as u8 => self.arm_wake(),
-                k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
-                k if k == OpKind::Fsync as u8 => self.on_fsync(token, res, now),
-                k if k == OpKind::ChunkWrite as u8 => self.on_chunk_write(token, res, now),
-                _ => tracing::error!("unknown completion kind {kind}"),
+            let in_slot = |w: &Self| {
+                w.conns
+                    .get((token & 0xffff_ffff) as usize)
+                    .is_some_and(|c| c.is_some())
+            };
+            let now_ok = kind == OpKind::Accept as u8
+                || kind == OpKind::Wake as u8
+                || ((kind == OpKind::Recv as u8 || kind == OpKind::Send as u8) && in_slot(self));
+            // A connection's completions keep their order: those of the script's own
+            // connection (out of its slot for the whole run) are all stashed.
+            if now_ok {
+                self.on_cqe(ud, res, flags, now);
+            } else {
+                self.stashed_cqes.push((ud, res, flags));
             }
         }
         self.cqes = cqes;
@@ -800,7 +865,7 @@ impl Worker {
                         .filter_map(|s| s.take())
                         .collect();
                     if give.send(mine).is_ok() {
-                        match back.recv() {
+                        match self.recv_serving_busy(&back) {
                             Ok(returned) => {
                                 for s in returned {
                                     let id = s.id() as usize;
@@ -1123,8 +1188,21 @@ impl Worker {
         // to everything but the `allow_busy` commands (one atomic load while none runs).
         if let Some(busy) = self.shared.scripts.busy_error() {
             if !crate::scripting::allowed_while_busy(spec.name, args) {
-                conn.reply(|r| r.error(busy));
+                if spec.name == "exec" {
+                    // Redis's `rejectCommand` for EXEC: the transaction is discarded.
+                    let text = format!("EXECABORT Transaction discarded because of: {busy}");
+                    self.txn_reset(conn);
+                    conn.reply(|r| r.error(&text));
+                } else {
+                    conn.reply(|r| r.error(busy));
+                    Self::txn_flag_error(conn);
+                }
                 return Outcome::Done;
+            }
+        }
+        if self.busy_depth > 0 {
+            if let Some(outcome) = self.dispatch_busy(conn, slot, spec, args, now) {
+                return outcome;
             }
         }
         if Self::txn_queue(conn, spec, args) {
@@ -1196,6 +1274,165 @@ impl Worker {
             }
         }
         outcome
+    }
+
+    /// A command read in a busy round that passed the -BUSY check: `None` when it may run
+    /// as usual (connection commands that touch no shard); otherwise what it gets now:
+    /// SCRIPT KILL, FUNCTION KILL and FUNCTION STATS run here on no shard; SHUTDOWN
+    /// without NOSAVE gets -BUSY (as Redis); the rest (EXEC, WATCH: they need shards)
+    /// waits for the script to end.
+    fn dispatch_busy(
+        &mut self,
+        conn: &mut Conn,
+        slot: u32,
+        spec: &CommandSpec,
+        args: &[&[u8]],
+        now: u64,
+    ) -> Option<Outcome> {
+        match spec.name {
+            "auth" | "hello" | "quit" | "reset" | "multi" | "discard" | "unwatch" => None,
+            "shutdown" => None,
+            "script" | "function" if crate::scripting::allowed_while_busy(spec.name, args) => {
+                let handler = spec.handler?;
+                let (db, max_bulk) = (conn.db, self.max_bulk);
+                let shards = &mut self.shards;
+                let started = Instant::now();
+                let failed = conn.reply(|r| {
+                    let mut ctx = Ctx {
+                        shards,
+                        db,
+                        now_ms: now,
+                        max_bulk,
+                        busy_round: None,
+                    };
+                    let res = handler(&mut ctx, args, r);
+                    if let Err(e) = &res {
+                        r.error(e);
+                    }
+                    res.is_err()
+                });
+                let ns = started.elapsed().as_nanos() as u64;
+                super::cmdstats::record_call(spec, args, ns, failed);
+                Some(Outcome::Done)
+            }
+            _ => {
+                if !self.busy_blocked.contains(&slot) {
+                    self.busy_blocked.push(slot);
+                }
+                Some(Outcome::Blocked)
+            }
+        }
+    }
+
+    /// One busy round: while a script runs past `busy-reply-threshold`, the worker running
+    /// it (from the script's instruction hook, `Ctx::busy_round`) or waiting for shards it
+    /// holds (`recv_serving_busy`) serves its other connections once, as Redis processes
+    /// events from its script hook: completions (receives, sends, accepts; device and sync
+    /// completions are stashed, the shards being the script's), then every ready
+    /// connection — each command gets -BUSY except Redis's allow-busy ones
+    /// (`dispatch_busy`) — then the sends of replies that need no durability. Returns true
+    /// when the server is shutting down (SHUTDOWN NOSAVE here, or a signal).
+    fn busy_round(&mut self) -> bool {
+        self.busy_depth += 1;
+        let now = now_ms();
+        // The script's tracking caller is the script's; this round's commands are others'.
+        let caller = crate::runtime::tracking::set_current(Default::default());
+        // Submits what is queued and runs the ring's deferred task work, without waiting.
+        self.wait_ring_us(0);
+        self.reap_busy(now);
+        // Every connection waiting to be served: those marked ready since the script began
+        // (`ready`) and those still in this round's list behind the script's connection
+        // (marked too, `in_ready`); the outer round serving one again later is harmless.
+        self.ready.clear();
+        for slot in 0..self.conns.len() as u32 {
+            if !self.conns[slot as usize]
+                .as_deref()
+                .is_some_and(|c| c.in_ready)
+            {
+                continue;
+            }
+            // A connection with nothing unsent but cleared bytes gets its busy-round
+            // replies (errors, AUTH, ...: no write to wait for) cleared at once; one with
+            // this round's unsent replies (which may wait for a sync) keeps them back.
+            let clean = self.conns[slot as usize]
+                .as_deref()
+                .is_some_and(|c| self.may_send_in_busy_round(c));
+            self.run_slot(slot, now);
+            if let Some(c) = self.conns[slot as usize].as_deref_mut().filter(|_| clean) {
+                c.out_cleared = c.out.len();
+            }
+        }
+        for slot in 0..self.conns.len() {
+            let cleared = self.conns[slot]
+                .as_deref()
+                .is_some_and(|c| self.may_send_in_busy_round(c));
+            if cleared {
+                self.push_send(slot);
+            }
+        }
+        let _ = self.ring.submit();
+        crate::runtime::tracking::set_current(caller);
+        self.busy_depth -= 1;
+        self.shared.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Whether a busy round may send what `c` has unsent: nothing held for a sync, and
+    /// with `appendfsync always` nothing of this round's that `gate_replies` has not
+    /// cleared (it may wait for the round's sync). Other policies hold no reply.
+    fn may_send_in_busy_round(&self, c: &Conn) -> bool {
+        c.held.is_empty() && (self.fsync != FsyncPolicy::Always || c.out_cleared >= c.out.len())
+    }
+
+    /// After a script (or a wait for shards): the connections busy rounds held back run.
+    fn end_busy(&mut self) {
+        if self.busy_depth == 0 && !self.busy_blocked.is_empty() {
+            for slot in std::mem::take(&mut self.busy_blocked) {
+                self.mark_ready(slot);
+            }
+        }
+    }
+
+    /// Runs `f` (a script's command) on the worker's shards moved out of it, with a busy
+    /// round to offer the script's hook: the script owns the shards while it runs (the
+    /// worker keeps `spare_shards`, which hold none), so a busy round can use the worker
+    /// without touching them. Two moves of a few words, no allocation.
+    fn with_script_shards<R>(
+        &mut self,
+        f: impl FnOnce(&mut ShardSet, &mut dyn FnMut() -> bool) -> R,
+    ) -> R {
+        let placeholder = ShardSet {
+            slots: Vec::new(),
+            shard_count: 0,
+            groups: Default::default(),
+        };
+        let spare = std::mem::replace(&mut self.spare_shards, placeholder);
+        let mut shards = std::mem::replace(&mut self.shards, spare);
+        let out = {
+            let mut round = || self.busy_round();
+            f(&mut shards, &mut round)
+        };
+        self.spare_shards = std::mem::replace(&mut self.shards, shards);
+        self.end_busy();
+        out
+    }
+
+    /// `rx.recv()` for shards (lent out, or asked of other workers): while some script
+    /// runs past `busy-reply-threshold`, this worker serves busy rounds meanwhile instead
+    /// of answering nobody.
+    fn recv_serving_busy<T>(&mut self, rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvError> {
+        let out = loop {
+            match rx.recv_timeout(BUSY_WAIT_SLICE) {
+                Ok(v) => break Ok(v),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break Err(mpsc::RecvError),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if self.busy_depth == 0 && self.shared.scripts.busy_error().is_some() {
+                        self.busy_round();
+                    }
+                }
+            }
+        };
+        self.end_busy();
+        out
     }
 
     fn refresh_slowlog_threshold(&mut self) {
@@ -1327,18 +1564,28 @@ impl Worker {
         } else {
             Vec::new()
         };
-        let shards = &mut self.shards;
-        exec_restartable(
-            shards,
-            spec,
-            args,
-            db,
-            proto,
-            now,
-            max_bulk,
-            &mut out,
-            wanted.as_deref_mut(),
-        );
+        let wanted_now = wanted.as_deref_mut();
+        if is_script(spec) {
+            self.with_script_shards(|shards, round| {
+                exec_restartable(
+                    shards,
+                    spec,
+                    args,
+                    db,
+                    proto,
+                    now,
+                    max_bulk,
+                    &mut out,
+                    wanted_now,
+                    Some(round),
+                )
+            });
+        } else {
+            let shards = &mut self.shards;
+            exec_restartable(
+                shards, spec, args, db, proto, now, max_bulk, &mut out, wanted_now, None,
+            );
+        }
         let missed = wanted.is_some_and(|w| !w.is_empty());
         if !missed {
             tracking::append_own(&mut out, proto);
@@ -1375,9 +1622,18 @@ impl Worker {
         } else {
             Vec::new()
         };
-        with_lent_in(&mut self.shards, &mut fetched, &fetched_shard, |shards| {
-            exec_on(shards, spec, args, db, proto, now, max_bulk, &mut out)
-        });
+        let mut run = |shards: &mut ShardSet, round: Option<&mut dyn FnMut() -> bool>| {
+            with_lent_in(shards, &mut fetched, &fetched_shard, |shards| {
+                exec_restartable(
+                    shards, spec, args, db, proto, now, max_bulk, &mut out, None, round,
+                )
+            })
+        };
+        if is_script(spec) {
+            self.with_script_shards(|shards, round| run(shards, Some(round)));
+        } else {
+            run(&mut self.shards, None);
+        }
         self.reads.recycle_fetched(fetched, fetched_shard);
         tracking::append_own(&mut out, proto);
         if conn.pending.is_empty() {
@@ -1673,7 +1929,7 @@ impl Worker {
         let mut lent: Vec<Vec<u32>> = Vec::new();
         let mut complete = true;
         for rx in gives {
-            match rx.recv() {
+            match self.recv_serving_busy(&rx) {
                 Ok(shards) => {
                     lent.push(shards.iter().map(|s| s.id()).collect());
                     for s in shards {
@@ -1938,24 +2194,32 @@ impl Worker {
             } else {
                 Vec::new()
             };
-            let shards = &mut self.shards;
             let prev = crate::runtime::tracking::set_current(p.caller);
             let _script_caller = crate::acl::ScriptCallerScope::set(p.script_caller.clone());
-            p.args.with_refs(|args| {
-                with_lent_in(shards, &mut fetched, &fetched_shard, |shards| {
-                    exec_restartable(
-                        shards,
-                        spec,
-                        args,
-                        db,
-                        proto,
-                        now,
-                        max_bulk,
-                        &mut bytes,
-                        restart.then_some(&mut wanted),
-                    )
+            let p_args = &p.args;
+            let mut run = |shards: &mut ShardSet, round: Option<&mut dyn FnMut() -> bool>| {
+                p_args.with_refs(|args| {
+                    with_lent_in(shards, &mut fetched, &fetched_shard, |shards| {
+                        exec_restartable(
+                            shards,
+                            spec,
+                            args,
+                            db,
+                            proto,
+                            now,
+                            max_bulk,
+                            &mut bytes,
+                            restart.then_some(&mut wanted),
+                            round,
+                        )
+                    })
                 })
-            });
+            };
+            if is_script(spec) {
+                self.with_script_shards(|shards, round| run(shards, Some(round)));
+            } else {
+                run(&mut self.shards, None);
+            }
             if !wanted.is_empty() {
                 // The run missed records below its keys: discarded (`bytes` is as it was),
                 // parked again with what it fetched so far.
@@ -2053,17 +2317,26 @@ impl Worker {
                 // not in memory park it.
                 let mut bytes = Vec::new();
                 let mut wanted = self.reads.plan_vec();
-                exec_restartable(
-                    &mut self.shards,
-                    spec,
-                    &refs,
-                    req.db,
-                    req.proto,
-                    now,
-                    self.max_bulk,
-                    &mut bytes,
-                    Some(&mut wanted),
-                );
+                let (db, proto, max_bulk) = (req.db, req.proto, self.max_bulk);
+                let mut run = |shards: &mut ShardSet, round: Option<&mut dyn FnMut() -> bool>| {
+                    exec_restartable(
+                        shards,
+                        spec,
+                        &refs,
+                        db,
+                        proto,
+                        now,
+                        max_bulk,
+                        &mut bytes,
+                        Some(&mut wanted),
+                        round,
+                    )
+                };
+                if is_script(spec) {
+                    self.with_script_shards(|shards, round| run(shards, Some(round)));
+                } else {
+                    run(&mut self.shards, None);
+                }
                 if !wanted.is_empty() {
                     let p = Parked::new(dest, spec, self.reads.arg_list(&refs), req.db, req.proto);
                     let writes = p.is_write();
@@ -2193,14 +2466,24 @@ impl Worker {
     fn submit_sends(&mut self) {
         self.gate_replies();
         for slot in 0..self.conns.len() {
+            self.push_send(slot);
+        }
+        // Stack connections' `out` now holds only replies cleared to leave.
+        #[cfg(feature = "dpdk")]
+        self.dpdk_send();
+    }
+
+    /// Queues the send of a kernel connection's cleared replies (after `gate_replies`).
+    fn push_send(&mut self, slot: usize) {
+        {
             let Some(conn) = self.conns[slot].as_mut() else {
-                continue;
+                return;
             };
             if conn.closing || conn.send_inflight {
-                continue;
+                return;
             }
             let Some(fd) = conn.fd.kernel_fd() else {
-                continue;
+                return;
             };
             if let Some(tls) = conn.tls.as_deref_mut() {
                 // Replies, handshake messages and alerts, encrypted into `sending`.
@@ -2219,7 +2502,7 @@ impl Worker {
                     self.begin_close(slot as u32);
                     self.maybe_free(slot as u32);
                 }
-                continue;
+                return;
             }
             let rest = &conn.sending[conn.send_off..];
             let token = ((conn.gen as u64) << 32) | slot as u64;
@@ -2231,9 +2514,6 @@ impl Worker {
             conn.ops_inflight += 1;
             push_sqe(&mut self.ring, &sqe);
         }
-        // Stack connections' `out` now holds only replies cleared to leave.
-        #[cfg(feature = "dpdk")]
-        self.dpdk_send();
     }
 
     /// Bounded background work (expiry, tomb raider, defrag) once per round:
@@ -2370,7 +2650,9 @@ fn exec_on(
     max_bulk: usize,
     out: &mut Vec<u8>,
 ) {
-    exec_restartable(shards, spec, args, db, proto, now, max_bulk, out, None);
+    exec_restartable(
+        shards, spec, args, db, proto, now, max_bulk, out, None, None,
+    );
 }
 
 /// `exec_on`; with `wanted`, as a restartable run (`reads.rs`, "Restarting on a miss"): a
@@ -2389,6 +2671,7 @@ fn exec_restartable(
     max_bulk: usize,
     out: &mut Vec<u8>,
     wanted: Option<&mut Vec<(u32, RecordRead)>>,
+    busy_round: Option<&mut dyn FnMut() -> bool>,
 ) {
     let handler = spec.handler.expect("keyed commands have handlers");
     // The handler, the keyspace-hit count and the write scope hash the first key once.
@@ -2398,6 +2681,12 @@ fn exec_restartable(
         db,
         now_ms: now,
         max_bulk,
+        // The hook's round lives as long as the shards' borrow here (a shorter object
+        // lifetime than the caller's, which `Ctx` needs).
+        busy_round: match busy_round {
+            Some(round) => Some(round as &mut dyn FnMut() -> bool),
+            None => None,
+        },
     };
     let mut r = ReplyBuf::new(out, proto);
     let mark = r.out.len();

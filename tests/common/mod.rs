@@ -19,7 +19,24 @@ pub struct Server {
 
 static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// A free loopback port: any (the kernel's choice), or one of `LAVIK_TEST_PORTS=LOW-HIGH`
+/// when set (to keep test servers inside a port range on a shared machine).
 pub fn free_port() -> u16 {
+    static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    if let Some((low, high)) = std::env::var("LAVIK_TEST_PORTS").ok().and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?))
+    }) {
+        let span = high.saturating_sub(low) + 1;
+        for _ in 0..span {
+            let n = NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let port = (low + (std::process::id() + n) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+        panic!("no free port in LAVIK_TEST_PORTS");
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
