@@ -7,7 +7,7 @@ LOG=$(dirname $F)/recov-stderr.$PORT.log
 sync
 if [ -n "$PERFDATA" ]; then
   perf record -F 999 -g -o $PERFDATA -- $BIN --port $PORT --data-file $F --cache-size 0 --no-pin-workers > /dev/null 2> $LOG &
-  sleep 1; PID=$(pgrep -P $! -x lavik || echo $!)
+  PERF_PID=$!; sleep 1; PID=$(pgrep -P $PERF_PID | head -1)
 else
   $BIN --port $PORT --data-file $F --cache-size 0 --no-pin-workers > /dev/null 2> $LOG &
   PID=$!
