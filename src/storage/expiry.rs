@@ -86,6 +86,33 @@ fn encode_step(out: &mut Vec<u8>, prev: Entry, e: Entry) {
     }
 }
 
+/// Longest encoding of one step: two varints of at most 10 bytes each.
+const STEP_BYTES_MAX: usize = 20;
+
+/// `encode_step` into a stack buffer (the append path: no allocation per insert).
+fn encode_step_into(buf: &mut [u8; STEP_BYTES_MAX], prev: Entry, e: Entry) -> &[u8] {
+    let mut n = 0;
+    let mut put = |mut v: u64| {
+        while v >= 0x80 {
+            buf[n] = v as u8 | 0x80;
+            n += 1;
+            v >>= 7;
+        }
+        buf[n] = v as u8;
+        n += 1;
+    };
+    let diff = e.1.wrapping_sub(prev.1) as i64;
+    let zz = ((diff << 1) ^ (diff >> 63)) as u64;
+    let dt = e.0 - prev.0;
+    if dt == 0 {
+        put(zz << 1);
+    } else {
+        put((zz << 1) | 1);
+        put(dt - 1);
+    }
+    &buf[..n]
+}
+
 fn decode(key: Entry, data: &[u8], out: &mut Vec<Entry>) {
     out.push(key);
     let mut prev = key;
@@ -173,8 +200,8 @@ impl ExpirySet {
             return false;
         }
         if e > c.last {
-            let mut step = Vec::with_capacity(16);
-            encode_step(&mut step, c.last, e);
+            let mut buf = [0u8; STEP_BYTES_MAX];
+            let step = encode_step_into(&mut buf, c.last, e);
             if c.data.len() + step.len() > CHUNK_MAX_BYTES {
                 // The chunk is full: start the next one (the left one stays full).
                 self.put_chunk(
@@ -191,7 +218,7 @@ impl ExpirySet {
                     c.data.reserve_exact(new_cap - c.data.len());
                     self.data_bytes += c.data.capacity() - cap;
                 }
-                c.data.extend_from_slice(&step);
+                c.data.extend_from_slice(step);
                 c.last = e;
             }
             self.len += 1;

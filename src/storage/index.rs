@@ -512,6 +512,49 @@ impl Index {
         }
     }
 
+    /// Grows every sub-table now to what `keys` uniformly hashed entries need, without
+    /// setting a minimum (later removals, or `shrink_to_fit`, may shrink it again).
+    /// Recovery calls it with an estimate so that its scan does not rebuild each
+    /// sub-table several times over as the index fills.
+    pub fn reserve(&mut self, keys: usize) {
+        let level = Self::level_for(keys);
+        if level == 0 {
+            return;
+        }
+        for (i, table) in self.subtables.iter_mut().enumerate() {
+            if table.buckets.is_empty() {
+                *table = Subtable::allocated(level.max(table.level), i);
+            } else if table.level < level && home_buckets_at(level, i) > table.home_buckets {
+                table.rebuild(level, i);
+            }
+        }
+    }
+
+    /// Rebuilds every sub-table larger than its entries need (after a `reserve` that
+    /// overestimated) at the smallest level that holds them below the growth trigger,
+    /// never below the minimum level; frees empty ones as `remove` would.
+    pub fn shrink_to_fit(&mut self) {
+        let level_min = self.level_min;
+        for (i, table) in self.subtables.iter_mut().enumerate() {
+            if table.buckets.is_empty() {
+                continue;
+            }
+            if table.len == 0 && level_min == 0 {
+                *table = Subtable::unallocated(0);
+                continue;
+            }
+            let mut level = level_min;
+            while level < table.level
+                && GROW_LOAD_UNITS * u64::from(home_buckets_at(level, i)) < load_units(table.len)
+            {
+                level += 1;
+            }
+            if level < table.level && home_buckets_at(level, i) < table.home_buckets {
+                table.rebuild(level, i);
+            }
+        }
+    }
+
     /// Smallest level at which every sub-table holds its share of `keys` (mean plus four
     /// standard deviations) below the growth trigger.
     fn level_for(keys: usize) -> u8 {
@@ -561,6 +604,18 @@ impl Index {
             bucket: 0,
             slot: 0,
         }
+    }
+
+    /// Loads the home bucket of `hash` and returns one of its words (a hint, meaningless
+    /// otherwise): a caller about to probe many hashes loads their buckets together
+    /// first, so that the cache misses overlap (recovery's scan does).
+    pub fn touch(&self, hash: u64) -> u64 {
+        let (subtable, fragment) = split_hash(hash);
+        let table = &self.subtables[subtable];
+        if table.buckets.is_empty() {
+            return 0;
+        }
+        table.buckets[table.home(fragment)].slots[0].0
     }
 
     /// Adds an entry. The caller has verified that the key is absent.

@@ -36,6 +36,14 @@ const PROGRESS_EVERY_BLOCKS: usize = 1024;
 const RECOVERY_READERS: usize = 2;
 /// Block buffers per reader (read but not yet applied, or being read).
 const RECOVERY_BUFFERS_PER_READER: usize = 2;
+/// Records whose index buckets the scan loads together before applying them one by one
+/// (`Shard::apply_chunk`): enough misses in flight to cover memory latency, few enough
+/// that the buckets are still in cache when their records are applied.
+const RECOVERY_PROBE_BATCH: usize = 32;
+/// After this many blocks of a shard's scan, its indexes are grown at once to the key
+/// count those blocks extrapolate to (`Index::reserve`; `finish_recovery` gives back what
+/// an overestimate took, `Index::shrink_to_fit`).
+const RECOVERY_SIZE_SAMPLE_BLOCKS: usize = 16;
 
 /// A chunk that checked out: its records (offset, header), marker and end offset.
 pub(crate) struct ParsedChunk {
@@ -48,19 +56,43 @@ pub(crate) struct ParsedChunk {
 /// Parses the chunk starting at `start` of a block image; `None` unless every record checks
 /// out and a marker with this chunk's start, block sequence number and CRC closes it.
 pub(crate) fn parse_chunk(block: &[u8], start: usize, block_seq: u64) -> Option<ParsedChunk> {
+    walk_chunk(block, start, block_seq, true)
+}
+
+/// `parse_chunk` for the full-scan recovery: every byte of the chunk is checked once, by the
+/// marker's chunk CRC, instead of once per record and again per chunk (`docs/storage.md`,
+/// "Recovery: one CRC pass per chunk"). `None` in exactly the cases a torn or stale chunk
+/// gives `None` from `parse_chunk`: the marker must verify (its own CRC seeded with this
+/// block use's sequence number), name this start and block sequence number, and carry the
+/// CRC of every byte from `start` to it, headers, keys, values and padding included.
+pub(crate) fn parse_chunk_once(block: &[u8], start: usize, block_seq: u64) -> Option<ParsedChunk> {
+    walk_chunk(block, start, block_seq, false)
+}
+
+/// Walks the records from `start` to the chunk's marker by their header lengths;
+/// `verify_records` also checks each record's own CRC on the way.
+fn walk_chunk(
+    block: &[u8],
+    start: usize,
+    block_seq: u64,
+    verify_records: bool,
+) -> Option<ParsedChunk> {
     let mut p = start;
     let mut records = Vec::new();
     loop {
-        if p + RECORD_HEADER_BYTES > block.len() {
+        let header = RecordHeader::decode(block.get(p..)?)?;
+        let len = header.record_len();
+        if block.len() - p < len {
             return None;
         }
-        let r = decode_record(&block[p..], block_seq)?;
-        let len = r.header.record_len();
-        match r.header.record_type {
+        match header.record_type {
             RecordType::Marker => {
+                let r = decode_record(&block[p..], block_seq)?;
                 let m = MarkerPayload::decode(r.value)?;
-                let crc_ok = crc32c::crc32c(&block[start..p]) == m.chunk_crc;
-                if m.block_seq != block_seq || m.chunk_start as usize != start || !crc_ok {
+                if m.block_seq != block_seq || m.chunk_start as usize != start {
+                    return None;
+                }
+                if crc32c::crc32c(&block[start..p]) != m.chunk_crc {
                     return None;
                 }
                 return Some(ParsedChunk {
@@ -71,7 +103,12 @@ pub(crate) fn parse_chunk(block: &[u8], start: usize, block_seq: u64) -> Option<
                 });
             }
             RecordType::BlockHeader if p != 0 => return None,
-            _ => records.push((p, r.header)),
+            _ => {
+                if verify_records {
+                    decode_record(&block[p..], block_seq)?;
+                }
+                records.push((p, header));
+            }
         }
         p += len;
     }
@@ -653,6 +690,9 @@ struct Ident {
     /// Keyed 64-bit hash of (db, key), independent of the index hash.
     fp: u64,
     seq: u64,
+    /// The put's expiry time (0 = none). Kept here rather than in a side map keyed by
+    /// address: one less hash insert and cache miss per volatile record.
+    expire_at_ms: u64,
 }
 
 const IDENT_OFFSET_MASK: u32 = (1 << 24) - 1;
@@ -660,8 +700,6 @@ const IDENT_OFFSET_MASK: u32 = (1 << 24) - 1;
 const IDENT_DEAD: u32 = 1 << 31;
 const IDENT_TOMB: u32 = 1 << 30;
 const IDENT_PAGED_ROOT: u32 = 1 << 29;
-/// Its expiry time is in `Identities::expires`.
-const IDENT_VOLATILE: u32 = 1 << 28;
 
 /// What `apply_record` needs of the record it may supersede.
 #[derive(Clone, Copy, Debug)]
@@ -687,8 +725,6 @@ pub(crate) struct Identities {
     /// Per-recovery random key of the fingerprint: nobody can choose keys that collide.
     keys: std::collections::hash_map::RandomState,
     blocks: HashMap<BlockId, BlockIdents, BlockIdHashing>,
-    /// Expiry times of the volatile records in `blocks` (by address).
-    expires: HashMap<u64, u64>,
 }
 
 impl Default for Identities {
@@ -696,7 +732,6 @@ impl Default for Identities {
         Identities {
             keys: std::collections::hash_map::RandomState::new(),
             blocks: HashMap::default(),
-            expires: HashMap::new(),
         }
     }
 }
@@ -716,16 +751,16 @@ impl Identities {
         } else if super::paged::is_root(hdr.flags) {
             flags |= IDENT_PAGED_ROOT;
         }
-        let addr_key = (u64::from(block.0) << 24) | off as u64;
-        if hdr.record_type == RecordType::Put && hdr.expire_at_ms != 0 {
-            flags |= IDENT_VOLATILE;
-            self.expires.insert(addr_key, hdr.expire_at_ms);
-        }
         let ident = Ident {
             off_flags: off as u32 | flags,
             len: hdr.record_len() as u32,
             fp,
             seq: hdr.seq,
+            expire_at_ms: if hdr.record_type == RecordType::Put {
+                hdr.expire_at_ms
+            } else {
+                0
+            },
         };
         let b = self.blocks.entry(block).or_default();
         match b.list.last() {
@@ -756,12 +791,7 @@ impl Identities {
         if x.off_flags & IDENT_DEAD != 0 {
             return None;
         }
-        let expire_at_ms = if x.off_flags & IDENT_VOLATILE != 0 {
-            let addr_key = (u64::from(block.0) << 24) | off as u64;
-            self.expires.get(&addr_key).copied().unwrap_or(0)
-        } else {
-            0
-        };
+        let expire_at_ms = x.expire_at_ms;
         Some((
             x.fp,
             OldRecord {
@@ -790,10 +820,6 @@ impl Identities {
         if x.off_flags & IDENT_DEAD != 0 {
             return;
         }
-        if x.off_flags & IDENT_VOLATILE != 0 {
-            self.expires
-                .remove(&((u64::from(block.0) << 24) | off as u64));
-        }
         x.off_flags |= IDENT_DEAD;
         b.dead += 1;
         if b.dead * 2 > b.list.len() {
@@ -821,16 +847,20 @@ impl Identities {
             .values()
             .map(|b| b.list.capacity() * std::mem::size_of::<Ident>())
             .sum();
-        lists
-            + self.blocks.capacity() * (std::mem::size_of::<(BlockId, BlockIdents)>() + 1)
-            + self.expires.capacity() * 17
+        lists + self.blocks.capacity() * (std::mem::size_of::<(BlockId, BlockIdents)>() + 1)
     }
 }
 
-/// The key of a record in a chunk `parse_chunk` already verified (no second CRC pass).
+/// The key of a record in a chunk `parse_chunk_once` verified (no second CRC pass).
 fn key_in<'a>(bytes: &'a [u8], off: usize, hdr: &RecordHeader) -> &'a [u8] {
     let start = off + RECORD_HEADER_BYTES;
     &bytes[start..start + hdr.key_len as usize]
+}
+
+/// The value of a record in a chunk `parse_chunk_once` verified.
+fn value_in<'a>(bytes: &'a [u8], off: usize, hdr: &RecordHeader) -> &'a [u8] {
+    let start = off + RECORD_HEADER_BYTES + hdr.key_len as usize;
+    &bytes[start..start + hdr.value_len as usize]
 }
 
 /// The group id trailer of a verified GROUPED record.
@@ -841,6 +871,64 @@ fn group_in(bytes: &[u8], off: usize, hdr: &RecordHeader) -> Option<u64> {
     let end = off + hdr.record_len();
     let t = &bytes[end - GROUP_ID_BYTES..end];
     Some(u64::from_le_bytes(t.try_into().expect("8 bytes")))
+}
+
+/// What `scan_block` found in one block image: its committed chunks in order, the
+/// committed length (0 = the block holds nothing) and the damage met, as (offset, torn):
+/// torn = a tail chunk cut short (nothing verifies after it), else a damaged chunk skipped
+/// because a later one verifies.
+pub(crate) struct BlockScan {
+    chunks: Vec<ParsedChunk>,
+    used: usize,
+    damage: Vec<(usize, bool)>,
+}
+
+/// Finds the committed chunks of a block image (pure: no shard state, so the read-ahead
+/// threads run it while the recovery thread applies the block before).
+pub(crate) fn scan_block(bytes: &[u8], block_seq: u64) -> BlockScan {
+    let bs = bytes.len();
+    let align = CHUNK_ALIGN_BYTES as usize;
+    let mut scan = BlockScan {
+        chunks: Vec::new(),
+        used: 0,
+        damage: Vec::new(),
+    };
+    let mut pos = 0;
+    while pos + RECORD_HEADER_BYTES <= bs {
+        if let Some(chunk) = parse_chunk_once(bytes, pos, block_seq) {
+            if pos == 0
+                && chunk
+                    .records
+                    .first()
+                    .is_none_or(|r| r.1.record_type != RecordType::BlockHeader)
+            {
+                break;
+            }
+            pos = chunk.end.next_multiple_of(align);
+            scan.used = pos;
+            scan.chunks.push(chunk);
+            continue;
+        }
+        if scan.used == 0 {
+            break;
+        }
+        let resync = (pos + align..bs)
+            .step_by(align)
+            .find(|&s| parse_chunk_once(bytes, s, block_seq).is_some());
+        match resync {
+            Some(s) => {
+                scan.damage.push((pos, false));
+                pos = s;
+            }
+            None => {
+                if decode_record(&bytes[pos..], block_seq).is_some() {
+                    scan.damage.push((pos, true));
+                }
+                break;
+            }
+        }
+    }
+    scan
 }
 
 impl Shard {
@@ -864,7 +952,7 @@ impl Shard {
             let mut free = Vec::with_capacity(readers);
             for r in 0..readers {
                 let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<
-                    Result<AlignedBuf, StorageError>,
+                    Result<(AlignedBuf, BlockScan), StorageError>,
                 >(RECOVERY_BUFFERS_PER_READER);
                 let (free_tx, free_rx) = std::sync::mpsc::channel::<AlignedBuf>();
                 for _ in 0..RECOVERY_BUFFERS_PER_READER {
@@ -872,15 +960,15 @@ impl Shard {
                         .send(AlignedBuf::new_zeroed(bs))
                         .expect("receiver alive");
                 }
-                let mine: Vec<BlockId> = blocks
+                let mine: Vec<(BlockId, u64)> = blocks
                     .iter()
                     .skip(r)
                     .step_by(readers)
-                    .map(|b| b.0)
+                    .map(|b| (b.0, b.1))
                     .collect();
                 let shared = &shared;
                 scope.spawn(move || {
-                    for block in mine {
+                    for (block, block_seq) in mine {
                         // The applying side hung up (an error): stop.
                         let Ok(mut buf) = free_rx.recv() else {
                             return;
@@ -888,7 +976,14 @@ impl Shard {
                         let (dev, base) = shared.layout.locate(block);
                         let read = shared.layout.devices[dev].read_at(base, &mut buf);
                         let failed = read.is_err();
-                        let msg = read.map(|()| buf).map_err(StorageError::from);
+                        // Finding the chunks (the one CRC pass) is done here, off the
+                        // recovery thread, while it applies the blocks before this one.
+                        let msg = read
+                            .map(|()| {
+                                let scan = scan_block(buf.as_slice(), block_seq);
+                                (buf, scan)
+                            })
+                            .map_err(StorageError::from);
                         if full_tx.send(msg).is_err() || failed {
                             return;
                         }
@@ -898,15 +993,20 @@ impl Shard {
                 free.push(free_tx);
             }
             for (n, &(block, block_seq, kind)) in blocks.iter().enumerate() {
-                let buf = full[n % readers]
+                let (buf, scan) = full[n % readers]
                     .recv()
                     .expect("a reader sends every block it was given or an error")?;
                 self.counters.device_reads += 1;
                 self.counters.device_read_bytes += bs as u64;
+                if n == RECOVERY_SIZE_SAMPLE_BLOCKS && blocks.len() > 2 * n {
+                    for index in self.indexes.iter_mut() {
+                        index.reserve(index.len() * blocks.len() / n);
+                    }
+                }
                 self.blocks
                     .insert(block, BlockInfo::new(block_seq, kind, true));
                 pending.blocks_read += 1;
-                let used = self.recover_block(block, block_seq, buf.as_slice(), &mut pending)?;
+                let used = self.recover_block(block, buf.as_slice(), &scan, &mut pending)?;
                 // The reader may already be done (then the buffer is not needed).
                 let _ = free[n % readers].send(buf);
                 pending.ids.seal(block);
@@ -938,72 +1038,43 @@ impl Shard {
         Ok((kept, pending))
     }
 
-    /// Applies the committed chunks of one block; returns the committed length (0 = none).
+    /// Applies the committed chunks of one block (found by `scan_block`); returns the
+    /// committed length (0 = none).
     fn recover_block(
         &mut self,
         block: BlockId,
-        block_seq: u64,
         bytes: &[u8],
+        scan: &BlockScan,
         pending: &mut Pending,
     ) -> Result<usize, StorageError> {
-        let bs = bytes.len();
-        let align = CHUNK_ALIGN_BYTES as usize;
-        let mut pos = 0;
-        let mut used = 0;
-        while pos + RECORD_HEADER_BYTES <= bs {
-            if let Some(chunk) = parse_chunk(bytes, pos, block_seq) {
-                if pos == 0
-                    && chunk
-                        .records
-                        .first()
-                        .is_none_or(|r| r.1.record_type != RecordType::BlockHeader)
-                {
-                    break;
-                }
-                self.apply_chunk(block, block_seq, bytes, &chunk, pending)?;
-                pos = chunk.end.next_multiple_of(align);
-                used = pos;
-                continue;
-            }
-            if used == 0 {
-                break;
-            }
-            let looks_ours = decode_record(&bytes[pos..], block_seq).is_some();
-            let resync = (pos + align..bs)
-                .step_by(align)
-                .find(|&s| parse_chunk(bytes, s, block_seq).is_some());
-            match resync {
-                Some(s) => {
-                    self.counters.corrupt_chunks += 1;
-                    tracing::warn!(
-                        shard = self.id,
-                        block = block.0,
-                        offset = pos,
-                        "damaged chunk skipped"
-                    );
-                    pos = s;
-                }
-                None => {
-                    if looks_ours {
-                        self.counters.torn_chunks += 1;
-                        tracing::warn!(
-                            shard = self.id,
-                            block = block.0,
-                            offset = pos,
-                            "torn tail chunk ignored"
-                        );
-                    }
-                    break;
-                }
+        for chunk in &scan.chunks {
+            self.apply_chunk(block, bytes, chunk, pending)?;
+        }
+        for &(offset, torn) in &scan.damage {
+            if torn {
+                self.counters.torn_chunks += 1;
+                tracing::warn!(
+                    shard = self.id,
+                    block = block.0,
+                    offset,
+                    "torn tail chunk ignored"
+                );
+            } else {
+                self.counters.corrupt_chunks += 1;
+                tracing::warn!(
+                    shard = self.id,
+                    block = block.0,
+                    offset,
+                    "damaged chunk skipped"
+                );
             }
         }
-        Ok(used)
+        Ok(scan.used)
     }
 
     fn apply_chunk(
         &mut self,
         block: BlockId,
-        block_seq: u64,
         bytes: &[u8],
         chunk: &ParsedChunk,
         pending: &mut Pending,
@@ -1022,33 +1093,62 @@ impl Shard {
         pending.max_seq = pending.max_seq.max(chunk.marker_seq);
         let groups = &mut pending.groups;
         groups.decided_below = groups.decided_below.max(chunk.marker.decided_below);
-        for &(off, hdr) in &chunk.records {
+        let mut hashes = [0u64; RECOVERY_PROBE_BATCH];
+        for batch in chunk.records.chunks(RECOVERY_PROBE_BATCH) {
+            // Hash the batch's keys and load each one's home bucket first: these loads are
+            // independent, so their cache misses overlap, and the probes below hit cache
+            // (probed one by one, each record would wait for memory on its own).
+            let mut touched = 0u64;
+            for (h, &(off, hdr)) in hashes.iter_mut().zip(batch) {
+                if matches!(hdr.record_type, RecordType::Put | RecordType::Tombstone) {
+                    *h = self.hash(hdr.db, key_in(bytes, off, &hdr));
+                    touched ^= self.indexes[hdr.db as usize].touch(*h);
+                }
+            }
+            std::hint::black_box(touched);
+            for (&h, &(off, hdr)) in hashes.iter().zip(batch) {
+                self.apply_scanned(block, bytes, off, hdr, h, pending)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One record of a verified chunk; `h` is its key's index hash if it is a put or a
+    /// tombstone.
+    fn apply_scanned(
+        &mut self,
+        block: BlockId,
+        bytes: &[u8],
+        off: usize,
+        hdr: RecordHeader,
+        h: u64,
+        pending: &mut Pending,
+    ) -> Result<(), StorageError> {
+        {
             pending.max_seq = pending.max_seq.max(hdr.seq);
             match hdr.record_type {
                 RecordType::Put | RecordType::Tombstone => {}
                 RecordType::GroupPart => {
-                    let rec = decode_record(&bytes[off..], block_seq).expect("chunk parsed");
-                    match GroupPartPayload::decode(rec.value) {
+                    match GroupPartPayload::decode(value_in(bytes, off, &hdr)) {
                         Some(p) => {
                             pending.groups.max_group = pending.groups.max_group.max(p.group);
                             pending.groups.parts.push(p);
                         }
                         None => tracing::warn!(shard = self.id, "malformed group part ignored"),
                     }
-                    continue;
+                    return Ok(());
                 }
                 RecordType::Page => {
                     // Not indexed: live only if the chosen root reaches it (finish_recovery).
                     pending
                         .paged
                         .page(self.shared.layout.address(block, off), hdr.db);
-                    continue;
+                    return Ok(());
                 }
-                _ => continue,
+                _ => return Ok(()),
             }
             let key = key_in(bytes, off, &hdr);
             let addr = self.shared.layout.address(block, off);
-            let h = self.hash(hdr.db, key);
             let fp = pending.ids.fingerprint(hdr.db, key);
             if let Some(group) = group_in(bytes, off, &hdr) {
                 // Counted now, applied after every shard's scan if the group is complete.
@@ -1063,10 +1163,10 @@ impl Shard {
                     header: hdr,
                     fp,
                 });
-                continue;
+                return Ok(());
             }
             if hdr.seq < self.watermarks[hdr.db as usize] {
-                continue;
+                return Ok(());
             }
             let existing = self.find_by_identity(hdr.db, h, fp, &pending.ids)?;
             self.apply_record(block, addr, h, fp, hdr, existing, pending);
@@ -1250,6 +1350,9 @@ impl Shard {
         drop(std::mem::take(&mut pending.ids));
         for (db, h, a) in pending.tombs {
             self.indexes[db as usize].remove(h, a);
+        }
+        for index in self.indexes.iter_mut() {
+            index.shrink_to_fit();
         }
         // Paged roots count only if all their pages were found; their pages become live.
         let paged = std::mem::take(&mut pending.paged);
