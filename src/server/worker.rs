@@ -66,8 +66,6 @@ const TRIM_AFTER_CLOSE_BYTES: usize = 1 << 20;
 /// A command whose reply reached this many bytes trims the heap after it (the value it
 /// built to answer is freed; issue 13, RSS under load).
 const TRIM_AFTER_REPLY_BYTES: usize = 8 << 20;
-/// Longest park when nothing is pending (active expiry, shutdown checks).
-const IDLE_WAIT_MS: u64 = 100;
 /// Active expiry's time per loop round while any held shard has due keys:
 /// max(`EXPIRY_MIN_US`, `EXPIRY_ROUND_PERCENT` % of the round's foreground time), shared by
 /// the shards with due keys (`docs/storage.md` "Active expiry"). While keys are due the
@@ -2328,12 +2326,15 @@ impl Worker {
             .iter()
             .flatten()
             .any(|s| s.has_unflushed());
+        // Longest park when nothing is pending (active expiry; 100 ms unless a test sets
+        // the hook).
+        let idle_wait_ms = self.shared.settings.cli.debug_idle_wait_ms.max(1);
         let wait_ms = if !self.delayed_syncs.is_empty() || self.reads.has_delayed() {
             1
         } else if unflushed {
-            self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
+            self.shared.settings.cli.flush_max_ms.clamp(1, idle_wait_ms)
         } else {
-            IDLE_WAIT_MS
+            idle_wait_ms
         };
         // Wake at the earliest deadline of a client blocked here (rounded up to 1 ms).
         let wait_ms = match super::blocking::next_deadline_ms(self.id) {
