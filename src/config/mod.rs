@@ -151,6 +151,10 @@ pub struct Cli {
     /// read completes while this file exists.
     #[arg(long, hide = true)]
     pub debug_async_device_hold: Option<PathBuf>,
+    /// Test hook: a worker's longest park when nothing is pending (normally 100 ms). A
+    /// long one makes a lost mailbox wake-up a hang instead of a 100 ms delay.
+    #[arg(long, default_value_t = 100, hide = true)]
+    pub debug_idle_wait_ms: u64,
     /// Slow log threshold in microseconds (negative: off), as Redis's.
     #[arg(long, default_value_t = 10_000, allow_hyphen_values = true)]
     pub slowlog_log_slower_than: i64,

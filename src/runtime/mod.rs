@@ -29,6 +29,8 @@ pub enum OpKind {
     Fsync = 6,
     /// A group-commit chunk write of a shard's staged records (`worker::start_epoch`).
     ChunkWrite = 7,
+    /// An eventfd write that wakes another, parked worker (`worker::send_outbox`).
+    Signal = 8,
 }
 
 /// Packs an operation kind and a 56-bit token (listener index or connection

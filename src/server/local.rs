@@ -1056,6 +1056,10 @@ fn config(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             &st.net_output_bytes,
             &st.client_output_limit_closes,
             &st.foreground_budget_cuts,
+            &st.hops,
+            &st.wake_signals,
+            &st.wake_signals_skipped,
+            &st.parks,
             &st.parked_commands,
             &st.parked_reads,
             &st.device_queue_reads,
@@ -1333,7 +1337,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         let pubsub_counts = sh.pubsub.read().expect("pubsub lock").counts();
         let tracking_counts = super::tracking::info_counts();
         out.push_str(&format!(
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_restart_reads:{}\r\nlavik_restarts:{}\r\nlavik_restart_fallbacks:{}\r\nlavik_sync_reads:{}\r\nlavik_device_queue_reads:{}\r\nlavik_batch_read_waits:{}\r\nlavik_cross_prefetches:{}\r\nlavik_cross_prefetch_retries:{}\r\nlavik_cross_prefetch_fallbacks:{}\r\n{}\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nunexpected_error_replies:0\r\n{}lavik_foreground_budget_cuts:{}\r\nlavik_hops:{}\r\nlavik_wake_signals:{}\r\nlavik_wake_signals_skipped:{}\r\nlavik_parks:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nlavik_cache_hits:{}\r\nlavik_cache_misses:{}\r\nlavik_cache_evictions:{}\r\nlavik_parked_commands:{}\r\nlavik_parked_reads:{}\r\nlavik_restart_reads:{}\r\nlavik_restarts:{}\r\nlavik_restart_fallbacks:{}\r\nlavik_sync_reads:{}\r\nlavik_device_queue_reads:{}\r\nlavik_batch_read_waits:{}\r\nlavik_cross_prefetches:{}\r\nlavik_cross_prefetch_retries:{}\r\nlavik_cross_prefetch_fallbacks:{}\r\n{}\r\n",
             st.total_connections.load(Ordering::Relaxed),
             st.total_commands.load(Ordering::Relaxed),
             st.instantaneous_ops.load(Ordering::Relaxed),
@@ -1352,6 +1356,10 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             sh.cmdstats.error_totals().0,
             sh.acl.read().expect("acl lock").log.info_lines(),
             st.foreground_budget_cuts.load(Ordering::Relaxed),
+            st.hops.load(Ordering::Relaxed),
+            st.wake_signals.load(Ordering::Relaxed),
+            st.wake_signals_skipped.load(Ordering::Relaxed),
+            st.parks.load(Ordering::Relaxed),
             st.client_output_limit_closes.load(Ordering::Relaxed),
             shard_stats.iter().map(|(_, s)| s.cache.hits).sum::<u64>(),
             shard_stats.iter().map(|(_, s)| s.cache.misses).sum::<u64>(),

@@ -142,14 +142,37 @@ pub enum Msg {
 pub struct WorkerLink {
     pub tx: mpsc::Sender<Msg>,
     pub wake: OwnedFd,
+    /// The worker is blocked in its ring, or about to block: set before its last look at
+    /// the mailbox and cleared when it wakes. A sender signals `wake` only while it is set
+    /// (docs/architecture.md, "Waking a worker"): a worker that is running or
+    /// busy-polling finds the message on its own, without an eventfd write and read.
+    pub parked: AtomicBool,
 }
 
 impl WorkerLink {
+    pub fn new(tx: mpsc::Sender<Msg>, wake: OwnedFd) -> WorkerLink {
+        WorkerLink {
+            tx,
+            wake,
+            parked: AtomicBool::new(false),
+        }
+    }
+
     pub fn send(&self, m: Msg) {
         // The receiver lives as long as the process; a send error means the
         // worker already exited during shutdown, when nothing waits anyway.
         let _ = self.tx.send(m);
-        crate::runtime::eventfd_signal(self.wake.as_raw_fd());
+        if self.needs_wake() {
+            crate::runtime::eventfd_signal(self.wake.as_raw_fd());
+        }
+    }
+
+    /// Called after pushing messages: true when the worker may be parked and must be
+    /// signalled. The fence pairs with the one in `Worker::park`: either this load sees
+    /// `parked`, or the worker's look at the mailbox after setting it sees the message.
+    pub fn needs_wake(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.parked.load(Ordering::Relaxed)
     }
 }
 
@@ -181,6 +204,13 @@ pub struct Stats {
     pub commit_sync_us: AtomicU64,
     /// Rounds that left ready connections for the next round at --foreground-budget-us.
     pub foreground_budget_cuts: AtomicU64,
+    /// Cross-worker traffic and parking (`worker.rs`, added once per round): requests
+    /// sent to another worker's mailbox, eventfd signals sent to a parked worker, signals
+    /// skipped because the receiver was awake, and blocking waits in the ring.
+    pub hops: AtomicU64,
+    pub wake_signals: AtomicU64,
+    pub wake_signals_skipped: AtomicU64,
+    pub parks: AtomicU64,
     /// Commands that waited for device reads without blocking their worker, and the
     /// reads they made (`server::reads`).
     pub parked_commands: AtomicU64,
@@ -340,10 +370,7 @@ pub fn build_shared(
     let mut rxs = Vec::new();
     for _ in 0..settings.threads {
         let (tx, rx) = mpsc::channel();
-        links.push(WorkerLink {
-            tx,
-            wake: crate::runtime::eventfd()?,
-        });
+        links.push(WorkerLink::new(tx, crate::runtime::eventfd()?));
         rxs.push(rx);
     }
     let runtime = RuntimeConfig {

@@ -64,8 +64,6 @@ const TRIM_AFTER_CLOSE_BYTES: usize = 1 << 20;
 /// A command whose reply reached this many bytes trims the heap after it (the value it
 /// built to answer is freed; issue 13, RSS under load).
 const TRIM_AFTER_REPLY_BYTES: usize = 8 << 20;
-/// Longest park when nothing is pending (active expiry, shutdown checks).
-const IDLE_WAIT_MS: u64 = 100;
 /// Active expiry's time per loop round while any held shard has due keys:
 /// max(`EXPIRY_MIN_US`, `EXPIRY_ROUND_PERCENT` % of the round's foreground time), shared by
 /// the shards with due keys (`docs/storage.md` "Active expiry"). While keys are due the
@@ -149,7 +147,18 @@ pub struct Worker {
     next_gen: u32,
     listeners: Vec<OwnedFd>,
     mailbox: mpsc::Receiver<Msg>,
+    /// A message taken from the mailbox by `mailbox_waiting` (a look before parking or
+    /// while busy-polling); `drain_mailbox` handles it first.
+    mailbox_next: Option<Msg>,
     wake_buf: Box<u64>,
+    /// `--busy-poll-us`, or 0 when the workers outnumber the CPUs they may run on (a
+    /// worker spinning would only hold off the one that has work; see `wait`).
+    busy_poll_us: u64,
+    /// This round's cross-worker counters, added to `Stats` once per round.
+    round_hops: u64,
+    round_signals: u64,
+    round_signals_skipped: u64,
+    round_parks: u64,
     ready: Vec<u32>,
     /// Connections stopped at a command that needs other workers' shards;
     /// served together, once per round, while those shards are lent to us.
@@ -251,6 +260,7 @@ impl Worker {
         let reads = Reads::new(&ring, shared.settings.cli.debug_read_delay_ms);
         let workers = shared.workers.len();
         let spare_shards = shards.empty_like();
+        let busy_poll_us = busy_poll_us(&shared.settings);
         let mut w = Worker {
             id,
             run_connection_command,
@@ -266,7 +276,13 @@ impl Worker {
             next_gen: 1,
             listeners,
             mailbox,
+            mailbox_next: None,
             wake_buf: Box::new(0),
+            busy_poll_us,
+            round_hops: 0,
+            round_signals: 0,
+            round_signals_skipped: 0,
+            round_parks: 0,
             ready: Vec::new(),
             deferred: Vec::new(),
             retry_pending: false,
@@ -387,6 +403,7 @@ impl Worker {
                     .fetch_add(self.commands_this_round, Ordering::Relaxed);
                 self.commands_this_round = 0;
             }
+            self.publish_hop_counts();
             if self.shared.shutdown.load(Ordering::SeqCst) {
                 break;
             }
@@ -522,6 +539,9 @@ impl Worker {
             k if k == OpKind::Recv as u8 => self.on_recv(token, res, flags),
             k if k == OpKind::Send as u8 => self.on_send(token, res),
             k if k == OpKind::Wake as u8 => self.arm_wake(),
+            // A signal to another worker's eventfd: nothing to do (EAGAIN on a
+            // saturated counter still wakes it).
+            k if k == OpKind::Signal as u8 => {}
             k if k == OpKind::Read as u8 => self.on_read(token as usize, res, now),
             k if k == OpKind::Fsync as u8 => self.on_fsync(token, res, now),
             k if k == OpKind::ChunkWrite as u8 => self.on_chunk_write(token, res, now),
@@ -822,8 +842,20 @@ impl Worker {
 
     // ----- mailbox ---------------------------------------------------------
 
+    /// True when a message waits in the mailbox (it is kept in `mailbox_next`).
+    fn mailbox_waiting(&mut self) -> bool {
+        if self.mailbox_next.is_none() {
+            self.mailbox_next = self.mailbox.try_recv().ok();
+        }
+        self.mailbox_next.is_some()
+    }
+
     fn drain_mailbox(&mut self, now: u64) {
-        while let Ok(msg) = self.mailbox.try_recv() {
+        while let Some(msg) = self
+            .mailbox_next
+            .take()
+            .or_else(|| self.mailbox.try_recv().ok())
+        {
             match msg {
                 Msg::Request {
                     from,
@@ -962,9 +994,40 @@ impl Worker {
             }
             let link = &self.shared.workers[w];
             for m in self.outbox[w].drain(..) {
+                self.round_hops += u64::from(matches!(m, Msg::Request { .. }));
                 let _ = link.tx.send(m);
             }
-            crate::runtime::eventfd_signal(link.wake.as_raw_fd());
+            // One signal per peer per round, and none while the peer is awake: it drains
+            // its mailbox before it parks. The signal is an eventfd write on our own ring,
+            // submitted with this round's sends (no syscall of its own).
+            if link.needs_wake() {
+                self.round_signals += 1;
+                let sqe = opcode::Write::new(
+                    types::Fd(link.wake.as_raw_fd()),
+                    std::ptr::addr_of!(WAKE_ONE).cast::<u8>(),
+                    8,
+                )
+                .build()
+                .user_data(user_data(OpKind::Signal, w as u64));
+                push_sqe(&mut self.ring, &sqe);
+            } else {
+                self.round_signals_skipped += 1;
+            }
+        }
+    }
+
+    /// Adds this round's cross-worker counters to the server's stats.
+    fn publish_hop_counts(&mut self) {
+        let st = &self.shared.stats;
+        for (local, total) in [
+            (&mut self.round_hops, &st.hops),
+            (&mut self.round_signals, &st.wake_signals),
+            (&mut self.round_signals_skipped, &st.wake_signals_skipped),
+            (&mut self.round_parks, &st.parks),
+        ] {
+            if *local > 0 {
+                total.fetch_add(std::mem::take(local), Ordering::Relaxed);
+            }
         }
     }
 
@@ -2570,7 +2633,7 @@ impl Worker {
             }
             return;
         }
-        let busy_us = self.shared.settings.cli.busy_poll_us;
+        let busy_us = self.busy_poll_us;
         if busy_us > 0 {
             let _ = self.ring.submit();
             let until = Instant::now() + Duration::from_micros(busy_us);
@@ -2583,6 +2646,10 @@ impl Worker {
                     let _ = self.ring.submit();
                     return;
                 }
+                // Not parked yet, so other workers do not signal: look ourselves.
+                if self.mailbox_waiting() {
+                    return;
+                }
                 std::hint::spin_loop();
             }
         }
@@ -2592,12 +2659,15 @@ impl Worker {
             .iter()
             .flatten()
             .any(|s| s.has_unflushed());
+        // Longest park when nothing is pending (active expiry; 100 ms unless a test sets
+        // the hook).
+        let idle_wait_ms = self.shared.settings.cli.debug_idle_wait_ms.max(1);
         let wait_ms = if !self.delayed_syncs.is_empty() || self.reads.has_delayed() {
             1
         } else if unflushed {
-            self.shared.settings.cli.flush_max_ms.clamp(1, IDLE_WAIT_MS)
+            self.shared.settings.cli.flush_max_ms.clamp(1, idle_wait_ms)
         } else {
-            IDLE_WAIT_MS
+            idle_wait_ms
         };
         // Wake at the earliest deadline of a client blocked here (rounded up to 1 ms).
         let wait_ms = match super::blocking::next_deadline_ms(self.id) {
@@ -2610,6 +2680,28 @@ impl Worker {
     /// Waits in the ring for a completion or `wait_us`, whichever comes first (a timeout
     /// or a signal is not an error).
     pub(super) fn wait_ring_us(&mut self, wait_us: u64) {
+        // Parking (docs/architecture.md, "Waking a worker"): announce it, then look at
+        // the mailbox once more. The fence pairs with `WorkerLink::needs_wake`: a sender
+        // that pushed before our look is seen by it, one that pushes after sees `parked`
+        // and signals the eventfd our ring reads.
+        let link = &self.shared.workers[self.id];
+        link.parked.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.mailbox_waiting() {
+            self.shared.workers[self.id]
+                .parked
+                .store(false, Ordering::Relaxed);
+            let _ = self.ring.submit();
+            return;
+        }
+        self.round_parks += 1;
+        self.park_ring_us(wait_us);
+        self.shared.workers[self.id]
+            .parked
+            .store(false, Ordering::Relaxed);
+    }
+
+    fn park_ring_us(&mut self, wait_us: u64) {
         let ts = types::Timespec::new()
             .sec(wait_us / 1_000_000)
             .nsec(((wait_us % 1_000_000) * 1000) as u32);
@@ -2621,6 +2713,22 @@ impl Worker {
                     || e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => tracing::error!("io_uring wait failed: {e}"),
         }
+    }
+}
+
+/// The eventfd increment a signal writes (`send_outbox`); static, so the buffer outlives
+/// the write on the ring.
+static WAKE_ONE: u64 = 1;
+
+/// The busy-poll time a worker uses: `--busy-poll-us`, or none when there are more
+/// workers than CPUs in their mask. Workers sharing a CPU take turns on it; one spinning
+/// for a completion would only delay the other, which has the work (often the very
+/// request the spinner waits for).
+fn busy_poll_us(settings: &crate::config::Settings) -> u64 {
+    if settings.threads > settings.cpus.len() {
+        0
+    } else {
+        settings.cli.busy_poll_us
     }
 }
 
