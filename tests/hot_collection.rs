@@ -234,8 +234,7 @@ fn list_contents(s: &common::Server, key: &str) -> Vec<String> {
 fn one_batch(s: &common::Server, conns: &mut [common::Raw], cmds: &[Vec<String>], bulk: bool) -> Vec<String> {
     let mut sleeper = s.raw();
     sleeper.send(&common::resp(&["DEBUG", "SLEEP", "0.3"]));
-    // The sleep has started once PING from another connection waits behind it; the
-    // commands below are then all readable when the worker wakes.
+    // Sent while the worker sleeps, the commands below are all readable when it wakes.
     std::thread::sleep(std::time::Duration::from_millis(50));
     for (c, cmd) in conns.iter_mut().zip(cmds) {
         let a: Vec<&str> = cmd.iter().map(|x| x.as_str()).collect();
@@ -403,8 +402,7 @@ fn sigkill_under_coalesced_pushes_loses_nothing_acknowledged() {
     for t in threads {
         t.join().unwrap();
     }
-    s.launch();
-    s.wait_ready();
+    s.restart_after_kill();
     let all = list_contents(&s, "l");
     let original: Vec<String> = (0..N).map(|i| format!("item:{i}")).collect();
     assert_eq!(all[..N as usize], original[..], "the original elements are intact");
