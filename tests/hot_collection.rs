@@ -195,7 +195,10 @@ fn fill_list(s: &common::Server, key: &str, n: u64) {
         c.cmd(&a);
         let _ = read_line(&mut c);
     }
-    c.expect(&[b"OBJECT", b"ENCODING", key.as_bytes()], b"$9\r\nquicklist\r\n");
+    c.expect(
+        &[b"OBJECT", b"ENCODING", key.as_bytes()],
+        b"$9\r\nquicklist\r\n",
+    );
 }
 
 fn read_line(c: &mut common::Raw) -> String {
@@ -231,7 +234,12 @@ fn list_contents(s: &common::Server, key: &str) -> Vec<String> {
 /// Sends one command from each of `conns` while the worker sleeps (DEBUG SLEEP on
 /// another connection), so that all of them are in the worker's next batch whatever the
 /// machine's load; returns each connection's reply line (or bulk body).
-fn one_batch(s: &common::Server, conns: &mut [common::Raw], cmds: &[Vec<String>], bulk: bool) -> Vec<String> {
+fn one_batch(
+    s: &common::Server,
+    conns: &mut [common::Raw],
+    cmds: &[Vec<String>],
+    bulk: bool,
+) -> Vec<String> {
     let mut sleeper = s.raw();
     sleeper.send(&common::resp(&["DEBUG", "SLEEP", "0.3"]));
     // Sent while the worker sleeps, the commands below are all readable when it wakes.
@@ -253,8 +261,9 @@ fn one_batch(s: &common::Server, conns: &mut [common::Raw], cmds: &[Vec<String>]
 // batch's commands run on the decoded list kept in the shard's overlay, stored once when
 // the round ends (docs/collections.md section 5a). The contents are exact: every push
 // applied once, the pops return the head elements exactly once, a restart shows the same
-// list. Without the overlay each push writes ≥ one 4 KiB sector of leaf: > 4 000 B/push
-// (measured ~6 000), which fails the bound below.
+// list. Without the overlay (`--coalesce-lists no`) the pushes write 1 843 B each (552 960
+// bytes for 300: every push its own end leaf, directory page and root), which fails the
+// bound below.
 #[test]
 fn concurrent_pushes_on_one_paged_list_coalesce() {
     const CONNS: usize = 50;
@@ -293,6 +302,10 @@ fn concurrent_pushes_on_one_paged_list_coalesce() {
     let bytes = s.info_u64("storage", "lavik_device_write_bytes") - bytes_before;
     let coalesced = s.info_u64("storage", "lavik_coalesced_commands") - coalesced_before;
     let per_push = bytes / (ROUNDS * CONNS) as u64;
+    eprintln!(
+        "{bytes} device bytes for {} pushes, {coalesced} from the overlay",
+        ROUNDS * CONNS
+    );
     assert!(
         per_push <= 1_024,
         "{} pushes in {ROUNDS} batches wrote {bytes} device bytes ({per_push} per push; \
@@ -318,10 +331,13 @@ fn concurrent_pushes_on_one_paged_list_coalesce() {
     let bytes_before = s.info_u64("storage", "lavik_device_write_bytes");
     let mut popped = Vec::new();
     for _ in 0..ROUNDS {
-        let cmds: Vec<Vec<String>> = (0..CONNS).map(|_| vec!["LPOP".into(), "l".into()]).collect();
+        let cmds: Vec<Vec<String>> = (0..CONNS)
+            .map(|_| vec!["LPOP".into(), "l".into()])
+            .collect();
         popped.extend(one_batch(&s, &mut conns, &cmds, true));
     }
     let pop_bytes = s.info_u64("storage", "lavik_device_write_bytes") - bytes_before;
+    eprintln!("{pop_bytes} device bytes for {} pops", ROUNDS * CONNS);
     popped.sort();
     let mut want = all[..ROUNDS * CONNS].to_vec();
     want.sort();
@@ -344,7 +360,11 @@ fn concurrent_pushes_on_one_paged_list_coalesce() {
     let after = list_contents(&s, "l");
     assert_eq!(after.len(), N as usize + CONNS / 5 * 3);
     s.restart();
-    assert_eq!(list_contents(&s, "l"), after, "a restart shows the same list");
+    assert_eq!(
+        list_contents(&s, "l"),
+        after,
+        "a restart shows the same list"
+    );
 }
 
 // SIGKILL under concurrent pushes on one paged list with `appendfsync always`: every push
@@ -386,7 +406,12 @@ fn sigkill_under_coalesced_pushes_loses_nothing_acknowledged() {
                             Ok(n) => got.extend_from_slice(&buf[..n]),
                         }
                     }
-                    assert_eq!(got[0], b':', "RPUSH answered {:?}", String::from_utf8_lossy(&got));
+                    assert_eq!(
+                        got[0],
+                        b':',
+                        "RPUSH answered {:?}",
+                        String::from_utf8_lossy(&got)
+                    );
                     acked[i].store(j + 1, Ordering::SeqCst);
                 }
             })
@@ -405,7 +430,11 @@ fn sigkill_under_coalesced_pushes_loses_nothing_acknowledged() {
     s.restart_after_kill();
     let all = list_contents(&s, "l");
     let original: Vec<String> = (0..N).map(|i| format!("item:{i}")).collect();
-    assert_eq!(all[..N as usize], original[..], "the original elements are intact");
+    assert_eq!(
+        all[..N as usize],
+        original[..],
+        "the original elements are intact"
+    );
     let mut per_conn: Vec<Vec<u64>> = vec![Vec::new(); CONNS];
     for e in &all[N as usize..] {
         let (c, j) = e[1..].split_once(':').unwrap();

@@ -40,7 +40,8 @@ fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded
     let (db, now) = (ctx.db, ctx.now_ms);
     // A reader that is not the batch's coalescing push/pop (a blocked client served by a
     // push, LLEN...) sees the coalesced list only once it is stored.
-    paged_list::store_coalesced_key(ctx.shards.for_key(key), db, key, now).map_err(storage_error)?;
+    paged_list::store_coalesced_key(ctx.shards.for_key(key), db, key, now)
+        .map_err(storage_error)?;
     match ctx
         .shards
         .for_key(key)

@@ -2374,12 +2374,11 @@ fn exec_restartable(
     // Pushes/pops on one paged list coalesce within the batch (docs/collections.md 5a);
     // every other command first stores what they coalesced. Outside the restartable run:
     // such a store may read a page synchronously.
-    let allowed = scope.is_none()
-        && !ctx.shards.groups.is_open()
-        && !crate::runtime::tracking::active();
-    if let Err(e) = crate::commands::collection::coalesce_begin(
-        ctx.shards, spec.name, args, db, now, allowed,
-    ) {
+    let allowed =
+        scope.is_none() && !ctx.shards.groups.is_open() && !crate::runtime::tracking::active();
+    if let Err(e) =
+        crate::commands::collection::coalesce_begin(ctx.shards, spec.name, args, db, now, allowed)
+    {
         tracing::error!("storing coalesced lists failed: {e}");
     }
     if let Some(ids) = scope.clone() {
