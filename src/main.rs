@@ -201,6 +201,7 @@ fn main() {
         paged_base_min_dirs: settings.cli.paged_base_min_dirs,
         ..StoreConfig::default()
     };
+    lavik::commands::collection::set_coalescing(settings.cli.coalesce_lists != "no");
     // Recovery runs beside the workers: they listen at once and answer
     // -LOADING until it hands them their shards. Only the labels are read
     // before we go on, so a foreign or damaged file is refused before

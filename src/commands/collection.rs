@@ -12,7 +12,7 @@
 use super::{eq_ic, parse_int, storage_error, Ctx, ERR_SYNTAX, ERR_WRONGTYPE};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{CodecError, HashEncoding, HashValue, SetEncoding, SetValue};
-use crate::storage::list_codec::{ListEncoding, ListValue};
+use crate::storage::list_codec::{End, ListEncoding, ListValue};
 use crate::storage::paged_list::{self, ListHandle, PagedList};
 use crate::storage::paged_zset::{self, PagedZSet, ZHandle};
 use crate::storage::zset::{ZSetEncoding, ZSetValue};
@@ -38,6 +38,10 @@ enum Raw {
 
 fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded<Raw>>, String> {
     let (db, now) = (ctx.db, ctx.now_ms);
+    // A reader that is not the batch's coalescing push/pop (a blocked client served by a
+    // push, LLEN...) sees the coalesced list only once it is stored.
+    paged_list::store_coalesced_key(ctx.shards.for_key(key), db, key, now)
+        .map_err(storage_error)?;
     match ctx
         .shards
         .for_key(key)
@@ -512,6 +516,18 @@ pub fn load_list(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListValue>>,
 /// Loads the list at `key` for a command that touches only some of its elements: a paged
 /// list comes back with its root and directory pages read, its leaves read on demand.
 pub fn load_list_handle(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListHandle>>, String> {
+    if COALESCING.get() {
+        let db = ctx.db;
+        let shard = ctx.shards.for_key(key);
+        if let Some(p) = shard.coalesced.take(db, key) {
+            // `coalesce_begin` checked that this state serves the command without a read.
+            shard.counters.coalesced_commands += 1;
+            return Ok(Some(Loaded {
+                value: ListHandle::Paged(p),
+                expire_at_ms: None,
+            }));
+        }
+    }
     let Some(Loaded {
         value: raw,
         expire_at_ms,
@@ -604,7 +620,107 @@ pub fn store_list_handle(
     shrinking: bool,
 ) -> Result<(), String> {
     settle_list(ctx, key, &mut l, shrinking)?;
+    let l = match l {
+        ListHandle::Paged(p)
+            if COALESCING.get()
+                && expire_at_ms.is_none()
+                && !p.is_empty()
+                && !crate::storage::prefetch::run_missed() =>
+        {
+            // Kept for the batch's next push/pop on this key; stored when the batch ends.
+            match ctx.shards.for_key(key).coalesced.put(p) {
+                Ok(()) => return Ok(()),
+                Err(p) => ListHandle::Paged(p),
+            }
+        }
+        l => l,
+    };
     write_list(ctx, key, l, expire_at_ms)
+}
+
+// ---- coalescing pushes and pops within a batch (docs/collections.md section 5a) ------
+
+thread_local! {
+    /// Set by `coalesce_begin` for the handler of a coalescable command.
+    static COALESCING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `--coalesce-lists` (default yes): whether pushes and pops may coalesce at all.
+static COALESCING_ENABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Sets `--coalesce-lists` (at start).
+pub fn set_coalescing(enabled: bool) {
+    COALESCING_ENABLED.store(enabled, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The end and pop count of a command that may use the batch overlay: a single-key push
+/// (LPUSH RPUSH LPUSHX RPUSHX, pops 0) or pop (LPOP RPOP, COUNT > 0); `None` otherwise.
+fn coalescable(name: &str, args: &[&[u8]]) -> Option<(End, usize)> {
+    let pops = || match args.len() {
+        2 => Some(1),
+        3 => crate::resp::parse::parse_i64(args[2])
+            .filter(|&n| n > 0)
+            .map(|n| n as usize),
+        _ => None,
+    };
+    match name {
+        "lpush" | "lpushx" if args.len() >= 3 => Some((End::Head, 0)),
+        "rpush" | "rpushx" if args.len() >= 3 => Some((End::Tail, 0)),
+        "lpop" => Some((End::Head, pops()?)),
+        "rpop" => Some((End::Tail, pops()?)),
+        _ => None,
+    }
+}
+
+/// Called by the worker before every keyed command's handler, outside any restartable
+/// run (so the stores below may read synchronously). A coalescable command (`allowed`:
+/// no write scope, no coordinated pass, no client tracking) on a list whose coalesced
+/// state serves it without a read runs on that state; its coalesced list is stored
+/// first when it would not. Any other command stores every coalesced list of the held
+/// shards first, so it sees (and DUMP, RENAME, defrag, the checkpoint... see) the latest
+/// state. Returns whether the handler coalesces (`coalesce_end` after it).
+pub fn coalesce_begin(
+    shards: &mut super::ShardSet,
+    name: &str,
+    args: &[&[u8]],
+    db: u8,
+    now_ms: u64,
+    allowed: bool,
+) -> Result<bool, StorageError> {
+    let enabled = COALESCING_ENABLED.load(std::sync::atomic::Ordering::Relaxed);
+    let Some((end, pops)) = coalescable(name, args).filter(|_| allowed && enabled) else {
+        store_all_coalesced(shards, now_ms)?;
+        return Ok(false);
+    };
+    let shard = shards.for_key(args[1]);
+    if let Some(p) = shard.coalesced.take(db, args[1]) {
+        if p.serves_in_memory(end, pops) {
+            let _ = shard.coalesced.put(p);
+        } else {
+            p.store(shard, None, now_ms)?;
+        }
+    }
+    COALESCING.set(true);
+    Ok(true)
+}
+
+/// Ends what `coalesce_begin` began (idempotent).
+pub fn coalesce_end() {
+    COALESCING.set(false);
+}
+
+/// Stores every coalesced list of the held shards (the batch's end, before a shard is
+/// lent, before any command that is not a coalescing push/pop).
+pub fn store_all_coalesced(shards: &mut super::ShardSet, now_ms: u64) -> Result<(), StorageError> {
+    let mut first_err = None;
+    for shard in shards.held() {
+        if !shard.coalesced.is_empty() {
+            if let Err(e) = paged_list::store_coalesced(shard, now_ms) {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 /// Writes `z` under `key` (deleting the key when `z` is empty). A skiplist whose members

@@ -138,6 +138,10 @@ pub struct Cli {
     /// version-2 root (base page + change list); tests lower it to reach that form small.
     #[arg(long, default_value_t = 64, hide = true)]
     pub paged_base_min_dirs: usize,
+    /// Pushes and pops on one paged list coalesce within a worker round
+    /// (`docs/collections.md` section 5a) (yes|no; `no` for before/after measurements).
+    #[arg(long, default_value = "yes", hide = true)]
+    pub coalesce_lists: String,
     /// Test hook: each group-commit `fdatasync` counts as done this long after it
     /// completes (to see that replies wait for it).
     #[arg(long, default_value_t = 0, hide = true)]

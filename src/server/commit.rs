@@ -81,6 +81,9 @@ fn note_flush(epoch: &mut Epoch, shard: u32, r: Result<Vec<RawFd>, crate::storag
 
 impl Worker {
     pub(super) fn flush_storage(&mut self, now: u64) {
+        // The round's coalesced lists become records before the epoch takes them, so an
+        // `always` reply still waits for everything it acknowledged (collections 5a).
+        self.store_coalesced(now);
         self.round_need = 0;
         match self.fsync {
             FsyncPolicy::No => self.flush_storage_sync(now),

@@ -1434,12 +1434,15 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
     }
     if want("storage") {
         out.push_str(&format!(
-            "# Storage\r\nlavik_shards:{}\r\nlavik_index_bytes:{index_bytes}\r\nlavik_device_write_bytes:{}\r\nlavik_defrag_write_bytes:{}\r\n",
+            "# Storage\r\nlavik_shards:{}\r\nlavik_index_bytes:{index_bytes}\r\nlavik_device_write_bytes:{}\r\nlavik_defrag_write_bytes:{}\r\nlavik_coalesced_commands:{}\r\nlavik_coalesced_flushes:{}\r\n",
             sh.shard_count,
             // Bytes written to the devices by all shards (docs/collections.md section 5).
             shard_stats.iter().map(|(_, s)| s.device_write_bytes).sum::<u64>(),
             // Record bytes defrag appended (part of the above; docs/collections.md 3a).
-            shard_stats.iter().map(|(_, s)| s.defrag_write_bytes).sum::<u64>()
+            shard_stats.iter().map(|(_, s)| s.defrag_write_bytes).sum::<u64>(),
+            // Pushes/pops served from the batch overlay, and its stores (collections 5a).
+            shard_stats.iter().map(|(_, s)| s.coalesced_commands).sum::<u64>(),
+            shard_stats.iter().map(|(_, s)| s.coalesced_flushes).sum::<u64>()
         ));
         // A growing data file: its size, limit, room left and steps (storage/grow.rs).
         match &growth {

@@ -412,7 +412,21 @@ impl Worker {
         self.finish();
     }
 
+    /// Stores the lists pushes and pops coalesced (`docs/collections.md` section 5a):
+    /// once a round before the group commit takes the round's records, before a lend or
+    /// a coordinated pass, before a connection command, and at shutdown.
+    pub(super) fn store_coalesced(&mut self, now: u64) {
+        if let Err(e) = crate::commands::collection::store_all_coalesced(&mut self.shards, now) {
+            tracing::error!("storing coalesced lists failed: {e}");
+            self.shared
+                .stats
+                .flush_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn finish(mut self) {
+        self.store_coalesced(now_ms());
         // Stop listening now: the ring's multishot accepts keep the sockets open until
         // the ring is torn down, which the kernel finishes after we exit; a listening
         // socket that lingers would take new connections (reset later) and keep the port
@@ -890,6 +904,8 @@ impl Worker {
                     }
                 }
                 Msg::Lend { give, back } => {
+                    // A borrower must find every list stored (docs/collections.md 5a).
+                    self.store_coalesced(now);
                     let mine: Vec<Shard> = self
                         .shards
                         .slots
@@ -1296,6 +1312,8 @@ impl Worker {
             crate::acl::ScriptCallerScope::set(super::acl_cmd::script_caller_for(conn, spec, now));
         let outcome = match spec.kind {
             Kind::Local => {
+                // Connection commands (INFO, DEBUG, SAVE, MULTI/EXEC...) see every list stored.
+                self.store_coalesced(now);
                 let outcome = (self.run_connection_command)(self, conn, slot, spec, args, now);
                 self.refresh_slowlog_threshold();
                 outcome
@@ -2009,6 +2027,7 @@ impl Worker {
         // The whole pass is one write scope over every held shard, a group: each write in
         // it (multi-key or not) is GROUPED, so a later command of the pass that read an
         // earlier one's result cannot outlive it in a crash. It is settled once, below.
+        self.store_coalesced(now_ms());
         let set = &mut self.shards;
         set.groups.in_pass = true;
         let all_ids: Vec<u32> = (0..set.shard_count)
@@ -2802,6 +2821,16 @@ fn exec_restartable(
     let waiter = super::blocking::before_handler();
     super::blocking::defer_begin();
     let scope = write_scope(ctx.shards, spec, args);
+    // Pushes/pops on one paged list coalesce within the batch (docs/collections.md 5a);
+    // every other command first stores what they coalesced. Outside the restartable run:
+    // such a store may read a page synchronously.
+    let allowed =
+        scope.is_none() && !ctx.shards.groups.is_open() && !crate::runtime::tracking::active();
+    if let Err(e) =
+        crate::commands::collection::coalesce_begin(ctx.shards, spec.name, args, db, now, allowed)
+    {
+        tracing::error!("storing coalesced lists failed: {e}");
+    }
     if let Some(ids) = scope.clone() {
         let set = &mut *ctx.shards;
         set.groups.begin(&mut set.slots, ids);
@@ -2817,6 +2846,7 @@ fn exec_restartable(
     // INFO keyspace_hits/misses and `keymiss`: the handler's lookups of its read keys.
     let reads = super::keystats::begin(spec, args);
     let mut res = handler(&mut ctx, args, &mut r);
+    crate::commands::collection::coalesce_end();
     if let Some(wanted) = wanted {
         crate::storage::prefetch::restartable_end(wanted);
         let discarded = !wanted.is_empty();

@@ -109,6 +109,11 @@ struct OpenScope {
 }
 
 impl WriteGroups {
+    /// A scope is open (a multi-record command, a script, EXEC, a coordinated pass).
+    pub fn is_open(&self) -> bool {
+        !self.open.is_empty() || self.in_pass
+    }
+
     /// Opens a scope over `shards` (ascending, distinct; every one held in `slots`).
     pub fn begin(&mut self, slots: &mut [Option<Shard>], shards: Vec<u32>) {
         let outer = self.open.iter().rev().find_map(|s| s.group);

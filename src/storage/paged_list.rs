@@ -1037,6 +1037,36 @@ impl PagedList {
         Ok(())
     }
 
+    /// Whether a push (`pops` = 0) or `pops` pops at `end` can run on this state without
+    /// reading a page and without a demotion: the end directory page and the end leaf are
+    /// in memory, the leaf keeps an element after the pops (so no further leaf is needed),
+    /// and the list stays clear of `settle_list`'s demotion rule (3+ leaves, and more than
+    /// `DEMOTE_BYTES` of leaves beside the end leaf). A coalesced list that fails this is
+    /// stored first and the command takes the ordinary path.
+    pub fn serves_in_memory(&self, end: End, pops: usize) -> bool {
+        let Some(dir) = (match end {
+            End::Head => self.dirs.first(),
+            End::Tail => self.dirs.last(),
+        }) else {
+            return false;
+        };
+        let Some(leaves) = dir.leaves.as_ref() else {
+            return false;
+        };
+        let Some(leaf) = (match end {
+            End::Head => leaves.first(),
+            End::Tail => leaves.last(),
+        }) else {
+            return false;
+        };
+        let Some(elems) = leaf.elems.as_ref() else {
+            return false;
+        };
+        pops < elems.len()
+            && self.leaf_count() >= 3
+            && self.payload_bytes() >= paged::DEMOTE_BYTES + leaf.payload_len()
+    }
+
     /// Writes what changed (non-empty list; the key's current root is the one this was
     /// opened from): dirty leaves, the directory pages holding them (merged with a small
     /// neighbour, split past `DIR_MAX_ENTRIES`), then the root. Pages not read keep their
@@ -1131,6 +1161,83 @@ impl PagedList {
             shard.unaccount_page(db, super::index::Address(addr), key.len(), len);
         }
         shard.put_paged_root(db, &key, kind, &root.encode(), expire, now_ms, seq, true)
+    }
+}
+
+/// Most paged lists one shard keeps coalesced at a time (`docs/collections.md` section
+/// 5a); a push or pop on another list past it is stored at once, as before.
+pub const COALESCED_KEYS_MAX: usize = 16;
+
+/// Paged lists whose store is deferred to the end of the worker's batch
+/// (`docs/collections.md` section 5a): the decoded state `PagedList::store` would have
+/// encoded, with every change since the key's current root still dirty. The index still
+/// names that root; only the coalescable commands of the batch (single-key pushes and pops
+/// outside any scope, `commands::collection::coalesce_begin`) read a list from here, every
+/// other command first has it stored (`store_coalesced`). Never holds a list with a TTL.
+#[derive(Default)]
+pub struct Coalesced {
+    lists: Vec<PagedList>,
+}
+
+impl Coalesced {
+    pub fn is_empty(&self) -> bool {
+        self.lists.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lists.len()
+    }
+
+    pub fn contains(&self, db: Db, key: &[u8]) -> bool {
+        self.lists.iter().any(|p| p.db == db && p.key == key)
+    }
+
+    /// Takes the list of (db, key) out, if held.
+    pub fn take(&mut self, db: Db, key: &[u8]) -> Option<PagedList> {
+        let i = self.lists.iter().position(|p| p.db == db && p.key == key)?;
+        Some(self.lists.swap_remove(i))
+    }
+
+    /// Keeps `p` (non-empty, no other entry of its key) until the batch ends; gives it back
+    /// when the overlay is full.
+    pub fn put(&mut self, p: PagedList) -> Result<(), PagedList> {
+        debug_assert!(!p.is_empty() && !self.contains(p.db, &p.key));
+        if self.lists.len() >= COALESCED_KEYS_MAX {
+            return Err(p);
+        }
+        self.lists.push(p);
+        Ok(())
+    }
+}
+
+/// Stores every coalesced list of `shard` (its pages, then its root: one store per list
+/// for the whole batch). A list whose store fails is dropped (its key keeps its last
+/// stored root); the first error is returned after the others were stored.
+pub fn store_coalesced(shard: &mut Shard, now_ms: u64) -> Result<(), StorageError> {
+    if shard.coalesced.lists.is_empty() {
+        return Ok(());
+    }
+    let lists = std::mem::take(&mut shard.coalesced.lists);
+    let mut first_err = None;
+    for p in lists {
+        if let Err(e) = p.store(shard, None, now_ms) {
+            first_err.get_or_insert(e);
+        }
+    }
+    shard.counters.coalesced_flushes += 1;
+    first_err.map_or(Ok(()), Err)
+}
+
+/// Stores the coalesced list of (db, key) if `shard` holds one.
+pub fn store_coalesced_key(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<(), StorageError> {
+    match shard.coalesced.take(db, key) {
+        Some(p) => p.store(shard, None, now_ms),
+        None => Ok(()),
     }
 }
 

@@ -152,6 +152,10 @@ pub(crate) struct Counters {
     pub blind_settled_new: u64,
     /// Span reads of the settle sweep (and of `settle_blind_all`).
     pub blind_sweep_reads: u64,
+    /// Pushes/pops served from a coalesced paged list (`paged_list::Coalesced`) and the
+    /// stores of the overlay (INFO `lavik_coalesced_commands`, `lavik_coalesced_flushes`).
+    pub coalesced_commands: u64,
+    pub coalesced_flushes: u64,
 }
 
 /// A blind write not yet settled: the record at the key of `Shard::blind` replaced the
@@ -226,6 +230,9 @@ pub struct ShardStats {
     pub device_write_bytes: u64,
     /// Record bytes appended by defrag (`Counters::defrag_write_bytes`).
     pub defrag_write_bytes: u64,
+    /// `Counters::coalesced_commands` / `coalesced_flushes`.
+    pub coalesced_commands: u64,
+    pub coalesced_flushes: u64,
     pub flushes: u64,
     pub fsyncs: u64,
     pub blocks_used: u64,
@@ -327,6 +334,8 @@ pub struct Shard {
     pub(crate) counters: Counters,
     /// Reused for the first read of every record (one read window).
     pub(crate) read_buf: AlignedBuf,
+    /// Paged lists whose store waits for the end of the batch (`docs/collections.md` 5a).
+    pub(crate) coalesced: super::paged_list::Coalesced,
     /// Recently read records (see `cache.rs`).
     pub(crate) cache: RecordCache,
     /// Paged roots and directory pages appended to the open block and still current: kept in
@@ -508,6 +517,7 @@ impl Shard {
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(id),
             counters: Counters::default(),
             read_buf: AlignedBuf::new_zeroed(READ_WINDOW_BYTES),
+            coalesced: Default::default(),
             cache: RecordCache::new(cfg.cache_capacity_bytes),
             resident_candidates: Default::default(),
             prefetched: Vec::new(),
@@ -1800,6 +1810,8 @@ impl Shard {
             device_writes: c.device_writes,
             device_write_bytes: c.device_write_bytes,
             defrag_write_bytes: c.defrag_write_bytes,
+            coalesced_commands: c.coalesced_commands,
+            coalesced_flushes: c.coalesced_flushes,
             flushes: c.flushes,
             fsyncs: c.fsyncs,
             blocks_used: self.blocks.len() as u64,
@@ -1830,6 +1842,9 @@ impl Shard {
     /// checkpoint (a failure to write it is logged and only means the next start scans).
     /// The last shard to shut down marks the store clean.
     pub fn shutdown(mut self, mut write_checkpoint: bool) -> Result<(), StorageError> {
+        // Lists the last batch coalesced (the worker stores them every round; a guard).
+        let now_ms = self.last_now_ms;
+        super::paged_list::store_coalesced(&mut self, now_ms)?;
         // The checkpoint holds the index and per-block live bytes: blind writes settled
         // (they may release pages), then pending page releases.
         if let Err(e) = self.settle_blind_all() {
