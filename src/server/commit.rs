@@ -138,7 +138,7 @@ impl Worker {
             writes_left: 0,
             fds: Vec::new(),
             syncs_left: 0,
-            error: None,
+            error: self.coalesce_error.take(),
             started: Instant::now(),
             synced_from: None,
         };
@@ -336,6 +336,9 @@ impl Worker {
     /// Flushes with the sync done in place (`appendfsync no` writes without
     /// syncing, so nothing waits).
     pub(super) fn flush_storage_sync(&mut self, now: u64) {
+        // Nothing waits for a sync under `no`: a failed store of coalesced lists was
+        // logged and counted, and must not fail a later epoch if the policy changes.
+        self.coalesce_error = None;
         let mut failed: Option<String> = None;
         // With `always`, a round that ran a write flushes every shard with staged
         // records before any reply leaves. Records staged by background work

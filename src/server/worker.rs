@@ -199,6 +199,10 @@ pub struct Worker {
     delayed_syncs: VecDeque<(Instant, u64, i32)>,
     /// `with_workers` could not make borrowed shards durable (see `run_slot`).
     coordinated_flush_failed: bool,
+    /// Why storing the coalesced lists failed (`store_coalesced`): the next group-commit
+    /// epoch carries it, so with `always` the replies that wait for that epoch (those of
+    /// the pushes and pops whose state was lost among them) are errors, not `+OK`.
+    coalesce_error: Option<String>,
     /// The normal class's `client-output-buffer-limit`, read with the slow-log threshold.
     output_limit: crate::config::output_limits::ClassLimit,
     /// The pubsub class's limit, for connections with subscriptions.
@@ -304,6 +308,7 @@ impl Worker {
             any_held: false,
             delayed_syncs: VecDeque::new(),
             coordinated_flush_failed: false,
+            coalesce_error: None,
             slowlog_threshold_us: 0,
             output_limit: Default::default(),
             output_limit_pubsub: Default::default(),
@@ -422,6 +427,7 @@ impl Worker {
                 .stats
                 .flush_failures
                 .fetch_add(1, Ordering::Relaxed);
+            self.coalesce_error.get_or_insert(e.to_string());
         }
     }
 
