@@ -522,6 +522,7 @@ pub fn load_list_handle(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<ListH
         if let Some(p) = shard.coalesced.take(db, key) {
             // `coalesce_begin` checked that this state serves the command without a read.
             shard.counters.coalesced_commands += 1;
+            FROM_OVERLAY.set(true);
             return Ok(Some(Loaded {
                 value: ListHandle::Paged(p),
                 expire_at_ms: None,
@@ -625,10 +626,14 @@ pub fn store_list_handle(
             if COALESCING.get()
                 && expire_at_ms.is_none()
                 && !p.is_empty()
-                && !crate::storage::prefetch::run_missed() =>
+                && !crate::storage::prefetch::run_missed()
+                && (FROM_OVERLAY.get() || p.store_reads_in_memory(None)) =>
         {
             // Kept for the batch's next push/pop on this key; stored when the batch ends.
-            match ctx.shards.for_key(key).coalesced.put(p) {
+            let mut p = p;
+            let shard = ctx.shards.for_key(key);
+            p.remember_root(shard).map_err(storage_error)?;
+            match shard.coalesced.put(p) {
                 Ok(()) => return Ok(()),
                 Err(p) => ListHandle::Paged(p),
             }
@@ -643,6 +648,10 @@ pub fn store_list_handle(
 thread_local! {
     /// Set by `coalesce_begin` for the handler of a coalescable command.
     static COALESCING: Cell<bool> = const { Cell::new(false) };
+    /// The running handler took its list from the overlay (`load_list_handle`): its
+    /// changes since the key's root exist only there, so they go back there even when
+    /// the store would read (a restart would lose them).
+    static FROM_OVERLAY: Cell<bool> = const { Cell::new(false) };
 }
 
 /// `--coalesce-lists` (default yes): whether pushes and pops may coalesce at all.
@@ -701,12 +710,14 @@ pub fn coalesce_begin(
         }
     }
     COALESCING.set(true);
+    FROM_OVERLAY.set(false);
     Ok(true)
 }
 
 /// Ends what `coalesce_begin` began (idempotent).
 pub fn coalesce_end() {
     COALESCING.set(false);
+    FROM_OVERLAY.set(false);
 }
 
 /// Stores every coalesced list of the held shards (the batch's end, before a shard is

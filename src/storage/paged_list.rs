@@ -219,6 +219,10 @@ pub struct PagedList {
     /// Pages replaced or dropped: they stop counting once the new root is written.
     dead: Vec<(u64, u32)>,
     renumber: bool,
+    /// The key's current root record while the list is coalesced (`remember_root`): lent
+    /// to the shard during `store`, whose replacement of the root looks it up, so a store
+    /// at the round's end, after the command's lent records are gone, reads nothing.
+    root_rec: Option<Box<super::prefetch::Fetched>>,
 }
 
 impl PagedList {
@@ -252,7 +256,17 @@ impl PagedList {
             other_bytes: root.bytes,
             dead: Vec::new(),
             renumber: false,
+            root_rec: None,
         })
+    }
+
+    /// Keeps a copy of the key's current root record (once; `root_rec`). Called while the
+    /// command that loaded the list still holds that record, so it reads nothing there.
+    pub fn remember_root(&mut self, shard: &mut Shard) -> Result<(), StorageError> {
+        if self.root_rec.is_none() {
+            self.root_rec = shard.current_fetched(self.db, &self.key)?.map(Box::new);
+        }
+        Ok(())
     }
 
     pub fn len(&self) -> usize {
@@ -1065,6 +1079,54 @@ impl PagedList {
         pops < elems.len()
             && self.leaf_count() >= 3
             && self.payload_bytes() >= paged::DEMOTE_BYTES + leaf.payload_len()
+            && self.store_reads_in_memory(Some(end))
+    }
+
+    /// Whether `store` would read no page (renumbering, directory-page merges), and with
+    /// `end` also after one more push or pop there (that end's page counted as dirty and
+    /// one leaf shorter, so a merge the command may cause is counted too). A coalesced
+    /// list's store runs at the round's end, outside any restartable run, where a page
+    /// read would block the worker: a list is kept coalesced only when this holds
+    /// (`commands::collection::store_list_handle`, and `serves_in_memory` for the next
+    /// command). The simulation follows `merge_dirs`' loop on leaf counts.
+    pub fn store_reads_in_memory(&self, end: Option<End>) -> bool {
+        if self.renumber && self.dirs.iter().any(|d| d.leaves.is_none()) {
+            return false;
+        }
+        let n = self.dirs.len();
+        // (leaves, dirty, read) per directory page.
+        let mut sim: Vec<(usize, bool, bool)> = self
+            .dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let touched = match end {
+                    Some(End::Head) => i == 0,
+                    Some(End::Tail) => i + 1 == n,
+                    None => false,
+                };
+                let leaves = if touched {
+                    d.leaf_count().saturating_sub(1)
+                } else {
+                    d.leaf_count()
+                };
+                (leaves, d.dirty || touched, d.leaves.is_some())
+            })
+            .collect();
+        let mut i = 0;
+        while i + 1 < sim.len() {
+            let (a, b) = (sim[i], sim[i + 1]);
+            if !(a.1 || b.1) || a.0 + b.0 > DIR_MERGE_ENTRIES {
+                i += 1;
+                continue;
+            }
+            if !(a.2 && b.2) {
+                return false;
+            }
+            sim[i] = (a.0 + b.0, true, true);
+            sim.remove(i + 1);
+        }
+        true
     }
 
     /// Writes what changed (non-empty list; the key's current root is the one this was
@@ -1072,6 +1134,22 @@ impl PagedList {
     /// neighbour, split past `DIR_MAX_ENTRIES`), then the root. Pages not read keep their
     /// root entries.
     pub fn store(
+        mut self,
+        shard: &mut Shard,
+        expire: Option<u64>,
+        now_ms: u64,
+    ) -> Result<(), StorageError> {
+        let Some(lent) = self.root_rec.take() else {
+            return self.store_pages(shard, expire, now_ms);
+        };
+        let before = shard.prefetched.len();
+        shard.prefetched.push(*lent);
+        let r = self.store_pages(shard, expire, now_ms);
+        shard.prefetched.truncate(before);
+        r
+    }
+
+    fn store_pages(
         mut self,
         shard: &mut Shard,
         expire: Option<u64>,

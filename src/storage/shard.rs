@@ -1910,6 +1910,25 @@ impl Shard {
     }
 
     /// The current record of (db, key), verified by reading it: never another key's record.
+    /// The current record of (db, key) as a lendable copy (read as `find` reads it),
+    /// for a coalesced list's deferred store (`PagedList::remember_root`).
+    pub(crate) fn current_fetched(
+        &mut self,
+        db: Db,
+        key: &[u8],
+    ) -> Result<Option<super::prefetch::Fetched>, StorageError> {
+        let h = self.hash(db, key);
+        let Some(f) = self.find(db, key, h)? else {
+            return Ok(None);
+        };
+        let (block, _) = self.shared.layout.split(f.addr);
+        Ok(self.blocks.get(&block).map(|b| super::prefetch::Fetched {
+            addr: f.addr,
+            block_seq: b.block_seq,
+            rec: f.rec,
+        }))
+    }
+
     pub(crate) fn find(
         &mut self,
         db: Db,
