@@ -64,6 +64,7 @@ fn device_reads_of_transactions_and_scripts() {
     fill(&s);
     exec_watch_and_scripts_park_for_device_reads(&s);
     queued_read_sees_earlier_queued_write(&s);
+    blind_writes_in_exec_read_nothing(&s);
 }
 
 // With the cache off, EXEC, WATCH, EVALSHA and FCALL over device-resident keys park for their
@@ -186,6 +187,54 @@ fn queued_read_sees_earlier_queued_write(s: &Server) {
             &["EVAL", script, "1", "k202"],
             &format!("*2\r\n:{VALUE_BYTES}\r\n$1\r\nz\r\n"),
         );
+    });
+}
+
+// A transaction of blind writes only (plain SET, SETEX, PSETEX, MSET) over device-resident
+// keys neither parks nor reads synchronously, as the same commands outside MULTI do, and its
+// writes are there afterwards. (Before: EXEC planned reads of every queued key and parked,
+// so its reply left a round after the +QUEUED replies.)
+fn blind_writes_in_exec_read_nothing(s: &Server) {
+    let mut c = s.raw();
+    let sync = info_field(s, "lavik_sync_reads");
+    let parked = info_field(s, "lavik_parked_commands");
+    expect_text(&mut c, &["MULTI"], "+OK\r\n");
+    expect_text(&mut c, &["SET", "k300", "a"], "+QUEUED\r\n");
+    expect_text(&mut c, &["SETEX", "k301", "1000", "b"], "+QUEUED\r\n");
+    expect_text(&mut c, &["PSETEX", "k302", "1000000", "c"], "+QUEUED\r\n");
+    expect_text(&mut c, &["MSET", "k303", "d", "k304", "e"], "+QUEUED\r\n");
+    expect_text(&mut c, &["SET", "k305", "f", "EX", "1000"], "+QUEUED\r\n");
+    expect_text(
+        &mut c,
+        &["EXEC"],
+        "*5\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n",
+    );
+    assert_eq!(
+        info_field(s, "lavik_parked_commands"),
+        parked,
+        "an EXEC of blind writes parked for reads it does not need"
+    );
+    assert_eq!(
+        info_field(s, "lavik_sync_reads"),
+        sync,
+        "an EXEC of blind writes read the device synchronously"
+    );
+    for (k, v) in [
+        ("k300", "a"),
+        ("k301", "b"),
+        ("k302", "c"),
+        ("k303", "d"),
+        ("k304", "e"),
+        ("k305", "f"),
+    ] {
+        expect_text(&mut c, &["GET", k], &bulk(v));
+    }
+    // A non-blind command on one of the keys still makes EXEC wait for its record.
+    assert_parks(s, "SET NX inside MULTI/EXEC", || {
+        expect_text(&mut c, &["MULTI"], "+OK\r\n");
+        expect_text(&mut c, &["SET", "k310", "x"], "+QUEUED\r\n");
+        expect_text(&mut c, &["SET", "k311", "y", "NX"], "+QUEUED\r\n");
+        expect_text(&mut c, &["EXEC"], "*2\r\n+OK\r\n$-1\r\n");
     });
 }
 

@@ -418,7 +418,7 @@ impl Worker {
         // borrowed shards (the coordinated pass) their owners fetch them first, and the
         // EXEC runs in a later pass.
         if !self.txn_all_own(need.as_deref()) {
-            let keys = Self::txn_read_keys(conn);
+            let keys = self.txn_read_keys(conn);
             match self.cross_prefetch(conn, slot, &keys) {
                 Cross::Parked => return Outcome::Blocked,
                 Cross::Fallback => self.txn_batch_fetch(conn, &keys),
@@ -526,7 +526,7 @@ impl Worker {
         let Some(ids) = need else {
             return false;
         };
-        let keys = Self::txn_read_keys(conn);
+        let keys = self.txn_read_keys(conn);
         self.txn_park_for(conn, slot, ids, keys)
     }
 
@@ -595,8 +595,13 @@ impl Worker {
 
     /// The lookups EXEC will make: the watched keys (for the WATCH check's expiry test)
     /// and every queued keyed command's declared keys, in the database each runs in
-    /// (following queued SELECTs).
-    fn txn_read_keys(conn: &Conn) -> Vec<(u8, Vec<u8>)> {
+    /// (following queued SELECTs). A blind write's keys (plain SET, SETEX, PSETEX, MSET)
+    /// are left out when the shards take blind writes, as `reads::plan` leaves them out
+    /// for the same command outside a transaction: `Shard::put_blind` reads nothing it
+    /// does not have. (Planning them parked nearly every `MULTI; SET; SET; SET; EXEC` for
+    /// one round, splitting its replies over two sends.)
+    fn txn_read_keys(&self, conn: &Conn) -> Vec<(u8, Vec<u8>)> {
+        let blind_ok = self.shared.settings.blind_writes;
         let mut keys: Vec<(u8, Vec<u8>)> = conn
             .txn
             .watched
@@ -608,6 +613,8 @@ impl Worker {
         for Queued(spec, cmd) in &conn.txn.queued {
             let refs: Vec<&[u8]> = cmd.iter().map(|a| a.as_slice()).collect();
             match spec.kind {
+                Kind::Keyed
+                    if blind_ok && crate::commands::string::blind_write(spec.name, &refs) => {}
                 Kind::Keyed => {
                     for p in key_positions(spec, &refs) {
                         if !keys
