@@ -1,6 +1,11 @@
 //! The record cache: verified records recently read from the device, by address, so a hot
 //! key (or, later, a collection's root) does not cost a device read every time.
 //!
+//! A cached key written again keeps its entry (`replace`): the entry moves to the new
+//! record's address, so a key that is read and written stays cached. Records written for a
+//! key that was not cached are not added (a write-heavy load would otherwise push the read
+//! set out; they are in the staging buffer until their block seals anyway).
+//!
 //! A record at an address never changes while its block lives (the log is append-only),
 //! so an entry stays right as long as the block it came from has the same block sequence
 //! number; a block freed and reused gets a new one, and the entry is dropped the first time
@@ -109,6 +114,40 @@ impl Pool {
         self.bytes += cost;
         debug_assert!(self.bytes <= self.capacity_bytes);
         evicted
+    }
+
+    /// Moves the entry of `old` (if fresh for `old_seq`) to `new` of block `new_seq`, after
+    /// `update` rewrote its record in place (the old key and value buffers are reused).
+    /// Returns `None` if `old` was not cached, else the entries evicted to make room.
+    fn replace(
+        &mut self,
+        old: Address,
+        old_seq: u64,
+        new: Address,
+        new_seq: u64,
+        update: impl FnOnce(&mut OwnedRecord),
+    ) -> Option<u64> {
+        if self.fresh(old, old_seq) != Some(true) {
+            return None;
+        }
+        let mut e = self.entries.remove(&old.0)?;
+        self.bytes -= charge(&e.rec);
+        update(&mut e.rec);
+        let cost = charge(&e.rec);
+        if cost > self.capacity_bytes / 4 {
+            return Some(0);
+        }
+        self.remove(new);
+        let evicted = self.evict_to(self.capacity_bytes - cost);
+        e.block_seq = new_seq;
+        // It was just used (the write read it): a second chance before eviction.
+        e.referenced = true;
+        self.entries.insert(new.0, e);
+        // The old address's queue slot is dropped lazily, as after `remove`.
+        self.clock.push_back(new.0);
+        self.bytes += cost;
+        debug_assert!(self.bytes <= self.capacity_bytes);
+        Some(evicted)
     }
 
     fn remove(&mut self, addr: Address) {
@@ -244,6 +283,29 @@ impl RecordCache {
         self.evictions += self.resident.insert(addr, block_seq, rec);
     }
 
+    /// The key whose record at `old` (block sequence `old_seq`) was cached has just been
+    /// written again at `new` (block `new_seq`): the cached entry moves to the new record,
+    /// rewritten by `update`, so a key that is read and written (INCR, APPEND, a script's
+    /// GET and SET, a SET of a key a GET just read) stays cached instead of costing a
+    /// device read once its new record's block is sealed. Nothing happens when `old` was
+    /// not in the main part. Returns whether the entry moved.
+    pub fn replace(
+        &mut self,
+        old: Address,
+        old_seq: u64,
+        new: Address,
+        new_seq: u64,
+        update: impl FnOnce(&mut OwnedRecord),
+    ) -> bool {
+        match self.main.replace(old, old_seq, new, new_seq, update) {
+            Some(evicted) => {
+                self.evictions += evicted;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Drops the resident record at `addr` (superseded: never looked up again).
     pub fn remove_resident(&mut self, addr: Address) {
         if !self.resident.entries.is_empty() {
@@ -294,6 +356,34 @@ mod tests {
         assert!(c.get(Address(10), 5).is_none(), "stale entry was dropped");
         assert_eq!((c.hits, c.misses), (1, 2));
         assert_eq!(c.bytes(), 0);
+    }
+
+    // A cached key written again: the entry moves to the new address and block sequence
+    // with the new record, the old address is gone; an uncached or stale old address moves
+    // nothing.
+    #[test]
+    fn replace_moves_a_cached_entry_to_the_new_record() {
+        let mut c = RecordCache::new(1 << 20);
+        c.insert(Address(10), 5, &rec(b"k", 100));
+        let new = rec(b"k", 300);
+        assert!(c.replace(Address(10), 5, Address(90), 7, |r| {
+            r.value.clear();
+            r.value.extend_from_slice(&new.value);
+            r.header = new.header;
+        }));
+        assert!(!c.contains(Address(10), 5), "the old address is dropped");
+        assert_eq!(c.peek(Address(90), 7).map(|r| r.value.len()), Some(300));
+        assert_eq!(c.bytes(), 1 + 300 + ENTRY_OVERHEAD_BYTES);
+        assert!(
+            !c.replace(Address(11), 5, Address(91), 7, |_| {}),
+            "not cached"
+        );
+        assert!(!c.replace(Address(90), 6, Address(92), 7, |_| {}), "stale");
+        assert!(!c.contains(Address(92), 7));
+        // With the cache off nothing is cached, so nothing moves.
+        let mut off = RecordCache::new(0);
+        off.insert(Address(1), 1, &rec(b"k", 10));
+        assert!(!off.replace(Address(1), 1, Address(2), 1, |_| {}));
     }
 
     // The byte budget holds; referenced entries survive a pass of the hand.

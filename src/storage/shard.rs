@@ -1153,7 +1153,11 @@ impl Shard {
             && old
                 .as_ref()
                 .is_none_or(|f| is_expired(&f.rec.header, self.last_now_ms));
+        let old_addr = old.as_ref().map(|f| f.addr);
         self.install(db, h, old, addr, len, expire, true);
+        if let Some(old_addr) = old_addr {
+            self.recache_written(old_addr, addr);
+        }
         if !self.watches.is_empty() {
             self.watches.touch(db, key, false);
         }
@@ -2687,6 +2691,36 @@ impl Shard {
     /// staging buffer, so they go to the cache's resident part (`cache.rs`). Each is decoded
     /// and verified from the staged bytes; one cut from the block (a moved command scope's
     /// tail, past `write_pos`) or that does not verify is skipped.
+    /// A cached key was just written again (`put_found`): its cache entry moves to the new
+    /// record, still in the staging buffer at `new` (`RecordCache::replace`).
+    fn recache_written(&mut self, old: Address, new: Address) {
+        if self.cache.capacity_bytes() == 0 {
+            return;
+        }
+        let layout = &self.shared.layout;
+        let Some(old_seq) = self.blocks.get(&layout.split(old).0).map(|b| b.block_seq) else {
+            return;
+        };
+        let Some(ob) = self.open.as_ref() else {
+            return;
+        };
+        let (block, off) = layout.split(new);
+        if block != ob.block || off >= ob.write_pos {
+            return;
+        }
+        let Some(r) = decode_record(&self.staging.as_slice()[off..ob.write_pos], ob.block_seq)
+        else {
+            return;
+        };
+        self.cache.replace(old, old_seq, new, ob.block_seq, |rec| {
+            rec.header = r.header;
+            rec.key.clear();
+            rec.key.extend_from_slice(r.key);
+            rec.value.clear();
+            rec.value.extend_from_slice(r.value);
+        });
+    }
+
     fn keep_resident_of_open(&mut self) {
         if self.resident_candidates.is_empty() {
             return;

@@ -2203,3 +2203,37 @@ fn blind_active_expiry_settles_a_pending_prev() {
     assert_eq!(val(&mut s, b"a", 200), None);
     assert_eq!(val(&mut s, b"b", 200), Some(b"b1".to_vec()));
 }
+
+// A key read from the device (so cached) and then written again stays cached: once its new
+// record's block is sealed, a read finds the new record without the device. With the cache
+// off the same sequence reads the device.
+#[test]
+fn a_cached_key_written_again_stays_cached() {
+    for cache in [1usize << 20, 0] {
+        let dev = Arc::new(MemDevice::new("t", 16 * MIB));
+        let mut c = cfg(64 * 1024, FsyncPolicy::Always);
+        c.cache_capacity_bytes = cache;
+        let mut s = one_shard(&dev, &c);
+        s.put(0, b"hot", ValueKind::String, &[1; 500], None, 0)
+            .unwrap();
+        seal_with_filler(&mut s, 0);
+        assert_eq!(val(&mut s, b"hot", 0), Some(vec![1; 500]));
+        s.put(0, b"hot", ValueKind::String, &[2; 600], None, 0)
+            .unwrap();
+        seal_with_filler(&mut s, 1);
+        let reads = s.stats().device_reads;
+        assert_eq!(val(&mut s, b"hot", 0), Some(vec![2; 600]));
+        let read_again = s.stats().device_reads - reads;
+        if cache > 0 {
+            assert_eq!(
+                read_again, 0,
+                "the rewritten hot key was read from the device"
+            );
+        } else {
+            assert!(
+                read_again > 0,
+                "cache off: the new record is on the device only"
+            );
+        }
+    }
+}
