@@ -479,6 +479,16 @@ fn hand_over(
     shared
         .recovery_ms
         .store(opened.info.recovery_ms, Ordering::Relaxed);
+    let phases: String = opened
+        .info
+        .phases
+        .iter()
+        .map(|(name, v)| format!("lavik_recovery_{name}:{v}\r\n"))
+        .collect();
+    *shared
+        .recovery_phases
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = phases;
     let sets = distribute_shards(opened.shards, threads, shard_count);
     let mut acks = Vec::new();
     for (w, set) in sets.into_iter().enumerate() {

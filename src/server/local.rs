@@ -1322,7 +1322,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
         }
         let epochs = st.commit_epochs.load(Ordering::Relaxed);
         out.push_str(&format!(
-            "# Persistence\r\n{loading_fields}rdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_group_commits:{}\r\nlavik_group_commit_avg_write_us:{}\r\nlavik_group_commit_avg_sync_us:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n\r\n",
+            "# Persistence\r\n{loading_fields}rdb_last_save_time:{}\r\naof_enabled:1\r\nappendfsync:{fsync}\r\nlavik_flush_max_ms:{}\r\nlavik_durability:{meaning}\r\nlavik_flush_failures:{}\r\nlavik_group_commits:{}\r\nlavik_group_commit_avg_write_us:{}\r\nlavik_group_commit_avg_sync_us:{}\r\nlavik_recovered_keys:{}\r\nlavik_recovery_ms:{}\r\n{}\r\n",
             st.last_save_unix.load(Ordering::Relaxed),
             sh.settings.cli.flush_max_ms,
             st.flush_failures.load(Ordering::Relaxed),
@@ -1331,6 +1331,7 @@ fn info(w: &mut Worker, conn: &mut Conn, a: &[&[u8]]) -> Outcome {
             st.commit_sync_us.load(Ordering::Relaxed) / epochs.max(1),
             sh.recovered_keys.load(Ordering::Relaxed),
             sh.recovery_ms.load(Ordering::Relaxed),
+            sh.recovery_phases.lock().unwrap_or_else(|e| e.into_inner()),
         ));
     }
     if want("stats") {

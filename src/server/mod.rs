@@ -289,6 +289,9 @@ pub struct Shared {
     pub cache_size_bytes: AtomicU64,
     pub recovered_keys: AtomicU64,
     pub recovery_ms: AtomicU64,
+    /// `lavik_recovery_*` lines of `INFO persistence` (the open's phases), set once when
+    /// recovery ends.
+    pub recovery_phases: Mutex<String>,
     pub config_file: Option<std::path::PathBuf>,
     /// Recovery is still running: commands without the `loading` flag get
     /// `-LOADING` (the workers have no shards yet).
@@ -420,6 +423,7 @@ pub fn build_shared(
         monitor_count: AtomicUsize::new(0),
         recovered_keys: AtomicU64::new(0),
         recovery_ms: AtomicU64::new(0),
+        recovery_phases: Mutex::new(String::new()),
         loading: AtomicBool::new(progress.is_some()),
         loading_start_s: AtomicU64::new(now_ms() / 1000),
         progress,

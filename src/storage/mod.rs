@@ -235,6 +235,9 @@ pub struct StoreInfo {
     pub corrupt_chunks: u64,
     /// The index came from the checkpoint of the previous clean shutdown (no scan).
     pub checkpoint_used: bool,
+    /// Where the open spent its time, as (name, value) pairs: `lavik_recovery_NAME` in
+    /// `INFO persistence` (`docs/storage.md`, "Recovery phases").
+    pub phases: Vec<(&'static str, u64)>,
 }
 
 /// A value as read back. `bytes` is a copy.

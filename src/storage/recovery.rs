@@ -44,6 +44,145 @@ const RECOVERY_PROBE_BATCH: usize = 32;
 /// count those blocks extrapolate to (`Index::reserve`; `finish_recovery` gives back what
 /// an overestimate took, `Index::shrink_to_fit`).
 const RECOVERY_SIZE_SAMPLE_BLOCKS: usize = 16;
+/// Threads reading pass 1's block headers (one 4 KiB read per block). The reads are
+/// latency-bound, not CPU-bound, so this is a queue depth, not a CPU count: a 30 GB file
+/// has 30k blocks, and one read at a time took a few seconds of the open.
+const HEADER_SCAN_THREADS: usize = 8;
+
+/// CPU time and run-queue wait of the calling thread so far, from
+/// `/proc/thread-self/schedstat` (nanoseconds on a CPU, nanoseconds runnable but waiting
+/// for one). All zero where the file is missing (a kernel without scheduler statistics).
+/// One small file read per thread per phase: cheap enough to stay on.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ThreadClock {
+    cpu_ns: u64,
+    runq_ns: u64,
+}
+
+impl ThreadClock {
+    fn now() -> Self {
+        let Ok(text) = std::fs::read_to_string("/proc/thread-self/schedstat") else {
+            return ThreadClock::default();
+        };
+        let mut fields = text
+            .split_ascii_whitespace()
+            .map(|f| f.parse::<u64>().unwrap_or(0));
+        ThreadClock {
+            cpu_ns: fields.next().unwrap_or(0),
+            runq_ns: fields.next().unwrap_or(0),
+        }
+    }
+
+    /// What this thread used since `start` (taken on the same thread).
+    fn since(start: ThreadClock) -> Self {
+        let now = ThreadClock::now();
+        ThreadClock {
+            cpu_ns: now.cpu_ns.saturating_sub(start.cpu_ns),
+            runq_ns: now.runq_ns.saturating_sub(start.runq_ns),
+        }
+    }
+
+    fn add(&mut self, other: ThreadClock) {
+        self.cpu_ns += other.cpu_ns;
+        self.runq_ns += other.runq_ns;
+    }
+}
+
+/// Minor and major page faults of the whole process so far (`/proc/self/stat` fields 10
+/// and 12); zero if unreadable.
+fn process_faults() -> (u64, u64) {
+    let Ok(text) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0, 0);
+    };
+    // The command name (field 2) may hold spaces: count fields after its closing ')'.
+    let rest = text.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_ascii_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    (
+        f.get(7).copied().unwrap_or(0),
+        f.get(9).copied().unwrap_or(0),
+    )
+}
+
+fn ms(ns: u64) -> u64 {
+    ns / 1_000_000
+}
+
+/// Where one shard's pass 2 spent its time (nanoseconds, summed over its threads).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ScanTimes {
+    /// The applying thread blocked on the readers (no block read and parsed yet).
+    apply_wait_ns: u64,
+    /// The applying thread applying records (`recover_block`).
+    apply_ns: u64,
+    /// Readers inside the device read of a whole block.
+    read_ns: u64,
+    /// Readers finding chunks (`scan_block`: the walk and the chunk CRC).
+    parse_ns: u64,
+    /// Readers blocked for a free buffer (the applying thread is behind).
+    reader_idle_ns: u64,
+    /// The readers' CPU time and run-queue wait.
+    readers: ThreadClock,
+}
+
+impl ScanTimes {
+    fn add(&mut self, o: &ScanTimes) {
+        self.apply_wait_ns += o.apply_wait_ns;
+        self.apply_ns += o.apply_ns;
+        self.read_ns += o.read_ns;
+        self.parse_ns += o.parse_ns;
+        self.reader_idle_ns += o.reader_idle_ns;
+        self.readers.add(o.readers);
+    }
+}
+
+fn elapsed_ns(t: Instant) -> u64 {
+    t.elapsed().as_nanos() as u64
+}
+
+/// Runs `f` on every (shard, input) pair on at most one thread per CPU, each thread taking
+/// whole shards from a shared queue. Returns each shard's result with its id, and the CPU
+/// time and run-queue wait of those threads together.
+fn on_shard_threads<I: Send, T: Send>(
+    work: Vec<(&mut Shard, I)>,
+    f: impl Fn(&mut Shard, I) -> T + Sync,
+) -> (Vec<(u32, T)>, ThreadClock) {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(work.len())
+        .max(1);
+    let queue = Mutex::new(work);
+    let f = &f;
+    let queue = &queue;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let clock = ThreadClock::now();
+                    let mut out = Vec::new();
+                    loop {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                        let Some((shard, input)) = next else {
+                            return (out, ThreadClock::since(clock));
+                        };
+                        let id = shard.id();
+                        out.push((id, f(shard, input)));
+                    }
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        let mut clock = ThreadClock::default();
+        for h in handles {
+            let (out, c) = h.join().expect("recovery thread panicked");
+            all.extend(out);
+            clock.add(c);
+        }
+        (all, clock)
+    })
+}
 
 /// A chunk that checked out: its records (offset, header), marker and end offset.
 pub(crate) struct ParsedChunk {
@@ -375,7 +514,12 @@ pub(crate) fn open_store(
     });
     shared.write_meta(false, 0)?;
 
-    let (mut per_shard, max_block_seq) = scan_block_headers(&shared)?;
+    let mut phases = Phases::default();
+    phases.labels_ns = elapsed_ns(started);
+    let t = Instant::now();
+    let (mut per_shard, max_block_seq, header_reads) = scan_block_headers(&shared)?;
+    phases.headers_ns = elapsed_ns(t);
+    phases.header_reads = header_reads;
     // Checkpoint blocks never hold data: set them aside (they end up free either way).
     let checkpoint_blocks: Vec<Vec<(BlockId, u64, u32)>> = per_shard
         .iter_mut()
@@ -394,23 +538,29 @@ pub(crate) fn open_store(
         .filter(|m| m.clean_shutdown)
         .map_or(0, |m| m.checkpoint_id);
     if checkpoint_id != 0 {
+        let t = Instant::now();
         let mut shards = new_shards();
+        // Each shard's checkpoint is its own stream: loaded on one thread per CPU.
+        let (loaded, clock) = on_shard_threads(
+            shards.iter_mut().zip(checkpoint_blocks).collect(),
+            |shard, pieces| shard.load_checkpoint(pieces, checkpoint_id),
+        );
+        phases.checkpoint_ns = elapsed_ns(t);
+        phases.threads = clock;
         let mut used: HashSet<BlockId> = HashSet::new();
         let mut complete = true;
-        for (shard, pieces) in shards.iter_mut().zip(checkpoint_blocks) {
-            match shard.load_checkpoint(pieces, checkpoint_id)? {
+        for (_, r) in loaded {
+            match r? {
                 Some(kept) => used.extend(kept),
-                None => {
-                    complete = false;
-                    break;
-                }
+                None => complete = false,
             }
         }
         if complete {
             // Every group a clean shutdown left is complete; ids go on after the stream's.
             shared.groups.open();
             let s = shared.clone();
-            return Ok(finish_open(
+            let t = Instant::now();
+            let mut opened = finish_open(
                 s,
                 shards,
                 used,
@@ -419,7 +569,11 @@ pub(crate) fn open_store(
                 last_shutdown_clean,
                 started,
                 true,
-            ));
+            );
+            phases.free_list_ns = elapsed_ns(t);
+            phases.total_ns = elapsed_ns(started);
+            opened.info.phases = phases.log("checkpoint");
+            return Ok(opened);
         }
         tracing::warn!("index checkpoint missing or damaged; scanning instead");
     }
@@ -428,33 +582,18 @@ pub(crate) fn open_store(
         let total: usize = per_shard.iter().map(|b| b.len()).sum();
         p.blocks_total.store(total as u64, Ordering::Relaxed);
     }
-    // At most one recovery thread per CPU; each takes whole shards from a shared queue.
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(shards.len());
-    let queue = Mutex::new(shards.iter_mut().zip(per_shard).collect::<Vec<_>>());
-    type Recovered = (u32, Result<(Vec<BlockId>, Pending), StorageError>);
-    let results: Vec<Recovered> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).pop();
-                        let Some((shard, blocks)) = next else {
-                            return out;
-                        };
-                        let id = shard.id();
-                        out.push((id, shard.recover(blocks, cfg.recovery_progress.as_deref())));
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().expect("recovery thread panicked"))
-            .collect()
-    });
+    let t = Instant::now();
+    let faults_before = process_faults();
+    let progress = cfg.recovery_progress.as_deref();
+    let (results, clock) = on_shard_threads(
+        shards.iter_mut().zip(per_shard).collect(),
+        |shard, blocks| shard.recover(blocks, progress),
+    );
+    phases.scan_ns = elapsed_ns(t);
+    phases.threads = clock;
+    let faults_after = process_faults();
+    phases.scan_minor_faults = faults_after.0 - faults_before.0;
+    phases.scan_major_faults = faults_after.1 - faults_before.1;
     let mut used: HashSet<BlockId> = HashSet::new();
     let mut pendings: Vec<Option<Pending>> = (0..shard_count).map(|_| None).collect();
     for (id, r) in results {
@@ -466,7 +605,13 @@ pub(crate) fn open_store(
         .into_iter()
         .map(|p| p.expect("every shard recovered"))
         .collect();
+    for p in &pendings {
+        phases.scan.add(&p.times);
+    }
+    phases.readers_per_shard = RECOVERY_READERS;
+    phases.read_bytes = u64::from(shared.layout.block_size_bytes);
     // Groups: decided store-wide, then applied per shard (docs/atomic-writes.md, 3).
+    let t = Instant::now();
     let scans: Vec<&ScannedGroups> = pendings.iter().map(|p| &p.groups).collect();
     let (complete, d_max) = complete_groups(&scans);
     let max_group = scans.iter().map(|g| g.max_group).max().unwrap_or(0);
@@ -474,22 +619,36 @@ pub(crate) fn open_store(
     for (shard, pending) in shards.iter_mut().zip(pendings.iter_mut()) {
         aborted.push(shard.apply_groups(pending, &complete)?);
     }
+    phases.groups_ns = elapsed_ns(t);
     let scan = ScanStats {
         records: pendings.iter().map(|p| p.records).sum(),
         blocks_read: pendings.iter().map(|p| p.blocks_read).sum(),
         ids_peak_bytes: pendings.iter().map(|p| p.ids_peak_bytes).sum(),
     };
-    for (shard, pending) in shards.iter_mut().zip(pendings) {
-        // `finish_recovery` drops dead extents from the shard's blocks: they are free.
-        let before: Vec<BlockId> = shard.blocks.keys().copied().collect();
-        shard.finish_recovery(pending, &mut Vec::new())?;
-        for b in before {
-            if !shard.blocks.contains_key(&b) {
-                used.remove(&b);
-            }
+    // Settling (tombstones out of the index, the index shrunk to fit, large and paged
+    // roots): per shard, independent, so on one thread per CPU like the scan.
+    let t = Instant::now();
+    let (finished, _) = on_shard_threads(
+        shards.iter_mut().zip(pendings).collect(),
+        |shard, pending| {
+            // `finish_recovery` drops dead extents from the shard's blocks: they are free.
+            let before: Vec<BlockId> = shard.blocks.keys().copied().collect();
+            shard.finish_recovery(pending, &mut Vec::new()).map(|()| {
+                before
+                    .into_iter()
+                    .filter(|b| !shard.blocks.contains_key(b))
+                    .collect::<Vec<_>>()
+            })
+        },
+    );
+    for (_, freed) in finished {
+        for b in freed? {
+            used.remove(&b);
         }
     }
+    phases.finish_ns = elapsed_ns(t);
     shared.groups.start(max_group.max(d_max) + 1, d_max);
+    let t = Instant::now();
     let mut opened = finish_open(
         shared.clone(),
         shards,
@@ -500,8 +659,10 @@ pub(crate) fn open_store(
         started,
         false,
     );
+    phases.free_list_ns = elapsed_ns(t);
     let reads_before_neutralise: u64 = opened.shards.iter().map(|s| s.counters.sync_reads).sum();
     let aborted_records: usize = aborted.iter().map(|a| a.len()).sum();
+    let t = Instant::now();
     if aborted_records > 0 {
         tracing::warn!(
             records = aborted_records,
@@ -518,9 +679,84 @@ pub(crate) fn open_store(
             s.sync_store_devices()?;
         }
     }
+    phases.neutralise_ns = elapsed_ns(t);
     scan.log(&opened.shards, started, reads_before_neutralise);
+    phases.total_ns = elapsed_ns(started);
+    opened.info.phases = phases.log("full scan");
     shared.groups.open();
     Ok(opened)
+}
+
+/// Where an open spent its wall time, phase by phase (`docs/storage.md`, "Recovery phases"):
+/// logged as "recovery phases" at its end and shown as `lavik_recovery_*` in
+/// `INFO persistence`.
+#[derive(Default)]
+struct Phases {
+    /// Labels, metadata slots, layout.
+    labels_ns: u64,
+    /// Pass 1: the first 4 KiB of every block.
+    headers_ns: u64,
+    header_reads: u64,
+    /// Loading the checkpoint (clean shutdown), all shards.
+    checkpoint_ns: u64,
+    /// Pass 2 (full scan), all shards.
+    scan_ns: u64,
+    /// Pass 2 per phase, summed over shards.
+    scan: ScanTimes,
+    /// CPU time and run-queue wait of the threads applying pass 2 (or loading checkpoints).
+    threads: ThreadClock,
+    scan_minor_faults: u64,
+    scan_major_faults: u64,
+    readers_per_shard: usize,
+    read_bytes: u64,
+    /// GROUPED records of complete groups applied.
+    groups_ns: u64,
+    /// `finish_recovery`: tombstones out, index shrunk to fit, large and paged roots.
+    finish_ns: u64,
+    /// The free list (`finish_open`).
+    free_list_ns: u64,
+    /// Restating aborted multi-shard groups.
+    neutralise_ns: u64,
+    total_ns: u64,
+}
+
+impl Phases {
+    /// Logs the phases and returns them as (INFO field name, value) pairs.
+    fn log(&self, how: &str) -> Vec<(&'static str, u64)> {
+        let s = &self.scan;
+        let fields = vec![
+            ("total_ms", ms(self.total_ns)),
+            ("labels_ms", ms(self.labels_ns)),
+            ("headers_ms", ms(self.headers_ns)),
+            ("header_reads", self.header_reads),
+            ("checkpoint_ms", ms(self.checkpoint_ns)),
+            ("scan_ms", ms(self.scan_ns)),
+            ("scan_apply_ms", ms(s.apply_ns)),
+            ("scan_apply_wait_ms", ms(s.apply_wait_ns)),
+            ("scan_read_ms", ms(s.read_ns)),
+            ("scan_parse_ms", ms(s.parse_ns)),
+            ("scan_reader_idle_ms", ms(s.reader_idle_ns)),
+            ("scan_reader_cpu_ms", ms(s.readers.cpu_ns)),
+            ("scan_reader_runq_ms", ms(s.readers.runq_ns)),
+            ("apply_cpu_ms", ms(self.threads.cpu_ns)),
+            ("apply_runq_ms", ms(self.threads.runq_ns)),
+            ("scan_minor_faults", self.scan_minor_faults),
+            ("scan_major_faults", self.scan_major_faults),
+            ("groups_ms", ms(self.groups_ns)),
+            ("finish_ms", ms(self.finish_ns)),
+            ("free_list_ms", ms(self.free_list_ns)),
+            ("neutralise_ms", ms(self.neutralise_ns)),
+        ];
+        let text: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        tracing::info!(
+            how,
+            readers_per_shard = self.readers_per_shard,
+            read_bytes = self.read_bytes,
+            "recovery phases {}",
+            text.join(" ")
+        );
+        fields
+    }
 }
 
 /// What a full-scan recovery did, for its closing log line.
@@ -601,6 +837,7 @@ fn finish_open(
         torn_chunks: shards.iter().map(|s| s.counters.torn_chunks).sum(),
         corrupt_chunks: shards.iter().map(|s| s.counters.corrupt_chunks).sum(),
         checkpoint_used,
+        phases: Vec::new(),
     };
     tracing::info!(
         keys = info.recovered_keys,
@@ -615,34 +852,63 @@ fn finish_open(
 }
 
 /// Pass 1: the first sector of every block says whether it is in use and by which shard.
+/// The blocks are read on `HEADER_SCAN_THREADS` threads (block i by thread i mod that), so
+/// that many reads are in flight; each shard's list comes out in block order, as one
+/// thread reading them in turn would give it. Also returns the highest block sequence
+/// number and the reads done.
 #[allow(clippy::type_complexity)]
 fn scan_block_headers(
     shared: &StoreShared,
-) -> Result<(Vec<Vec<(BlockId, u64, u32)>>, u64), StorageError> {
+) -> Result<(Vec<Vec<(BlockId, u64, u32)>>, u64, u64), StorageError> {
     let layout = &shared.layout;
+    let total = layout.total_blocks();
+    let threads = HEADER_SCAN_THREADS.min(total as usize).max(1);
+    type Found = Vec<(BlockId, u64, u32, u32)>;
+    let found: Vec<Result<Found, StorageError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Result<Found, StorageError> {
+                    let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
+                    let mut out = Vec::new();
+                    for b in (t as u32..total).step_by(threads).map(BlockId) {
+                        let (dev, base) = layout.locate(b);
+                        layout.devices[dev].read_at(base, &mut buf)?;
+                        let Some(p) = parse_block_header(buf.as_slice()) else {
+                            continue;
+                        };
+                        if p.store_uuid != layout.store_uuid || p.global_block != b.0 {
+                            continue;
+                        }
+                        out.push((b, p.block_seq, p.block_kind, p.shard_id));
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("header scan thread panicked"))
+            .collect()
+    });
+    let mut all = Vec::new();
+    for f in found {
+        all.extend(f?);
+    }
+    all.sort_unstable_by_key(|x| x.0);
     let mut per_shard = vec![Vec::new(); layout.shard_count as usize];
     let mut max_block_seq = 0;
-    let mut buf = AlignedBuf::new_zeroed(CHUNK_ALIGN_BYTES as usize);
-    for b in (0..layout.total_blocks()).map(BlockId) {
-        let (dev, base) = layout.locate(b);
-        layout.devices[dev].read_at(base, &mut buf)?;
-        let Some(p) = parse_block_header(buf.as_slice()) else {
-            continue;
-        };
-        if p.store_uuid != layout.store_uuid || p.global_block != b.0 {
-            continue;
-        }
-        max_block_seq = max_block_seq.max(p.block_seq);
-        match per_shard.get_mut(p.shard_id as usize) {
-            Some(list) => list.push((b, p.block_seq, p.block_kind)),
+    for (b, block_seq, kind, shard_id) in all {
+        max_block_seq = max_block_seq.max(block_seq);
+        match per_shard.get_mut(shard_id as usize) {
+            Some(list) => list.push((b, block_seq, kind)),
             None => tracing::warn!(
                 block = b.0,
-                shard = p.shard_id,
+                shard = shard_id,
                 "block names a shard this store does not have"
             ),
         }
     }
-    Ok((per_shard, max_block_seq))
+    Ok((per_shard, max_block_seq, u64::from(total)))
 }
 
 /// Recovery-time bookkeeping of one shard.
@@ -665,6 +931,8 @@ pub(crate) struct Pending {
     pub(crate) blocks_read: u64,
     /// Largest size the identity table reached (bytes).
     pub(crate) ids_peak_bytes: usize,
+    /// Where pass 2 spent its time.
+    times: ScanTimes,
 }
 
 /// A GROUPED put or tombstone found by the scan (not applied yet).
@@ -950,6 +1218,7 @@ impl Shard {
             // in that order; the loop below takes them round robin, so it sees the scan order.
             let mut full = Vec::with_capacity(readers);
             let mut free = Vec::with_capacity(readers);
+            let mut handles = Vec::with_capacity(readers);
             for r in 0..readers {
                 let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<
                     Result<(AlignedBuf, BlockScan), StorageError>,
@@ -967,35 +1236,48 @@ impl Shard {
                     .map(|b| (b.0, b.1))
                     .collect();
                 let shared = &shared;
-                scope.spawn(move || {
+                handles.push(scope.spawn(move || {
+                    let clock = ThreadClock::now();
+                    let mut t = ScanTimes::default();
                     for (block, block_seq) in mine {
                         // The applying side hung up (an error): stop.
+                        let idle = Instant::now();
                         let Ok(mut buf) = free_rx.recv() else {
-                            return;
+                            break;
                         };
+                        t.reader_idle_ns += elapsed_ns(idle);
                         let (dev, base) = shared.layout.locate(block);
+                        let reading = Instant::now();
                         let read = shared.layout.devices[dev].read_at(base, &mut buf);
+                        t.read_ns += elapsed_ns(reading);
                         let failed = read.is_err();
                         // Finding the chunks (the one CRC pass) is done here, off the
                         // recovery thread, while it applies the blocks before this one.
+                        let parsing = Instant::now();
                         let msg = read
                             .map(|()| {
                                 let scan = scan_block(buf.as_slice(), block_seq);
                                 (buf, scan)
                             })
                             .map_err(StorageError::from);
+                        t.parse_ns += elapsed_ns(parsing);
                         if full_tx.send(msg).is_err() || failed {
-                            return;
+                            break;
                         }
                     }
-                });
+                    t.readers = ThreadClock::since(clock);
+                    t
+                }));
                 full.push(full_rx);
                 free.push(free_tx);
             }
             for (n, &(block, block_seq, kind)) in blocks.iter().enumerate() {
+                let waiting = Instant::now();
                 let (buf, scan) = full[n % readers]
                     .recv()
                     .expect("a reader sends every block it was given or an error")?;
+                pending.times.apply_wait_ns += elapsed_ns(waiting);
+                let applying = Instant::now();
                 self.counters.device_reads += 1;
                 self.counters.device_read_bytes += bs as u64;
                 if n == RECOVERY_SIZE_SAMPLE_BLOCKS && blocks.len() > 2 * n {
@@ -1007,6 +1289,7 @@ impl Shard {
                     .insert(block, BlockInfo::new(block_seq, kind, true));
                 pending.blocks_read += 1;
                 let used = self.recover_block(block, buf.as_slice(), &scan, &mut pending)?;
+                pending.times.apply_ns += elapsed_ns(applying);
                 // The reader may already be done (then the buffer is not needed).
                 let _ = free[n % readers].send(buf);
                 pending.ids.seal(block);
@@ -1031,6 +1314,12 @@ impl Shard {
                         "recovery progress"
                     );
                 }
+            }
+            // Every block was handed over: the readers are done or about to be.
+            drop(free);
+            for h in handles {
+                let t = h.join().expect("recovery reader panicked");
+                pending.times.add(&t);
             }
             Ok(())
         })?;
