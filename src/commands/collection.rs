@@ -64,6 +64,36 @@ fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded
     }
 }
 
+/// A single-member write (HSET/HMSET of one field, HDEL, SADD, SREM of one member) on a
+/// paged hash or set, done on the leaf's bytes without loading the members
+/// (`paged::point_write`). `Some(existed)` when done (whether the member was there before;
+/// nothing is written for an SADD of a member present or a removal of one absent); `None`
+/// when `key` is not a paged collection of `kind` or the write splits, merges or demotes:
+/// the caller then takes its general path, which the same write would take anyway.
+pub fn point_write(
+    ctx: &mut Ctx,
+    key: &[u8],
+    kind: ValueKind,
+    member: &[u8],
+    op: paged::PointOp,
+) -> Result<Option<bool>, String> {
+    let Some(Loaded {
+        value: Raw::Paged(root),
+        expire_at_ms,
+    }) = load_coll(ctx, key, kind)?
+    else {
+        return Ok(None);
+    };
+    let (db, now) = (ctx.db, ctx.now_ms);
+    let shard = ctx.shards.for_key(key);
+    match paged::point_write(shard, db, key, kind, &root, member, op, expire_at_ms, now)
+        .map_err(storage_error)?
+    {
+        paged::PointOutcome::Applied { existed, .. } => Ok(Some(existed)),
+        paged::PointOutcome::General => Ok(None),
+    }
+}
+
 pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>, String> {
     load_hash_with(ctx, key, None)
 }

@@ -5,8 +5,8 @@
 
 use super::collection::{
     load_hash, load_hash_for, open_hash, parse_cursor, parse_rand_count, parse_scan_opts,
-    point_read, random_below, random_ranks, scan_reply, scan_step, store_hash, Loaded, Opened,
-    Point,
+    point_read, point_write, random_below, random_ranks, scan_reply, scan_step, store_hash, Loaded,
+    Opened, Point,
 };
 use super::events::{GENERIC, HASH};
 use super::{eq_ic, glob_match, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
@@ -14,6 +14,7 @@ use crate::resp::encode::Proto;
 use crate::resp::parse::parse_i64;
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{HashEncoding, HashValue};
+use crate::storage::paged::PointOp;
 use crate::storage::{paged, ValueKind};
 
 /// Field/value pairs as a reply is built from them.
@@ -31,6 +32,13 @@ fn load_or_new(ctx: &mut Ctx, key: &[u8], names: &[&[u8]]) -> Result<Loaded<Hash
 fn set_pairs(ctx: &mut Ctx, a: &[&[u8]], name: &str) -> Result<i64, String> {
     if a.len() % 2 == 1 {
         return Err(wrong_args(name));
+    }
+    if let [_, key, field, value] = a {
+        let op = PointOp::Upsert(Some(value));
+        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, op)? {
+            ctx.notify(HASH, "hset", key);
+            return Ok(i64::from(!existed));
+        }
     }
     let fields: Vec<&[u8]> = a[2..].iter().step_by(2).copied().collect();
     let mut h = load_or_new(ctx, a[1], &fields)?;
@@ -101,6 +109,15 @@ pub fn hmget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    if let [_, key, field] = a {
+        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, PointOp::Remove)? {
+            if existed {
+                ctx.notify(HASH, "hdel", key);
+            }
+            r.int(i64::from(existed));
+            return Ok(());
+        }
+    }
     let Some(mut h) = load_hash_for(ctx, a[1], &a[2..])? else {
         r.int(0);
         return Ok(());

@@ -9,13 +9,14 @@
 
 use super::collection::{
     distinct_indexes, load_set, load_set_for, open_set, parse_cursor, parse_rand_count,
-    parse_scan_opts, point_read, random_below, random_ranks, scan_reply, scan_step, store_set,
-    Loaded, Opened, Point,
+    parse_scan_opts, point_read, point_write, random_below, random_ranks, scan_reply, scan_step,
+    store_set, Loaded, Opened, Point,
 };
 use super::events::{GENERIC, SET};
 use super::{eq_ic, glob_match, storage_error, CmdResult, Ctx, ERR_SYNTAX};
 use crate::resp::ReplyBuf;
 use crate::storage::collection::{SetEncoding, SetValue};
+use crate::storage::paged::PointOp;
 use crate::storage::{paged, ValueKind};
 
 fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'m [u8]>) {
@@ -26,6 +27,16 @@ fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'
 }
 
 pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    if let [_, key, member] = a {
+        let op = PointOp::Upsert(None);
+        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, op)? {
+            if !existed {
+                ctx.notify(SET, "sadd", key);
+            }
+            r.int(i64::from(!existed));
+            return Ok(());
+        }
+    }
     let hint = a.len() - 2;
     let mut s = match load_set_for(ctx, a[1], &a[2..])? {
         Some(mut s) => {
@@ -47,6 +58,15 @@ pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn srem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    if let [_, key, member] = a {
+        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, PointOp::Remove)? {
+            if existed {
+                ctx.notify(SET, "srem", key);
+            }
+            r.int(i64::from(existed));
+            return Ok(());
+        }
+    }
     let Some(mut s) = load_set_for(ctx, a[1], &a[2..])? else {
         r.int(0);
         return Ok(());

@@ -710,6 +710,12 @@ fn encode_leaf<E: Elem>(elems: &[&E]) -> Vec<u8> {
     out
 }
 
+/// Bytes of a leaf's members (what `update`'s merge rules compare), from its entry: the
+/// leaf payload less its kind byte and member count.
+fn leaf_members_bytes(e: &Entry) -> usize {
+    (e.len as usize).saturating_sub(1 + varint_len(e.count as usize))
+}
+
 fn decode_leaf<E: Elem>(
     b: &[u8],
     has_values: bool,
@@ -941,8 +947,8 @@ pub fn load<E: Elem>(
 }
 
 /// Reads only what a write of the members `names` needs: for each name the directory page
-/// and the leaf that can hold it, with that leaf's neighbours in the same directory page (a
-/// merge may take them in). Returns those leaves' members in position order and a partial
+/// and the leaf that can hold it, with those of that leaf's neighbours in the same directory
+/// page that a merge may take in (the small ones). Returns those leaves' members in position order and a partial
 /// tree: `update` then rewrites only leaves it read, and counts the rest from the root.
 pub fn load_partial<E: Elem>(
     shard: &mut Shard,
@@ -977,9 +983,19 @@ pub fn load_partial<E: Elem>(
         }
         let entries = &leaves[di];
         let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
-        let hi = (li + 1).min(entries.len() - 1);
-        for r in &mut leaf_read[di][li.saturating_sub(1)..=hi] {
-            *r = true;
+        leaf_read[di][li] = true;
+        // A neighbour is read only when `update` could merge it with the rewritten leaf:
+        // both merge rules need the neighbour's members under `LEAF_MERGE_BYTES` on its
+        // own, which its entry tells without reading it. So the leaves `update` writes are
+        // the same as when every neighbour was read.
+        let neighbours = [
+            li.checked_sub(1),
+            Some(li + 1).filter(|&n| n < entries.len()),
+        ];
+        for n in neighbours.into_iter().flatten() {
+            if leaf_members_bytes(&entries[n]) < LEAF_MERGE_BYTES {
+                leaf_read[di][n] = true;
+            }
         }
     }
     let mut elems: Vec<E> = Vec::new();
@@ -2147,7 +2163,7 @@ pub fn update<E: Elem>(
     if dirs.is_empty() {
         return Err(corrupt("update of an empty collection"));
     }
-    dirs = merge_small_dirs(&mut w, tree, dirs, &mut dead)?;
+    dirs = merge_small_dirs(&mut w, &tree.dirs, dirs, &mut dead)?;
     dirs[0].first = 0;
     let root = Root {
         encoding,
@@ -2163,16 +2179,229 @@ pub fn update<E: Elem>(
         .put_paged_root(db, key, kind, &root.encode(), expire, now_ms, seq, true)
 }
 
+/// A single-member write on a paged hash or set (`point_write`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointOp<'a> {
+    /// Adds the member or replaces its value (a hash field's value; `None` for a set
+    /// member). A set member already present is left as it is.
+    Upsert(Option<&'a [u8]>),
+    Remove,
+}
+
+/// What `point_write` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointOutcome {
+    /// Applied: `existed` tells whether the member was there before; `written` is false
+    /// when there was nothing to change (SADD of a member present, a removal of one absent).
+    Applied { existed: bool, written: bool },
+    /// The write would split or merge a leaf, or demote the collection: the caller takes
+    /// the general path (`load_partial` + `update`), which writes the same pages either way.
+    General,
+}
+
+/// One member added, replaced or removed in the paged collection whose current root is
+/// `root_payload`, without decoding the leaf: the member's place is found by walking the
+/// leaf's bytes (hashing names only up to it), and the new leaf is the old one's bytes
+/// with the member spliced in or out. Writes exactly what `update` writes for the same
+/// change when it splits and merges nothing — that leaf, its directory page (and a
+/// directory merge `merge_small_dirs` makes), the root — and leaves every other case to it
+/// (`PointOutcome::General`), so the pages are the same whichever path ran. Reads the
+/// directory page and the one leaf through read-ahead: `Deferred` before any write.
+#[allow(clippy::too_many_arguments)]
+pub fn point_write(
+    shard: &mut Shard,
+    db: Db,
+    key: &[u8],
+    kind: ValueKind,
+    root_payload: &[u8],
+    member: &[u8],
+    op: PointOp,
+    expire: Option<u64>,
+    now_ms: u64,
+) -> Result<PointOutcome, StorageError> {
+    let has_values = kind == ValueKind::Hash;
+    if matches!(op, PointOp::Upsert(v) if v.is_some() != has_values) {
+        return Ok(PointOutcome::General);
+    }
+    let root = Root::decode(root_payload)?;
+    if root.dirs.is_empty() {
+        return Ok(PointOutcome::General);
+    }
+    let p = position(member);
+    let di = root
+        .dirs
+        .partition_point(|e| e.first <= p)
+        .saturating_sub(1);
+    let mut ra = Ahead::start();
+    let entries = dir_ahead(&mut ra, shard, db, key, &root, di)?;
+    let Some(entries) = entries else {
+        ra.finish(())?;
+        return Ok(PointOutcome::General);
+    };
+    let li = entries.partition_point(|e| e.first <= p).saturating_sub(1);
+    let l = entries[li];
+    let rec = ra.page(shard, db, key, l.addr, l.len, false)?;
+    ra.finish(())?;
+    let Some(rec) = rec else {
+        return Ok(PointOutcome::General);
+    };
+    let b = &rec.value;
+    let (body, from, to, existed) = find_in_leaf_bytes(
+        b,
+        has_values,
+        leaf_range(&root, di, &entries, li),
+        l.count,
+        p,
+        member,
+    )?;
+    let (added, count) = match op {
+        PointOp::Upsert(_) if existed && !has_values => {
+            return Ok(PointOutcome::Applied {
+                existed,
+                written: false,
+            })
+        }
+        PointOp::Remove if !existed => {
+            return Ok(PointOutcome::Applied {
+                existed,
+                written: false,
+            })
+        }
+        PointOp::Upsert(v) => {
+            let n = varint_len(member.len()) + member.len();
+            let v = v.map_or(0, |v| varint_len(v.len()) + v.len());
+            (n + v, l.count as usize + usize::from(!existed))
+        }
+        PointOp::Remove => (0, l.count as usize - 1),
+    };
+    let removed = to - from;
+    let members = b.len() - body - removed + added;
+    // `update`'s rules for a rewritten leaf: split above LEAF_MAX_BYTES, dropped when
+    // empty, merged with the next leaf of its directory page or else the previous one when
+    // together under LEAF_MERGE_BYTES; `store_hash`/`store_set` demote under DEMOTE_BYTES.
+    let total_bytes = (root.bytes as usize + added).checked_sub(removed);
+    let next_small = entries
+        .get(li + 1)
+        .is_some_and(|n| members + leaf_members_bytes(n) < LEAF_MERGE_BYTES);
+    let prev_small = li > 0 && entries[li - 1].len as usize + members < LEAF_MERGE_BYTES;
+    if count == 0
+        || members > LEAF_MAX_BYTES
+        || next_small
+        || prev_small
+        || total_bytes.is_none_or(|t| t < DEMOTE_BYTES)
+    {
+        return Ok(PointOutcome::General);
+    }
+    let mut payload = Vec::with_capacity(1 + varint_len(count) + members);
+    payload.push(PAGE_LEAF);
+    put_varint(&mut payload, count as u64);
+    payload.extend_from_slice(&b[body..from]);
+    if let PointOp::Upsert(v) = op {
+        put_varint(&mut payload, member.len() as u64);
+        payload.extend_from_slice(member);
+        if let Some(v) = v {
+            put_varint(&mut payload, v.len() as u64);
+            payload.extend_from_slice(v);
+        }
+    }
+    payload.extend_from_slice(&b[to..]);
+    let seq = shard.reserve_seq();
+    let mut w = Writer {
+        shard,
+        db,
+        key,
+        kind,
+        seq,
+    };
+    let mut new_entries = entries;
+    new_entries[li] = Entry {
+        first: l.first,
+        addr: w.page(&payload)?,
+        len: payload.len() as u32,
+        count: count as u32,
+    };
+    let old_dir = root.dirs[di];
+    let mut dead = vec![(l.addr, l.len), (old_dir.addr, old_dir.len)];
+    let mut dirs = root.dirs.clone();
+    dirs[di] = w.dir(&new_entries)?;
+    let mut dirs = merge_small_dirs(&mut w, &root.dirs, dirs, &mut dead)?;
+    dirs[0].first = 0;
+    let new_root = Root {
+        encoding: root.encoding,
+        count: root.count + u64::from(!existed) - u64::from(op == PointOp::Remove),
+        bytes: total_bytes.unwrap_or(0) as u64,
+        dirs,
+    };
+    let key_len = key.len();
+    for (addr, len) in dead {
+        w.shard.unaccount_page(db, Address(addr), key_len, len);
+    }
+    w.shard
+        .put_paged_root(db, key, kind, &new_root.encode(), expire, now_ms, seq, true)?;
+    Ok(PointOutcome::Applied {
+        existed,
+        written: true,
+    })
+}
+
+/// Walks leaf payload `b` (`count` members, positions in `range`) for `member` at position
+/// `p`: returns where the members start, the byte span the member takes (empty, at its
+/// sorted place, when absent) and whether it is there. Names are hashed only up to the
+/// member's place, and checked for range and order as far; the rest is walked for its
+/// lengths only.
+fn find_in_leaf_bytes(
+    b: &[u8],
+    has_values: bool,
+    range: (u64, u64),
+    count: u32,
+    p: u64,
+    member: &[u8],
+) -> Result<(usize, usize, usize, bool), StorageError> {
+    let mut r = Reader { b, at: 0 };
+    if r.u8()? != PAGE_LEAF {
+        return Err(corrupt("not a leaf page"));
+    }
+    let n = r.varint()?;
+    if n == 0 || n != count as usize {
+        return Err(corrupt("leaf count disagrees with its directory"));
+    }
+    let body = r.at;
+    let mut found: Option<(usize, usize, bool)> = None;
+    let mut prev: Option<(u64, &[u8])> = None;
+    for _ in 0..n {
+        let at = r.at;
+        let name = r.string()?;
+        if has_values {
+            r.string()?;
+        }
+        if found.is_some() {
+            continue;
+        }
+        let q = position(name);
+        if q < range.0 || q >= range.1 || prev.is_some_and(|x| x >= (q, name)) {
+            return Err(corrupt("leaf member out of its range or order"));
+        }
+        match (q, name).cmp(&(p, member)) {
+            std::cmp::Ordering::Less => prev = Some((q, name)),
+            std::cmp::Ordering::Equal => found = Some((at, r.at, true)),
+            std::cmp::Ordering::Greater => found = Some((at, at, false)),
+        }
+    }
+    r.done()?;
+    let (from, to, existed) = found.unwrap_or((b.len(), b.len(), false));
+    Ok((body, from, to, existed))
+}
+
 /// Merges neighbouring directory pages that together hold at most `DIR_MERGE_ENTRIES`
 /// leaves, when at least one of them was just rewritten (so a merge never rewrites two
 /// untouched pages).
 fn merge_small_dirs(
     w: &mut Writer,
-    tree: &Tree,
+    old_dirs: &[Entry],
     dirs: Vec<Entry>,
     dead: &mut Vec<(u64, u32)>,
 ) -> Result<Vec<Entry>, StorageError> {
-    let old: std::collections::HashSet<u64> = tree.dirs.iter().map(|d| d.addr).collect();
+    let old: std::collections::HashSet<u64> = old_dirs.iter().map(|d| d.addr).collect();
     let mut out: Vec<Entry> = Vec::with_capacity(dirs.len());
     let mut pending_entries: Option<Vec<Entry>> = None;
     for d in dirs {
@@ -2570,6 +2799,166 @@ pub(crate) mod tests {
             .map(|i| i.live_total())
             .sum();
         assert_eq!(have, want, "live bytes");
+    }
+
+    /// The shape of a paged collection's tree (no addresses): root totals, then per
+    /// directory page its entry and its leaves' (first, len, count).
+    fn tree_shape(s: &mut Shard, key: &[u8]) -> Vec<(u64, u32, u32)> {
+        let Some(Collection::Paged { root, .. }) = s.get_collection(0, key, 0).unwrap() else {
+            panic!("not paged");
+        };
+        let root = Root::decode(&root).unwrap();
+        let mut out = vec![(root.count, root.bytes as u32, root.dirs.len() as u32)];
+        for d in &root.dirs {
+            out.push((d.first, d.len, d.count));
+            let entries = decode_dir(&read_page(s, 0, key, d.addr).unwrap().value).unwrap();
+            out.extend(entries.iter().map(|e| (e.first, e.len, e.count)));
+        }
+        out
+    }
+
+    /// One member written the general way, as the command layer does: `load_partial` of
+    /// that member, the change, `update` (the collections here stay far above demotion).
+    fn general_write(s: &mut Shard, key: &[u8], member: &[u8], op: PointOp) {
+        let Some(Collection::Paged { root, .. }) = s.get_collection(0, key, 0).unwrap() else {
+            panic!("not paged");
+        };
+        let root = Root::decode(&root).unwrap();
+        let names = [member];
+        match op {
+            PointOp::Upsert(Some(v)) => {
+                let (pairs, tree) = load_partial(s, 0, key, &root, &names, true).unwrap();
+                let mut h = HashValue::from_paged(pairs, tree);
+                h.set(member, v);
+                let t = h.paged_tree().unwrap();
+                update(s, 0, key, ValueKind::Hash, 1, h.pairs(), t, None, 0).unwrap();
+            }
+            PointOp::Remove if root.encoding == 1 => {
+                let (pairs, tree) = load_partial(s, 0, key, &root, &names, true).unwrap();
+                let mut h = HashValue::from_paged(pairs, tree);
+                if h.remove(member) {
+                    let t = h.paged_tree().unwrap();
+                    update(s, 0, key, ValueKind::Hash, 1, h.pairs(), t, None, 0).unwrap();
+                }
+            }
+            _ => {
+                let (members, tree) = load_partial(s, 0, key, &root, &names, false).unwrap();
+                let mut v = SetValue::from_paged(members, tree);
+                let changed = match op {
+                    PointOp::Remove => v.remove(member),
+                    _ => v.add(member),
+                };
+                if changed {
+                    let (t, enc) = (v.paged_tree().unwrap(), root.encoding);
+                    update(s, 0, key, ValueKind::Set, enc, v.members(), t, None, 0).unwrap();
+                }
+            }
+        }
+    }
+
+    // Single-member writes through `point_write` leave exactly the tree the general path
+    // (`load_partial` + `update`) leaves for the same writes: the same leaves, directory
+    // pages and totals after every write, through splits, leaf merges (both ways) and
+    // directory merges; and the same members. The point path must do most of the writes.
+    #[test]
+    fn point_writes_leave_the_tree_the_general_path_leaves() {
+        for has_values in [true, false] {
+            let (da, db_) = (
+                Arc::new(MemDevice::new("a", 256 << 20)),
+                Arc::new(MemDevice::new("b", 256 << 20)),
+            );
+            let (mut a, mut b) = (open(&da), open(&db_));
+            let key = b"k".as_slice();
+            let kind = if has_values {
+                ValueKind::Hash
+            } else {
+                ValueKind::Set
+            };
+            let name = |i: u64| format!("member:{i:08}").into_bytes();
+            // ~2 directory pages of leaves, so directory merges can happen too.
+            let n0 = if has_values { 60_000u64 } else { 110_000 };
+            for s in [&mut a, &mut b] {
+                if has_values {
+                    let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+                        (0..n0).map(|i| (name(i), b"v".repeat(12))).collect();
+                    build(s, 0, key, kind, 1, &pairs, None, 0).unwrap();
+                } else {
+                    let members: Vec<Vec<u8>> = (0..n0).map(name).collect();
+                    build(s, 0, key, kind, 2, &members, None, 0).unwrap();
+                }
+            }
+            assert_eq!(tree_shape(&mut a, key), tree_shape(&mut b, key));
+            let mut rng = 0x2545_f491_4f6c_dd1du64;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            // Removals that empty whole leaves: every member of the first 1/16 of the
+            // position space (forward merges, emptied leaves) and of the leaves around the
+            // boundary of the two directory pages (a page's last leaf merges backwards),
+            // in random order; then random adds and upserts with values up to 300 bytes
+            // (splits).
+            let Some(Collection::Paged { root, .. }) = a.get_collection(0, key, 0).unwrap() else {
+                panic!("not paged");
+            };
+            let boundary = Root::decode(&root).unwrap().dirs[1].first;
+            let span = (1u64 << 63) / 16;
+            let mut doomed: Vec<Vec<u8>> = (0..n0)
+                .map(name)
+                .filter(|m| {
+                    let p = position(m);
+                    p < span || p.abs_diff(boundary) < span / 2
+                })
+                .collect();
+            for i in (1..doomed.len()).rev() {
+                doomed.swap(i, next() as usize % (i + 1));
+            }
+            let (mut point, mut general) = (0, 0);
+            for step in 0..doomed.len() + 2500 {
+                let r = next();
+                let value = b"x".repeat((r >> 20) as usize % 300 + 1);
+                let (m, op) = if let Some(m) = doomed.get(step) {
+                    (m.clone(), PointOp::Remove)
+                } else if r >> 40 & 3 == 0 {
+                    (name(r % (n0 * 2)), PointOp::Remove)
+                } else {
+                    let v = has_values.then_some(&value[..]);
+                    (name(r % (n0 * 2)), PointOp::Upsert(v))
+                };
+                let root = root_of(&mut a, key);
+                match point_write(&mut a, 0, key, kind, &root, &m, op, None, 0).unwrap() {
+                    PointOutcome::Applied { .. } => point += 1,
+                    PointOutcome::General => {
+                        general += 1;
+                        general_write(&mut a, key, &m, op);
+                    }
+                }
+                general_write(&mut b, key, &m, op);
+                assert_eq!(
+                    tree_shape(&mut a, key),
+                    tree_shape(&mut b, key),
+                    "step {step}"
+                );
+            }
+            assert!(point > general * 2, "point {point} general {general}");
+            if has_values {
+                let (ha, hb) = (
+                    load_hash(&mut a, key).unwrap(),
+                    load_hash(&mut b, key).unwrap(),
+                );
+                assert_eq!(contents(&ha), contents(&hb));
+            }
+            check_live(&mut a, &[key]);
+        }
+    }
+
+    fn root_of(s: &mut Shard, key: &[u8]) -> Vec<u8> {
+        match s.get_collection(0, key, 0).unwrap() {
+            Some(Collection::Paged { root, .. }) => root,
+            _ => panic!("not paged"),
+        }
     }
 
     // A hash grown to thousands of fields, updated and shrunk at random, reads back as its

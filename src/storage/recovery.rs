@@ -514,8 +514,10 @@ pub(crate) fn open_store(
     });
     shared.write_meta(false, 0)?;
 
-    let mut phases = Phases::default();
-    phases.labels_ns = elapsed_ns(started);
+    let mut phases = Phases {
+        labels_ns: elapsed_ns(started),
+        ..Phases::default()
+    };
     let t = Instant::now();
     let (mut per_shard, max_block_seq, header_reads) = scan_block_headers(&shared)?;
     phases.headers_ns = elapsed_ns(t);
