@@ -134,6 +134,18 @@ fn run(p: &mut Pair, seed: u64, tag: &str) {
             p.check(&["SCARD", s]);
         }
     }
+    // The point path's HINCRBY and HSETNX on a paged hash: a new field, an existing one,
+    // a non-integer value, an overflow; HSETNX of a present and an absent field.
+    p.check(&["HINCRBY", h, "counter", "5"]);
+    p.check(&["HINCRBY", h, "counter", "-7"]);
+    p.check(&["HINCRBY", h, &field(3), "1"]);
+    p.check(&["HSET", h, "big", "9223372036854775800"]);
+    p.check(&["HINCRBY", h, "big", "7"]);
+    p.check(&["HINCRBY", h, "big", "1"]);
+    p.check(&["HGET", h, "big"]);
+    p.check(&["HSETNX", h, "counter", "x"]);
+    p.check(&["HSETNX", h, "fresh-nx", "y"]);
+    p.check(&["HGET", h, "fresh-nx"]);
     whole_check(p, h, s);
     partial_reads(p, h, s, s2, &mut rng);
     whole_check(p, h, s);

@@ -64,18 +64,19 @@ fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded
     }
 }
 
-/// A single-member write (HSET/HMSET of one field, HDEL, SADD, SREM of one member) on a
-/// paged hash or set, done on the leaf's bytes without loading the members
-/// (`paged::point_write`). `Some(existed)` when done (whether the member was there before;
-/// nothing is written for an SADD of a member present or a removal of one absent); `None`
-/// when `key` is not a paged collection of `kind` or the write splits, merges or demotes:
-/// the caller then takes its general path, which the same write would take anyway.
+/// A single-member write (HSET/HMSET of one field, HSETNX, HINCRBY, HDEL, SADD, SREM of one
+/// member) on a paged hash or set, done on the leaf's bytes without loading the members
+/// (`paged::point_write`; `decide` maps the member's current value to the write, as there).
+/// `Some(existed)` when done (whether the member was there before; nothing is written for
+/// an SADD of a member present, a removal of one absent, or when `decide` says none);
+/// `None` when `key` is not a paged collection of `kind` or the write splits, merges or
+/// demotes: the caller then takes its general path, which the same write would take.
 pub fn point_write(
     ctx: &mut Ctx,
     key: &[u8],
     kind: ValueKind,
     member: &[u8],
-    op: paged::PointOp,
+    decide: impl FnOnce(Option<&[u8]>) -> Option<paged::PointOp>,
 ) -> Result<Option<bool>, String> {
     let Some(Loaded {
         value: Raw::Paged(root),
@@ -86,8 +87,18 @@ pub fn point_write(
     };
     let (db, now) = (ctx.db, ctx.now_ms);
     let shard = ctx.shards.for_key(key);
-    match paged::point_write(shard, db, key, kind, &root, member, op, expire_at_ms, now)
-        .map_err(storage_error)?
+    match paged::point_write(
+        shard,
+        db,
+        key,
+        kind,
+        &root,
+        member,
+        decide,
+        expire_at_ms,
+        now,
+    )
+    .map_err(storage_error)?
     {
         paged::PointOutcome::Applied { existed, .. } => Ok(Some(existed)),
         paged::PointOutcome::General => Ok(None),

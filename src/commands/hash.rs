@@ -34,8 +34,8 @@ fn set_pairs(ctx: &mut Ctx, a: &[&[u8]], name: &str) -> Result<i64, String> {
         return Err(wrong_args(name));
     }
     if let [_, key, field, value] = a {
-        let op = PointOp::Upsert(Some(value));
-        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, op)? {
+        let put = |_: Option<&[u8]>| Some(PointOp::Upsert(Some(value.to_vec())));
+        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, put)? {
             ctx.notify(HASH, "hset", key);
             return Ok(i64::from(!existed));
         }
@@ -66,6 +66,14 @@ pub fn hmset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn hsetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let put = |old: Option<&[u8]>| old.is_none().then(|| PointOp::Upsert(Some(a[3].to_vec())));
+    if let Some(existed) = point_write(ctx, a[1], ValueKind::Hash, a[2], put)? {
+        if !existed {
+            ctx.notify(HASH, "hset", a[1]);
+        }
+        r.int(i64::from(!existed));
+        return Ok(());
+    }
     let mut h = load_or_new(ctx, a[1], &a[2..3])?;
     if h.value.get(a[2]).is_some() {
         r.int(0);
@@ -110,7 +118,8 @@ pub fn hmget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if let [_, key, field] = a {
-        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, PointOp::Remove)? {
+        let remove = |old: Option<&[u8]>| old.map(|_| PointOp::Remove);
+        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, remove)? {
             if existed {
                 ctx.notify(HASH, "hdel", key);
             }
@@ -185,6 +194,31 @@ pub fn hgetall(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn hincrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let incr = parse_int(a[3])?;
+    let add = |old: Option<&[u8]>| -> Result<i64, String> {
+        let old = match old {
+            Some(v) => parse_i64(v).ok_or("ERR hash value is not an integer")?,
+            None => 0,
+        };
+        Ok(old
+            .checked_add(incr)
+            .ok_or("ERR increment or decrement would overflow")?)
+    };
+    let mut sum = None;
+    let put = |old: Option<&[u8]>| {
+        let r = add(old);
+        let op = r
+            .as_ref()
+            .ok()
+            .map(|n| PointOp::Upsert(Some(n.to_string().into_bytes())));
+        sum = Some(r);
+        op
+    };
+    if point_write(ctx, a[1], ValueKind::Hash, a[2], put)?.is_some() {
+        let new = sum.expect("decided once the leaf was read")?;
+        ctx.notify(HASH, "hincrby", a[1]);
+        r.int(new);
+        return Ok(());
+    }
     let mut h = load_or_new(ctx, a[1], &a[2..3])?;
     let old = match h.value.get(a[2]) {
         Some(v) => parse_i64(v).ok_or("ERR hash value is not an integer")?,

@@ -28,8 +28,8 @@ fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'
 
 pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if let [_, key, member] = a {
-        let op = PointOp::Upsert(None);
-        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, op)? {
+        let add = |old: Option<&[u8]>| old.is_none().then_some(PointOp::Upsert(None));
+        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, add)? {
             if !existed {
                 ctx.notify(SET, "sadd", key);
             }
@@ -59,7 +59,8 @@ pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn srem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     if let [_, key, member] = a {
-        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, PointOp::Remove)? {
+        let remove = |old: Option<&[u8]>| old.map(|_| PointOp::Remove);
+        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, remove)? {
             if existed {
                 ctx.notify(SET, "srem", key);
             }

@@ -2180,11 +2180,11 @@ pub fn update<E: Elem>(
 }
 
 /// A single-member write on a paged hash or set (`point_write`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PointOp<'a> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PointOp {
     /// Adds the member or replaces its value (a hash field's value; `None` for a set
     /// member). A set member already present is left as it is.
-    Upsert(Option<&'a [u8]>),
+    Upsert(Option<Vec<u8>>),
     Remove,
 }
 
@@ -2207,6 +2207,12 @@ pub enum PointOutcome {
 /// directory merge `merge_small_dirs` makes), the root — and leaves every other case to it
 /// (`PointOutcome::General`), so the pages are the same whichever path ran. Reads the
 /// directory page and the one leaf through read-ahead: `Deferred` before any write.
+///
+/// `decide` is given the member's current value (a set member's is empty; `None` when it
+/// is absent) and returns the write, or `None` for none (HSETNX of a field present, an
+/// HINCRBY whose old value is not a number). It runs only once the pages are in memory and
+/// may run for a write that then takes the general path, so it must have no effect beyond
+/// its result and what it records for its caller.
 #[allow(clippy::too_many_arguments)]
 pub fn point_write(
     shard: &mut Shard,
@@ -2215,14 +2221,11 @@ pub fn point_write(
     kind: ValueKind,
     root_payload: &[u8],
     member: &[u8],
-    op: PointOp,
+    decide: impl FnOnce(Option<&[u8]>) -> Option<PointOp>,
     expire: Option<u64>,
     now_ms: u64,
 ) -> Result<PointOutcome, StorageError> {
     let has_values = kind == ValueKind::Hash;
-    if matches!(op, PointOp::Upsert(v) if v.is_some() != has_values) {
-        return Ok(PointOutcome::General);
-    }
     let root = Root::decode(root_payload)?;
     if root.dirs.is_empty() {
         return Ok(PointOutcome::General);
@@ -2246,7 +2249,12 @@ pub fn point_write(
         return Ok(PointOutcome::General);
     };
     let b = &rec.value;
-    let (body, from, to, existed) = find_in_leaf_bytes(
+    let LeafSpot {
+        body,
+        from,
+        to,
+        old,
+    } = find_in_leaf_bytes(
         b,
         has_values,
         leaf_range(&root, di, &entries, li),
@@ -2254,7 +2262,17 @@ pub fn point_write(
         p,
         member,
     )?;
-    let (added, count) = match op {
+    let existed = old.is_some();
+    let Some(op) = decide(old) else {
+        return Ok(PointOutcome::Applied {
+            existed,
+            written: false,
+        });
+    };
+    if matches!(&op, PointOp::Upsert(v) if v.is_some() != has_values) {
+        return Ok(PointOutcome::General);
+    }
+    let (added, count) = match &op {
         PointOp::Upsert(_) if existed && !has_values => {
             return Ok(PointOutcome::Applied {
                 existed,
@@ -2269,7 +2287,7 @@ pub fn point_write(
         }
         PointOp::Upsert(v) => {
             let n = varint_len(member.len()) + member.len();
-            let v = v.map_or(0, |v| varint_len(v.len()) + v.len());
+            let v = v.as_ref().map_or(0, |v| varint_len(v.len()) + v.len());
             (n + v, l.count as usize + usize::from(!existed))
         }
         PointOp::Remove => (0, l.count as usize - 1),
@@ -2296,7 +2314,7 @@ pub fn point_write(
     payload.push(PAGE_LEAF);
     put_varint(&mut payload, count as u64);
     payload.extend_from_slice(&b[body..from]);
-    if let PointOp::Upsert(v) = op {
+    if let PointOp::Upsert(v) = &op {
         put_varint(&mut payload, member.len() as u64);
         payload.extend_from_slice(member);
         if let Some(v) = v {
@@ -2344,19 +2362,30 @@ pub fn point_write(
     })
 }
 
+/// Where a member is, or goes, in a leaf's bytes (`find_in_leaf_bytes`).
+struct LeafSpot<'b> {
+    /// Where the members start (after the kind byte and the count).
+    body: usize,
+    /// The member's byte span (empty, at its sorted place, when it is absent).
+    from: usize,
+    to: usize,
+    /// Its value when present (empty for a set member).
+    old: Option<&'b [u8]>,
+}
+
 /// Walks leaf payload `b` (`count` members, positions in `range`) for `member` at position
 /// `p`: returns where the members start, the byte span the member takes (empty, at its
-/// sorted place, when absent) and whether it is there. Names are hashed only up to the
+/// sorted place, when absent) and its value when it is there (empty for a set member). Names are hashed only up to the
 /// member's place, and checked for range and order as far; the rest is walked for its
 /// lengths only.
-fn find_in_leaf_bytes(
-    b: &[u8],
+fn find_in_leaf_bytes<'b>(
+    b: &'b [u8],
     has_values: bool,
     range: (u64, u64),
     count: u32,
     p: u64,
     member: &[u8],
-) -> Result<(usize, usize, usize, bool), StorageError> {
+) -> Result<LeafSpot<'b>, StorageError> {
     let mut r = Reader { b, at: 0 };
     if r.u8()? != PAGE_LEAF {
         return Err(corrupt("not a leaf page"));
@@ -2366,14 +2395,12 @@ fn find_in_leaf_bytes(
         return Err(corrupt("leaf count disagrees with its directory"));
     }
     let body = r.at;
-    let mut found: Option<(usize, usize, bool)> = None;
+    let mut found: Option<(usize, usize, Option<&[u8]>)> = None;
     let mut prev: Option<(u64, &[u8])> = None;
     for _ in 0..n {
         let at = r.at;
         let name = r.string()?;
-        if has_values {
-            r.string()?;
-        }
+        let value = if has_values { r.string()? } else { &[] };
         if found.is_some() {
             continue;
         }
@@ -2383,13 +2410,18 @@ fn find_in_leaf_bytes(
         }
         match (q, name).cmp(&(p, member)) {
             std::cmp::Ordering::Less => prev = Some((q, name)),
-            std::cmp::Ordering::Equal => found = Some((at, r.at, true)),
-            std::cmp::Ordering::Greater => found = Some((at, at, false)),
+            std::cmp::Ordering::Equal => found = Some((at, r.at, Some(value))),
+            std::cmp::Ordering::Greater => found = Some((at, at, None)),
         }
     }
     r.done()?;
-    let (from, to, existed) = found.unwrap_or((b.len(), b.len(), false));
-    Ok((body, from, to, existed))
+    let (from, to, old) = found.unwrap_or((b.len(), b.len(), None));
+    Ok(LeafSpot {
+        body,
+        from,
+        to,
+        old,
+    })
 }
 
 /// Merges neighbouring directory pages that together hold at most `DIR_MERGE_ENTRIES`
@@ -2829,7 +2861,7 @@ pub(crate) mod tests {
             PointOp::Upsert(Some(v)) => {
                 let (pairs, tree) = load_partial(s, 0, key, &root, &names, true).unwrap();
                 let mut h = HashValue::from_paged(pairs, tree);
-                h.set(member, v);
+                h.set(member, &v);
                 let t = h.paged_tree().unwrap();
                 update(s, 0, key, ValueKind::Hash, 1, h.pairs(), t, None, 0).unwrap();
             }
@@ -2924,15 +2956,16 @@ pub(crate) mod tests {
                 } else if r >> 40 & 3 == 0 {
                     (name(r % (n0 * 2)), PointOp::Remove)
                 } else {
-                    let v = has_values.then_some(&value[..]);
+                    let v = has_values.then(|| value.clone());
                     (name(r % (n0 * 2)), PointOp::Upsert(v))
                 };
                 let root = root_of(&mut a, key);
-                match point_write(&mut a, 0, key, kind, &root, &m, op, None, 0).unwrap() {
+                let decide = |_: Option<&[u8]>| Some(op.clone());
+                match point_write(&mut a, 0, key, kind, &root, &m, decide, None, 0).unwrap() {
                     PointOutcome::Applied { .. } => point += 1,
                     PointOutcome::General => {
                         general += 1;
-                        general_write(&mut a, key, &m, op);
+                        general_write(&mut a, key, &m, op.clone());
                     }
                 }
                 general_write(&mut b, key, &m, op);

@@ -15,6 +15,6 @@ fi
 T0=$(date +%s.%N)
 until redis-cli -p $PORT ping 2>/dev/null | grep -q PONG; do sleep 0.05; done
 T1=$(date +%s.%N)
-grep -E "recovery scan done|store open" $LOG | sed 's/^.*INFO //'
+grep -E "recovery scan done|store open|recovery phases" $LOG | sed 's/^.*INFO //'
 echo "first_pong_s=$(echo "$T1 - $T0" | bc) dbsize=$(redis-cli -p $PORT dbsize) cpu=$(ps -o times= -p $PID) load=\"$(cut -d' ' -f1-3 /proc/loadavg)\""
 kill -9 $PID; wait 2>/dev/null
