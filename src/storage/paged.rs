@@ -2134,6 +2134,8 @@ pub fn update<E: Elem>(
         }
     }
     let mut dirs: Vec<Entry> = Vec::with_capacity(groups.len() + 1);
+    // The directory pages written here, with their entries (`merge_small_dirs` needs them).
+    let mut written: Vec<(u64, Vec<Entry>)> = Vec::new();
     let mut gi = 0;
     for (d, _) in tree.dirs.iter().enumerate() {
         let present = groups.get(gi).is_some_and(|(gd, _)| *gd == d);
@@ -2157,13 +2159,15 @@ pub fn update<E: Elem>(
         let pieces = entries.len().div_ceil(DIR_MAX_ENTRIES);
         let per = entries.len().div_ceil(pieces);
         for chunk in entries.chunks(per) {
-            dirs.push(w.dir(chunk)?);
+            let d = w.dir(chunk)?;
+            written.push((d.addr, chunk.to_vec()));
+            dirs.push(d);
         }
     }
     if dirs.is_empty() {
         return Err(corrupt("update of an empty collection"));
     }
-    dirs = merge_small_dirs(&mut w, &tree.dirs, dirs, &mut dead)?;
+    dirs = merge_small_dirs(&mut w, &tree.dirs, dirs, written, &mut dead)?;
     dirs[0].first = 0;
     let root = Root {
         encoding,
@@ -2342,7 +2346,8 @@ pub fn point_write(
     let mut dead = vec![(l.addr, l.len), (old_dir.addr, old_dir.len)];
     let mut dirs = root.dirs.clone();
     dirs[di] = w.dir(&new_entries)?;
-    let mut dirs = merge_small_dirs(&mut w, &root.dirs, dirs, &mut dead)?;
+    let written = vec![(dirs[di].addr, new_entries)];
+    let mut dirs = merge_small_dirs(&mut w, &root.dirs, dirs, written, &mut dead)?;
     dirs[0].first = 0;
     let new_root = Root {
         encoding: root.encoding,
@@ -2431,6 +2436,7 @@ fn merge_small_dirs(
     w: &mut Writer,
     old_dirs: &[Entry],
     dirs: Vec<Entry>,
+    mut written: Vec<(u64, Vec<Entry>)>,
     dead: &mut Vec<(u64, u32)>,
 ) -> Result<Vec<Entry>, StorageError> {
     let old: std::collections::HashSet<u64> = old_dirs.iter().map(|d| d.addr).collect();
@@ -2438,10 +2444,15 @@ fn merge_small_dirs(
     let mut pending_entries: Option<Vec<Entry>> = None;
     for d in dirs {
         let fresh = !old.contains(&d.addr);
-        let entries = if fresh || pending_entries.is_some() {
-            Some(read_dir_entries(w, &d)?)
-        } else {
-            None
+        // A page just written comes with its entries (`written`); others are read.
+        let known = written
+            .iter()
+            .position(|(a, _)| *a == d.addr)
+            .map(|i| written.swap_remove(i).1);
+        let entries = match known {
+            Some(e) => Some(e),
+            None if fresh || pending_entries.is_some() => Some(read_dir_entries(w, &d)?),
+            None => None,
         };
         match (pending_entries.take(), entries) {
             (Some(mut prev), Some(cur)) if prev.len() + cur.len() <= DIR_MERGE_ENTRIES => {
