@@ -337,6 +337,23 @@ mod tests {
         })
     }
 
+    /// `open`, retried while the data file is still locked by the store just shut down: a
+    /// grow step's thread is detached and holds the device until it returns, which on a
+    /// loaded machine can be a moment after `shutdown` (seen once in a full test run).
+    fn reopen(cfg: &StoreConfig) -> crate::storage::OpenedStore {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match open(cfg) {
+                Err(StorageError::Device(e))
+                    if e.to_string().contains("locked") && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r => return r.unwrap(),
+            }
+        }
+    }
+
     fn key(i: u32) -> Vec<u8> {
         format!("k{i}").into_bytes()
     }
@@ -368,7 +385,7 @@ mod tests {
         let grown = std::fs::metadata(&path).unwrap().len();
 
         // Reopened without growth: the store still counts the grown file's blocks.
-        let opened = open(&cfg(&path, None)).unwrap();
+        let opened = reopen(&cfg(&path, None));
         assert_eq!(opened.info.blocks_total, grown / (64 * KIB) - 1);
         let mut s = opened.shards.into_iter().next().unwrap();
         assert!(s.growth_status().is_none());
@@ -378,11 +395,7 @@ mod tests {
         s.shutdown(false).unwrap();
 
         // Reopened with growth: writes go on until the 5 MiB limit, then DeviceFull.
-        let mut s = open(&cfg(&path, growth(5 * MIB)))
-            .unwrap()
-            .shards
-            .pop()
-            .unwrap();
+        let mut s = reopen(&cfg(&path, growth(5 * MIB))).shards.pop().unwrap();
         let mut full = None;
         for i in 3000..10_000 {
             match s.put(0, &key(i), ValueKind::String, &value, None, 0) {
