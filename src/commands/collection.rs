@@ -67,46 +67,45 @@ fn load_coll(ctx: &mut Ctx, key: &[u8], kind: ValueKind) -> Result<Option<Loaded
 /// A single-member write (HSET/HMSET of one field, HSETNX, HINCRBY, HDEL, SADD, SREM of one
 /// member) on a paged hash or set, done on the leaf's bytes without loading the members
 /// (`paged::point_write`; `decide` maps the member's current value to the write, as there).
-/// `Some(existed)` when done (whether the member was there before; nothing is written for
+/// `Ok(existed)` when done (whether the member was there before; nothing is written for
 /// an SADD of a member present, a removal of one absent, or when `decide` says none);
-/// `None` when `key` is not a paged collection of `kind` or the write splits, merges or
-/// demotes: the caller then takes its general path, which the same write would take.
+/// `Err(loaded)` when `key` is not a paged collection of `kind` or the write splits, merges
+/// or demotes: the caller then takes its general path (which the same write would take),
+/// handing `loaded` to `load_hash_for`/`load_set_for` so the key is not looked up twice.
 pub fn point_write(
     ctx: &mut Ctx,
     key: &[u8],
     kind: ValueKind,
     member: &[u8],
     decide: impl FnOnce(Option<&[u8]>) -> Option<paged::PointOp>,
-) -> Result<Option<bool>, String> {
+) -> Result<Result<bool, Preloaded>, String> {
+    let loaded = load_coll(ctx, key, kind)?;
     let Some(Loaded {
         value: Raw::Paged(root),
         expire_at_ms,
-    }) = load_coll(ctx, key, kind)?
+    }) = &loaded
     else {
-        return Ok(None);
+        return Ok(Err(Preloaded(Some(loaded))));
     };
     let (db, now) = (ctx.db, ctx.now_ms);
     let shard = ctx.shards.for_key(key);
-    match paged::point_write(
-        shard,
-        db,
-        key,
-        kind,
-        &root,
-        member,
-        decide,
-        expire_at_ms,
-        now,
-    )
-    .map_err(storage_error)?
+    let expire = *expire_at_ms;
+    match paged::point_write(shard, db, key, kind, root, member, decide, expire, now)
+        .map_err(storage_error)?
     {
-        paged::PointOutcome::Applied { existed, .. } => Ok(Some(existed)),
-        paged::PointOutcome::General => Ok(None),
+        paged::PointOutcome::Applied { existed, .. } => Ok(Ok(existed)),
+        paged::PointOutcome::General => Ok(Err(Preloaded(Some(loaded)))),
     }
 }
 
+/// What `point_write` looked up for a write it left to the general path, or nothing
+/// (`Preloaded::default()`: the loader looks the key up itself).
+#[derive(Default)]
+pub struct Preloaded(Option<Option<Loaded<Raw>>>);
+
 pub fn load_hash(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<HashValue>>, String> {
-    load_hash_with(ctx, key, None)
+    let raw = load_coll(ctx, key, ValueKind::Hash)?;
+    load_hash_with(ctx, key, None, raw)
 }
 
 /// `load_hash` for a command that reads and writes only the fields `names`: of a paged hash
@@ -117,19 +116,25 @@ pub fn load_hash_for(
     ctx: &mut Ctx,
     key: &[u8],
     names: &[&[u8]],
+    pre: Preloaded,
 ) -> Result<Option<Loaded<HashValue>>, String> {
-    load_hash_with(ctx, key, Some(names))
+    let raw = match pre.0 {
+        Some(raw) => raw,
+        None => load_coll(ctx, key, ValueKind::Hash)?,
+    };
+    load_hash_with(ctx, key, Some(names), raw)
 }
 
 fn load_hash_with(
     ctx: &mut Ctx,
     key: &[u8],
     names: Option<&[&[u8]]>,
+    raw: Option<Loaded<Raw>>,
 ) -> Result<Option<Loaded<HashValue>>, String> {
     let Some(Loaded {
         value: raw,
         expire_at_ms,
-    }) = load_coll(ctx, key, ValueKind::Hash)?
+    }) = raw
     else {
         return Ok(None);
     };
@@ -154,7 +159,8 @@ fn load_hash_with(
 }
 
 pub fn load_set(ctx: &mut Ctx, key: &[u8]) -> Result<Option<Loaded<SetValue>>, String> {
-    load_set_with(ctx, key, None)
+    let raw = load_coll(ctx, key, ValueKind::Set)?;
+    load_set_with(ctx, key, None, raw)
 }
 
 /// `load_set` for a command that reads and writes only the members `names` (as
@@ -163,19 +169,25 @@ pub fn load_set_for(
     ctx: &mut Ctx,
     key: &[u8],
     names: &[&[u8]],
+    pre: Preloaded,
 ) -> Result<Option<Loaded<SetValue>>, String> {
-    load_set_with(ctx, key, Some(names))
+    let raw = match pre.0 {
+        Some(raw) => raw,
+        None => load_coll(ctx, key, ValueKind::Set)?,
+    };
+    load_set_with(ctx, key, Some(names), raw)
 }
 
 fn load_set_with(
     ctx: &mut Ctx,
     key: &[u8],
     names: Option<&[&[u8]]>,
+    raw: Option<Loaded<Raw>>,
 ) -> Result<Option<Loaded<SetValue>>, String> {
     let Some(Loaded {
         value: raw,
         expire_at_ms,
-    }) = load_coll(ctx, key, ValueKind::Set)?
+    }) = raw
     else {
         return Ok(None);
     };

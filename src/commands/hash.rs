@@ -6,7 +6,7 @@
 use super::collection::{
     load_hash, load_hash_for, open_hash, parse_cursor, parse_rand_count, parse_scan_opts,
     point_read, point_write, random_below, random_ranks, scan_reply, scan_step, store_hash, Loaded,
-    Opened, Point,
+    Opened, Point, Preloaded,
 };
 use super::events::{GENERIC, HASH};
 use super::{eq_ic, glob_match, parse_int, storage_error, wrong_args, CmdResult, Ctx, ERR_SYNTAX};
@@ -21,8 +21,13 @@ use crate::storage::{paged, ValueKind};
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The hash at `key` with (at least) the fields `names` read, or a new empty one.
-fn load_or_new(ctx: &mut Ctx, key: &[u8], names: &[&[u8]]) -> Result<Loaded<HashValue>, String> {
-    Ok(load_hash_for(ctx, key, names)?.unwrap_or(Loaded {
+fn load_or_new(
+    ctx: &mut Ctx,
+    key: &[u8],
+    names: &[&[u8]],
+    pre: Preloaded,
+) -> Result<Loaded<HashValue>, String> {
+    Ok(load_hash_for(ctx, key, names, pre)?.unwrap_or(Loaded {
         value: HashValue::new(),
         expire_at_ms: None,
     }))
@@ -33,15 +38,19 @@ fn set_pairs(ctx: &mut Ctx, a: &[&[u8]], name: &str) -> Result<i64, String> {
     if a.len() % 2 == 1 {
         return Err(wrong_args(name));
     }
+    let mut pre = Preloaded::default();
     if let [_, key, field, value] = a {
         let put = |_: Option<&[u8]>| Some(PointOp::Upsert(Some(value.to_vec())));
-        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, put)? {
-            ctx.notify(HASH, "hset", key);
-            return Ok(i64::from(!existed));
+        match point_write(ctx, key, ValueKind::Hash, field, put)? {
+            Ok(existed) => {
+                ctx.notify(HASH, "hset", key);
+                return Ok(i64::from(!existed));
+            }
+            Err(loaded) => pre = loaded,
         }
     }
     let fields: Vec<&[u8]> = a[2..].iter().step_by(2).copied().collect();
-    let mut h = load_or_new(ctx, a[1], &fields)?;
+    let mut h = load_or_new(ctx, a[1], &fields, pre)?;
     let longest = a[2..].iter().map(|x| x.len()).max().unwrap_or(0);
     h.value.prepare_write((a.len() - 2) / 2, longest);
     let mut added = 0;
@@ -67,14 +76,17 @@ pub fn hmset(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 
 pub fn hsetnx(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let put = |old: Option<&[u8]>| old.is_none().then(|| PointOp::Upsert(Some(a[3].to_vec())));
-    if let Some(existed) = point_write(ctx, a[1], ValueKind::Hash, a[2], put)? {
-        if !existed {
-            ctx.notify(HASH, "hset", a[1]);
+    let pre = match point_write(ctx, a[1], ValueKind::Hash, a[2], put)? {
+        Ok(existed) => {
+            if !existed {
+                ctx.notify(HASH, "hset", a[1]);
+            }
+            r.int(i64::from(!existed));
+            return Ok(());
         }
-        r.int(i64::from(!existed));
-        return Ok(());
-    }
-    let mut h = load_or_new(ctx, a[1], &a[2..3])?;
+        Err(loaded) => loaded,
+    };
+    let mut h = load_or_new(ctx, a[1], &a[2..3], pre)?;
     if h.value.get(a[2]).is_some() {
         r.int(0);
         return Ok(());
@@ -117,17 +129,21 @@ pub fn hmget(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn hdel(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let mut pre = Preloaded::default();
     if let [_, key, field] = a {
         let remove = |old: Option<&[u8]>| old.map(|_| PointOp::Remove);
-        if let Some(existed) = point_write(ctx, key, ValueKind::Hash, field, remove)? {
-            if existed {
-                ctx.notify(HASH, "hdel", key);
+        match point_write(ctx, key, ValueKind::Hash, field, remove)? {
+            Ok(existed) => {
+                if existed {
+                    ctx.notify(HASH, "hdel", key);
+                }
+                r.int(i64::from(existed));
+                return Ok(());
             }
-            r.int(i64::from(existed));
-            return Ok(());
+            Err(loaded) => pre = loaded,
         }
     }
-    let Some(mut h) = load_hash_for(ctx, a[1], &a[2..])? else {
+    let Some(mut h) = load_hash_for(ctx, a[1], &a[2..], pre)? else {
         r.int(0);
         return Ok(());
     };
@@ -213,13 +229,16 @@ pub fn hincrby(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         sum = Some(r);
         op
     };
-    if point_write(ctx, a[1], ValueKind::Hash, a[2], put)?.is_some() {
-        let new = sum.expect("decided once the leaf was read")?;
-        ctx.notify(HASH, "hincrby", a[1]);
-        r.int(new);
-        return Ok(());
-    }
-    let mut h = load_or_new(ctx, a[1], &a[2..3])?;
+    let pre = match point_write(ctx, a[1], ValueKind::Hash, a[2], put)? {
+        Ok(_) => {
+            let new = sum.expect("decided once the leaf was read")?;
+            ctx.notify(HASH, "hincrby", a[1]);
+            r.int(new);
+            return Ok(());
+        }
+        Err(loaded) => loaded,
+    };
+    let mut h = load_or_new(ctx, a[1], &a[2..3], pre)?;
     let old = match h.value.get(a[2]) {
         Some(v) => parse_i64(v).ok_or("ERR hash value is not an integer")?,
         None => 0,
@@ -241,7 +260,7 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
         Some(false) => return Err("ERR value is NaN or Infinity".into()),
         Some(true) => {}
     }
-    let mut h = load_or_new(ctx, a[1], &a[2..3])?;
+    let mut h = load_or_new(ctx, a[1], &a[2..3], Preloaded::default())?;
     let old = h.value.get(a[2]).map(|v| v.to_vec());
     if old
         .as_deref()

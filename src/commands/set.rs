@@ -10,7 +10,7 @@
 use super::collection::{
     distinct_indexes, load_set, load_set_for, open_set, parse_cursor, parse_rand_count,
     parse_scan_opts, point_read, point_write, random_below, random_ranks, scan_reply, scan_step,
-    store_set, Loaded, Opened, Point,
+    store_set, Loaded, Opened, Point, Preloaded,
 };
 use super::events::{GENERIC, SET};
 use super::{eq_ic, glob_match, storage_error, CmdResult, Ctx, ERR_SYNTAX};
@@ -27,18 +27,22 @@ fn reply_members<'m>(r: &mut ReplyBuf, members: impl ExactSizeIterator<Item = &'
 }
 
 pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let mut pre = Preloaded::default();
     if let [_, key, member] = a {
         let add = |old: Option<&[u8]>| old.is_none().then_some(PointOp::Upsert(None));
-        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, add)? {
-            if !existed {
-                ctx.notify(SET, "sadd", key);
+        match point_write(ctx, key, ValueKind::Set, member, add)? {
+            Ok(existed) => {
+                if !existed {
+                    ctx.notify(SET, "sadd", key);
+                }
+                r.int(i64::from(!existed));
+                return Ok(());
             }
-            r.int(i64::from(!existed));
-            return Ok(());
+            Err(loaded) => pre = loaded,
         }
     }
     let hint = a.len() - 2;
-    let mut s = match load_set_for(ctx, a[1], &a[2..])? {
+    let mut s = match load_set_for(ctx, a[1], &a[2..], pre)? {
         Some(mut s) => {
             s.value.prepare_add(hint);
             s
@@ -58,17 +62,21 @@ pub fn sadd(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 }
 
 pub fn srem(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
+    let mut pre = Preloaded::default();
     if let [_, key, member] = a {
         let remove = |old: Option<&[u8]>| old.map(|_| PointOp::Remove);
-        if let Some(existed) = point_write(ctx, key, ValueKind::Set, member, remove)? {
-            if existed {
-                ctx.notify(SET, "srem", key);
+        match point_write(ctx, key, ValueKind::Set, member, remove)? {
+            Ok(existed) => {
+                if existed {
+                    ctx.notify(SET, "srem", key);
+                }
+                r.int(i64::from(existed));
+                return Ok(());
             }
-            r.int(i64::from(existed));
-            return Ok(());
+            Err(loaded) => pre = loaded,
         }
     }
-    let Some(mut s) = load_set_for(ctx, a[1], &a[2..])? else {
+    let Some(mut s) = load_set_for(ctx, a[1], &a[2..], pre)? else {
         r.int(0);
         return Ok(());
     };
@@ -208,7 +216,7 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
             let picks = distinct_indexes(n, count.unwrap_or(1));
             let popped = picked_members(ctx, a[1], Opened::Paged(root), &picks, false)?;
             let names: Vec<&[u8]> = popped.iter().map(|m| m.as_slice()).collect();
-            let Some(mut s) = load_set_for(ctx, a[1], &names)? else {
+            let Some(mut s) = load_set_for(ctx, a[1], &names, Preloaded::default())? else {
                 return Err(storage_error(crate::storage::StorageError::Corrupt(
                     "paged set vanished between two reads".into(),
                 )));
@@ -271,8 +279,8 @@ pub fn spop(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
 pub fn smove(ctx: &mut Ctx, a: &[&[u8]], r: &mut ReplyBuf) -> CmdResult {
     let (src_key, dst_key, member) = (a[1], a[2], a[3]);
     // Redis looks both up, answers 0 for a missing source, then checks both types.
-    let src = load_set_for(ctx, src_key, &a[3..4]);
-    let dst = load_set_for(ctx, dst_key, &a[3..4]);
+    let src = load_set_for(ctx, src_key, &a[3..4], Preloaded::default());
+    let dst = load_set_for(ctx, dst_key, &a[3..4], Preloaded::default());
     let Some(mut src) = src? else {
         dst.map(|_| ()).or_else(|e| {
             if e.starts_with("WRONGTYPE") {
